@@ -1,0 +1,152 @@
+"""KV-cache block accounting with automatic prefix caching. Pure Python: no torch, no trio.
+
+Owns: which physical KV blocks are free, who holds each block (reference counts), and the
+content hash of every full block so that a later request with the same prompt prefix reuses it.
+
+A block's hash chains the hash of the block before it with its own token ids, so a hit on block
+i means the whole prefix up to block i matches. A freed block keeps its hash while it sits in
+the free queue; it is only forgotten when the allocator hands it out again, oldest first (LRU).
+That makes an idle server a warm prefix cache without any extra memory.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Protocol
+
+_NO_HASH = None
+
+
+@dataclass(slots=True)
+class Block:
+    block_id: int
+    ref_count: int = 0
+    hash: int | None = _NO_HASH
+    token_ids: tuple[int, ...] = ()  # kept with the hash so a hash collision can never alias
+
+
+class HashedSeq(Protocol):
+    """What the block manager needs of a sequence to publish its blocks."""
+
+    block_table: list[int]
+    num_hashed_blocks: int
+    last_block_hash: int | None
+
+    @property
+    def all_token_ids(self) -> list[int]: ...
+
+
+def chain_hash(prev_hash: int | None, token_ids: tuple[int, ...]) -> int:
+    return hash((prev_hash, token_ids))
+
+
+@dataclass(slots=True)
+class BlockManager:
+    num_blocks: int
+    block_size: int
+    blocks: list[Block] = field(init=False)
+    # Free blocks in eviction order (oldest first). Dict for O(1) removal on a prefix hit.
+    free: OrderedDict[int, None] = field(init=False)
+    hash_to_block: dict[int, int] = field(init=False)
+    num_prefix_queries: int = 0  # full blocks looked up
+    num_prefix_hits: int = 0  # full blocks found
+
+    def __post_init__(self) -> None:
+        self.blocks = [Block(i) for i in range(self.num_blocks)]
+        self.free = OrderedDict((i, None) for i in range(self.num_blocks))
+        self.hash_to_block = {}
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self.free)
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    # -- prefix cache -------------------------------------------------------------------------
+
+    def match_prefix(self, token_ids: list[int], max_tokens: int) -> tuple[list[int], int | None]:
+        """Take a reference on the longest cached run of full blocks that prefixes `token_ids`.
+
+        Only blocks lying wholly within the first `max_tokens` tokens are considered (the caller
+        keeps at least one token to compute, since a step must produce logits). Returns the
+        block ids and the chain hash of the last one.
+        """
+        hits: list[int] = []
+        prev: int | None = None
+        bs = self.block_size
+        for start in range(0, max_tokens - bs + 1, bs):
+            chunk = tuple(token_ids[start : start + bs])
+            self.num_prefix_queries += 1
+            h = chain_hash(prev, chunk)
+            block_id = self.hash_to_block.get(h)
+            if block_id is None or self.blocks[block_id].token_ids != chunk:
+                break
+            hits.append(block_id)
+            prev = h
+        self.num_prefix_hits += len(hits)
+        for block_id in hits:
+            self._ref(block_id)
+        return hits, prev
+
+    def commit_full_blocks(self, seq: "HashedSeq", num_computed: int) -> None:
+        """Publish every block of `seq` whose `block_size` tokens all have computed KV.
+
+        `seq.num_hashed_blocks` / `seq.last_block_hash` remember how far this went, so each
+        block is hashed once in its life, not once per step.
+        """
+        bs = self.block_size
+        token_ids = seq.all_token_ids
+        for i in range(seq.num_hashed_blocks, num_computed // bs):
+            chunk = tuple(token_ids[i * bs : (i + 1) * bs])
+            h = chain_hash(seq.last_block_hash, chunk)
+            block = self.blocks[seq.block_table[i]]
+            # Another block may already hold this content (two requests computed the same
+            # prefix at once); keep the first published one and leave this one private.
+            if h not in self.hash_to_block:
+                block.hash = h
+                block.token_ids = chunk
+                self.hash_to_block[h] = block.block_id
+            seq.last_block_hash = h
+            seq.num_hashed_blocks = i + 1
+
+    # -- allocation ---------------------------------------------------------------------------
+
+    def can_allocate(self, num_blocks: int) -> bool:
+        return num_blocks <= len(self.free)
+
+    def allocate(self, num_blocks: int) -> list[int]:
+        if num_blocks > len(self.free):
+            raise MemoryError(f"need {num_blocks} KV blocks, {len(self.free)} free")
+        out = []
+        for _ in range(num_blocks):
+            block_id, _ = self.free.popitem(last=False)
+            block = self.blocks[block_id]
+            if block.hash is not None:  # evict its cached content
+                if self.hash_to_block.get(block.hash) == block_id:
+                    del self.hash_to_block[block.hash]
+                block.hash = None
+                block.token_ids = ()
+            block.ref_count = 1
+            out.append(block_id)
+        return out
+
+    def free_blocks(self, block_table: list[int]) -> None:
+        # Tail blocks first: they are the least likely to be shared, so evict them first.
+        for block_id in reversed(block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            assert block.ref_count >= 0, f"block {block_id} freed twice"
+            if block.ref_count == 0:
+                self.free[block_id] = None
+
+    def _ref(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        if block.ref_count == 0:
+            del self.free[block_id]
+        block.ref_count += 1

@@ -1,0 +1,67 @@
+"""The device executor actor: runs each plan on the runner's dedicated OS thread.
+
+Owns: the runner's life cycle (load, warm-up, close, all on one thread) and turning a runner
+exception into a failed step (`StepResult.error`) instead of a dead actor. It also keeps the
+step clock that health checks read. Imports trio and runtime; never torch.
+"""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from actors.runners.base import ModelInfo, Runner
+from runtime.logging import get_logger
+from runtime.messages import StepPlan, StepResult
+from runtime.thread_bridge import DedicatedThread
+
+log = get_logger("executor")
+
+
+class ExecutorActor:
+    def __init__(
+        self,
+        runner: Runner,
+        plans: trio.MemoryReceiveChannel[StepPlan],
+        results: trio.MemorySendChannel[StepResult],
+    ) -> None:
+        self.runner = runner
+        self.plans = plans
+        self.results = results
+        self.thread = DedicatedThread("switchyard-device")
+        self.step_started: float | None = None  # perf_counter of the step in flight
+        self.num_failed_steps = 0
+        self.busy_seconds = 0.0
+
+    async def run(self, task_status: trio.TaskStatus[ModelInfo] = trio.TASK_STATUS_IGNORED) -> None:
+        self.thread.start()
+        try:
+            info = await self.thread.run(self.runner.load)
+            await self.thread.run(self.runner.warmup)
+            task_status.started(info)
+            async with self.plans, self.results:
+                async for plan in self.plans:
+                    await self.results.send(await self._execute(plan))
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    await self.thread.run(self.runner.close)
+                finally:
+                    await self.thread.stop()
+
+    async def _execute(self, plan: StepPlan) -> StepResult:
+        self.step_started = time.perf_counter()
+        try:
+            return await self.thread.run(self.runner.execute, plan)
+        except Exception as exc:
+            self.num_failed_steps += 1
+            log.exception("step_failed", step_id=plan.step_id, num_seqs=len(plan.seqs))
+            return StepResult(step_id=plan.step_id, sampled={}, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self.busy_seconds += time.perf_counter() - self.step_started
+            self.step_started = None
+
+    def step_age(self) -> float:
+        """Seconds the step in flight has been running (0 when idle)."""
+        return 0.0 if self.step_started is None else time.perf_counter() - self.step_started

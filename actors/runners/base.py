@@ -1,0 +1,36 @@
+"""The contract between the executor actor and whatever computes a step.
+
+Owns: the `Runner` protocol and `ModelInfo`. A runner is driven from exactly one OS thread
+(the executor's dedicated thread): `load()`, then `warmup()`, then `execute(plan)` per step.
+Imports runtime only; no torch here, so the fake runner and the tests stay torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import msgspec
+
+from runtime.messages import StepPlan, StepResult
+
+
+class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
+    max_model_len: int
+    vocab_size: int
+    device: str
+    dtype: str
+    num_kv_blocks: int
+    block_size: int
+    # A digest of everything that changes outputs (weights path, dtype, engine knobs); the API
+    # reports it as system_fingerprint.
+    fingerprint: str = ""
+
+
+class Runner(Protocol):
+    def load(self) -> ModelInfo: ...
+
+    def warmup(self) -> None: ...
+
+    def execute(self, plan: StepPlan) -> StepResult: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,179 @@
+"""Paged attention for any transformers model, through transformers' attention interface.
+
+Owns: the per-step attention metadata (`PagedStep`), the function registered with
+`AttentionInterface` under the name `switchyard_paged`, and the KV cache tensors' layout.
+
+Why this shape: transformers lets a model's attention layers call a registered function with
+(query, key, value) after the projections and rotary embeddings are applied. Doing the cache
+read/write there means every transformers causal LM runs packed, paged batches without
+re-implementing the model. The whole step is one sequence of T tokens (batch dimension 1):
+prefill chunks and decode tokens side by side, each with its own position ids.
+
+Cache layout: per layer a `[num_slots, num_kv_heads, head_dim]` tensor, slot = block * block_size
++ offset. New keys/values are scattered to their slots with `index_copy_`; attention then
+gathers each sequence's slots. Decode tokens (one query each) are attended in one batched SDPA
+call over a padded gather; each prefill chunk gets its own call (a fresh prompt chunk uses its
+own keys with `is_causal`, skipping the gather entirely).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+ATTN_NAME = "switchyard_paged"
+
+
+@dataclass(slots=True)
+class PrefillChunk:
+    start: int  # token range in the packed step
+    end: int
+    fresh: bool  # starts at position 0: attends only over its own keys
+    slots: torch.Tensor | None = None  # [ctx] cache slots of positions 0..ctx-1
+    mask: torch.Tensor | None = None  # [q, ctx] bool, True = attend
+
+
+@dataclass(slots=True)
+class PagedStep:
+    k_cache: list[torch.Tensor]
+    v_cache: list[torch.Tensor]
+    slot_mapping: torch.Tensor  # [T] where each new token's K/V goes
+    decode_idx: torch.Tensor | None = None  # [B] token indices of one-token sequences
+    decode_slots: torch.Tensor | None = None  # [B, Lmax] gathered slots (padding points at slot 0)
+    decode_mask: torch.Tensor | None = None  # [B, 1, 1, Lmax] bool
+    prefills: list[PrefillChunk] = field(default_factory=list)
+
+
+def paged_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    paged_step: PagedStep | None = None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """query [1, H, T, d], key/value [1, KVH, T, d] → output [1, T, H, d]."""
+    step = paged_step
+    assert step is not None, "switchyard_paged attention needs paged_step= in the forward call"
+    layer = module.layer_idx
+    k_cache, v_cache = step.k_cache[layer], step.v_cache[layer]
+    new_k = key[0].transpose(0, 1)
+    new_v = value[0].transpose(0, 1)
+    k_cache.index_copy_(0, step.slot_mapping, new_k)
+    v_cache.index_copy_(0, step.slot_mapping, new_v)
+
+    num_tokens = query.shape[2]
+    out = query.new_empty(num_tokens, query.shape[1], query.shape[3])  # [T, H, d]
+    if step.decode_idx is not None:
+        q = query[0][:, step.decode_idx].transpose(0, 1).unsqueeze(2)  # [B, H, 1, d]
+        k = k_cache[step.decode_slots].transpose(1, 2)  # [B, KVH, Lmax, d]
+        v = v_cache[step.decode_slots].transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=step.decode_mask, scale=scaling, enable_gqa=True)
+        out[step.decode_idx] = o[:, :, 0]
+    for chunk in step.prefills:
+        q = query[:, :, chunk.start : chunk.end]
+        if chunk.fresh:
+            k = key[:, :, chunk.start : chunk.end]
+            v = value[:, :, chunk.start : chunk.end]
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=True)
+        else:
+            k = k_cache[chunk.slots].transpose(0, 1).unsqueeze(0)
+            v = v_cache[chunk.slots].transpose(0, 1).unsqueeze(0)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=chunk.mask, scale=scaling, enable_gqa=True)
+        out[chunk.start : chunk.end] = o[0].transpose(0, 1)
+    return out.unsqueeze(0), None
+
+
+def _no_mask(*args: object, **kwargs: object) -> None:
+    # The paged function builds its own masks from PagedStep; transformers must not build a
+    # [T, T] mask for the packed step (it would be wrong across sequences, and large).
+    return None
+
+
+def register() -> None:
+    """Make `attn_implementation="switchyard_paged"` known to transformers (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTN_NAME, paged_attention_forward)
+    AttentionMaskInterface.register(ATTN_NAME, _no_mask)
+
+
+def build_step(
+    seqs: list[tuple[int, int]],
+    block_tables: list[list[int]],
+    block_size: int,
+    k_cache: list[torch.Tensor],
+    v_cache: list[torch.Tensor],
+) -> tuple[PagedStep, torch.Tensor]:
+    """Metadata for a packed step. `seqs` holds (start_pos, num_new_tokens) per sequence.
+
+    Returns the step and the position ids `[T]`. Index math runs on the CPU in int64 and is
+    moved to the cache's device once.
+    """
+    device = k_cache[0].device
+    positions: list[int] = []
+    slots: list[int] = []
+    decode_tok: list[int] = []
+    decode_tables: list[list[int]] = []
+    decode_lens: list[int] = []
+    prefills: list[PrefillChunk] = []
+    chunk_meta: list[tuple[PrefillChunk, list[int], int]] = []
+    cursor = 0
+    for (start, num_new), table in zip(seqs, block_tables):
+        end = start + num_new
+        for pos in range(start, end):
+            slots.append(table[pos // block_size] * block_size + pos % block_size)
+        positions.extend(range(start, end))
+        if num_new == 1:
+            decode_tok.append(cursor)
+            decode_tables.append(table)
+            decode_lens.append(end)
+        else:
+            chunk = PrefillChunk(start=cursor, end=cursor + num_new, fresh=start == 0)
+            prefills.append(chunk)
+            if not chunk.fresh:
+                chunk_meta.append((chunk, table, start))
+        cursor += num_new
+
+    step = PagedStep(
+        k_cache=k_cache,
+        v_cache=v_cache,
+        slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
+        prefills=prefills,
+    )
+    if decode_tok:
+        step.decode_idx = torch.tensor(decode_tok, dtype=torch.long, device=device)
+        step.decode_slots, step.decode_mask = _decode_gather(decode_tables, decode_lens, block_size, device)
+    for chunk, table, start in chunk_meta:
+        ctx = start + (chunk.end - chunk.start)
+        chunk.slots = _slots_of(table, ctx, block_size, device)
+        q_pos = torch.arange(start, ctx, device=device)
+        chunk.mask = torch.arange(ctx, device=device)[None, :] <= q_pos[:, None]
+    return step, torch.tensor(positions, dtype=torch.long, device=device)
+
+
+def _slots_of(table: list[int], ctx: int, block_size: int, device: torch.device) -> torch.Tensor:
+    blocks = torch.tensor(table, dtype=torch.long)
+    offsets = torch.arange(block_size, dtype=torch.long)
+    return (blocks[:, None] * block_size + offsets[None, :]).reshape(-1)[:ctx].to(device)
+
+
+def _decode_gather(
+    tables: list[list[int]], lens: list[int], block_size: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    max_blocks = max(len(t) for t in tables)
+    padded = torch.zeros(len(tables), max_blocks, dtype=torch.long)
+    for row, table in enumerate(tables):
+        padded[row, : len(table)] = torch.tensor(table, dtype=torch.long)
+    offsets = torch.arange(block_size, dtype=torch.long)
+    slots = (padded[:, :, None] * block_size + offsets).reshape(len(tables), -1)
+    max_len = max(lens)
+    slots = slots[:, :max_len]
+    mask = torch.arange(max_len)[None, :] < torch.tensor(lens)[:, None]
+    return slots.to(device), mask[:, None, None, :].to(device)

@@ -1,0 +1,107 @@
+"""The tokenizer actor: prompts in, token ids out.
+
+Owns: chat-template rendering, encoding, and the context-length rules (a prompt that does not
+fit, or `max_tokens` past the context, fails the request with a 400 naming the field). Encoding
+runs in a worker thread (behind a limiter) so a long prompt never blocks the event loop.
+Imports trio, runtime and (through the tokenizer object) transformers.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import trio
+
+from runtime.errors import InvalidRequest
+from runtime.logging import get_logger
+from runtime.messages import TokenizedRequest
+from runtime.request import Prompt, RequestContext
+
+log = get_logger("tokenizer")
+
+
+def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
+    if prompt.token_ids is not None:
+        return list(prompt.token_ids)
+    if prompt.messages is not None:
+        try:
+            text = tokenizer.apply_chat_template(
+                prompt.messages, tokenize=False, add_generation_prompt=True, **prompt.chat_template_kwargs
+            )
+        except Exception as exc:  # jinja raises on messages the template rejects
+            raise InvalidRequest(f"The chat template rejected these messages: {exc}", param="messages") from exc
+        # The rendered template already holds BOS and role markers.
+        return tokenizer.encode(text, add_special_tokens=False)
+    assert prompt.text is not None
+    return tokenizer.encode(prompt.text, add_special_tokens=prompt.add_special_tokens)
+
+
+class TokenizerActor:
+    def __init__(
+        self,
+        tokenizer: Any,
+        max_model_len: int,
+        inbox: trio.MemoryReceiveChannel[RequestContext],
+        scheduler: trio.MemorySendChannel[Any],
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self.inbox = inbox
+        self.scheduler = scheduler
+        self._limiter = trio.CapacityLimiter(1)
+        self._rng = random.Random()
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async with self.inbox, self.scheduler:
+            async for ctx in self.inbox:
+                if ctx.aborted:
+                    continue
+                try:
+                    ids = await trio.to_thread.run_sync(encode_prompt, self.tokenizer, ctx.prompt, limiter=self._limiter)
+                    request = self._admit(ctx, ids)
+                except InvalidRequest as exc:
+                    ctx.mailbox.fail(exc)
+                    continue
+                except Exception as exc:  # a tokenizer bug must fail one request, not the actor
+                    log.exception("tokenize_failed", request_id=ctx.request_id)
+                    ctx.mailbox.fail(InvalidRequest(f"Could not tokenize the prompt: {exc}", param="prompt"))
+                    continue
+                # Checked again right before the send, with no checkpoint in between: an abort
+                # that landed while we were encoding must not reach the scheduler as a new request.
+                if not ctx.aborted:
+                    await self.scheduler.send(request)
+
+    def _admit(self, ctx: RequestContext, ids: list[int]) -> TokenizedRequest:
+        num_prompt = len(ids)
+        param = "messages" if ctx.prompt.messages is not None else "prompt"
+        if num_prompt == 0:
+            raise InvalidRequest("The prompt is empty.", param=param)
+        if num_prompt >= self.max_model_len:
+            raise InvalidRequest(
+                f"This model's maximum context length is {self.max_model_len} tokens; the prompt has {num_prompt}.",
+                param=param,
+                code="context_length_exceeded",
+            )
+        room = self.max_model_len - num_prompt
+        max_tokens = ctx.sampling.max_tokens
+        if max_tokens is None:
+            max_tokens = room
+        elif max_tokens > room:
+            raise InvalidRequest(
+                f"This model's maximum context length is {self.max_model_len} tokens; the prompt has "
+                f"{num_prompt} and max_tokens asks for {max_tokens} more.",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        ctx.num_prompt_tokens = num_prompt
+        seed = ctx.sampling.seed if ctx.sampling.seed is not None else self._rng.getrandbits(63)
+        return TokenizedRequest(
+            request_id=ctx.request_id,
+            prompt_token_ids=ids,
+            sampling=ctx.sampling,
+            max_tokens=max_tokens,
+            seed=seed,
+            arrival_time=ctx.arrival_time,
+        )

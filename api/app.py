@@ -1,0 +1,77 @@
+"""`create_app(runtime)`: the Quart-Trio application.
+
+Owns: app configuration (no response timeout: a long stream must never be cut, ANCHORS E2),
+body decoding with msgspec, the error handlers that turn any `ServingError` into the API's
+error JSON, and route registration. Imports quart/quart_trio, msgspec, api and runtime.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import msgspec
+from quart import request
+from quart_trio import QuartTrio
+
+from api.errors import error_body, error_response, from_decode_error, json_response
+from runtime.engine import Runtime
+from runtime.errors import InvalidRequest, ServingError
+from runtime.logging import get_logger
+
+log = get_logger("api")
+T = TypeVar("T")
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+_decoders: dict[type, msgspec.json.Decoder] = {}
+
+
+async def decode_body(schema: type[T]) -> T:
+    body = await request.get_data(cache=False)
+    decoder = _decoders.get(schema)
+    if decoder is None:
+        decoder = _decoders[schema] = msgspec.json.Decoder(schema)
+    try:
+        return decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise from_decode_error(exc) from None
+
+
+def create_app(runtime: Runtime) -> QuartTrio:
+    from api.routes import chat, completions, health, models
+
+    app = QuartTrio("switchyard")
+    app.config["RESPONSE_TIMEOUT"] = None
+    app.config["BODY_TIMEOUT"] = 60
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.extensions["runtime"] = runtime
+
+    @app.errorhandler(ServingError)
+    async def _serving_error(exc: ServingError):  # type: ignore[no-untyped-def]
+        return error_response(exc)
+
+    @app.errorhandler(404)
+    async def _not_found(exc: Exception):  # type: ignore[no-untyped-def]
+        return json_response(error_body(f"No route {request.method} {request.path}.", "invalid_request_error", None, "not_found"), 404)
+
+    @app.errorhandler(405)
+    async def _not_allowed(exc: Exception):  # type: ignore[no-untyped-def]
+        return json_response(error_body(f"{request.method} is not allowed on {request.path}.", "invalid_request_error", None, "method_not_allowed"), 405)
+
+    @app.errorhandler(413)
+    async def _too_large(exc: Exception):  # type: ignore[no-untyped-def]
+        return error_response(InvalidRequest(f"The request body is larger than {MAX_BODY_BYTES} bytes.", code="body_too_large"))
+
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception):  # type: ignore[no-untyped-def]
+        from werkzeug.exceptions import HTTPException
+
+        if isinstance(exc, HTTPException):
+            return json_response(error_body(exc.description or exc.name, "invalid_request_error", None, None), exc.code or 400)
+        log.exception("unhandled_error", path=request.path)
+        return json_response(error_body("Internal server error.", "server_error", None, None), 500)
+
+    for module in (chat, completions, models, health):
+        module.register(app, runtime)
+    return app

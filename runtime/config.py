@@ -1,0 +1,29 @@
+"""`RuntimeConfig`: every knob, built once at start-up from the CLI (no scattered os.environ).
+
+Imports msgspec only.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class RuntimeConfig(msgspec.Struct, kw_only=True):
+    model: str | None = None  # None: the embedded SmolLM2; else a local HF directory
+    served_name: str | None = None  # defaults to the model's name
+    device: str | None = None  # None: cuda if available, else cpu
+    dtype: str = "auto"  # auto: bf16 on cuda, and on cpu where measured faster
+    kv_cache_gib: float = 1.0
+    num_kv_blocks: int | None = None  # overrides kv_cache_gib
+    block_size: int = 16
+    max_num_seqs: int = 128  # running requests per step
+    max_num_batched_tokens: int = 256  # tokens per step: decode tokens + prefill chunks
+    max_model_len: int | None = None  # None: the model's max_position_embeddings
+    max_pending: int = 512  # admitted, unfinished requests; past this submit() says Overloaded
+    num_threads: int | None = None  # torch intra-op threads; None: leave torch's default
+    host: str = "127.0.0.1"
+    port: int = 8000
+    drain_timeout: float = 30.0
+    step_deadline: float = 60.0  # /health turns 503 when one step runs longer than this
+    log_level: str = "info"
+    log_prompts: bool = False

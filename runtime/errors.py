@@ -1,0 +1,65 @@
+"""The exception tree every actor and route shares.
+
+    ServingError
+    ├── InvalidRequest(message, param)   a client error found after decoding (HTTP 400)
+    ├── ModelNotFound(model)             unknown `model` (HTTP 404)
+    ├── Overloaded(retry_after)          admission refused (HTTP 429/503 + Retry-After)
+    ├── EngineDead                       the executor or an actor died (HTTP 503)
+    └── RequestFailed(message)           this request failed inside the engine (HTTP 500)
+
+Imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+
+class ServingError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = None
+    param: str | None = None
+
+
+class InvalidRequest(ServingError):
+    status = 400
+    type = "invalid_request_error"
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+class ModelNotFound(ServingError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+    param = "model"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"The model {model!r} does not exist.")
+
+
+class Overloaded(ServingError):
+    status = 429
+    type = "rate_limit_error"
+    code = "overloaded"
+
+    def __init__(self, message: str = "The server is at capacity; retry shortly.", retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class EngineDead(ServingError):
+    status = 503
+    type = "server_error"
+    code = "engine_unavailable"
+
+    def __init__(self, message: str = "The engine is not running.") -> None:
+        super().__init__(message)
+
+
+class RequestFailed(ServingError):
+    status = 500
+    type = "server_error"
+    code = "request_failed"

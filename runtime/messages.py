@@ -1,0 +1,117 @@
+"""Every message that crosses an actor boundary.
+
+Owns: the msgspec structs passed (as objects, never encoded) over trio memory channels and to the
+device thread, and the `FinishReason` / `AbortReason` vocabularies. Imports msgspec only.
+
+Batches are lists of per-request structs. Every message names its request (or step) so the
+receiving actor can bind log context per message.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from runtime.sampling import SamplingParams
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"  # EOS, a stop token id, or a stop string
+    LENGTH = "length"  # max_tokens or the context length
+    ABORT = "abort"  # the engine gave up on it (shutdown, failure)
+
+
+class AbortReason(str, enum.Enum):
+    CLIENT_GONE = "client_gone"
+    STOP_STRING = "stop_string"
+    SHUTDOWN = "shutdown"
+    FAILED = "failed"
+
+
+class TokenizedRequest(msgspec.Struct, kw_only=True):
+    """tokenizer → scheduler: a request ready to be scheduled."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingParams
+    max_tokens: int  # resolved against the context length
+    seed: int  # resolved: the request's own or one drawn for it
+    arrival_time: float
+
+
+class AbortRequest(msgspec.Struct, frozen=True):
+    """anyone → scheduler (control channel): stop working on this request, free its blocks."""
+
+    request_id: str
+    reason: AbortReason
+
+
+class ScheduledSeq(msgspec.Struct, kw_only=True, gc=False):
+    """One request's share of a step: the tokens to feed and where its KV lives.
+
+    `start_pos` is the position of token_ids[0]; the runner writes their keys/values into the
+    slots `block_table[pos // block_size] * block_size + pos % block_size`, attends over positions
+    [0, start_pos + len(token_ids)), and samples one token after the last one when `sample` is set.
+    """
+
+    request_id: str
+    token_ids: list[int]
+    start_pos: int
+    block_table: list[int]
+    sample: bool
+    sampling: SamplingParams
+    seed: int
+
+
+class StepPlan(msgspec.Struct, kw_only=True):
+    """scheduler → executor: one packed forward."""
+
+    step_id: int
+    seqs: list[ScheduledSeq]
+    freed_request_ids: list[str] = []
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.seqs)
+
+
+class StepResult(msgspec.Struct, kw_only=True):
+    """executor → scheduler: the token sampled for each `sample` seq, in plan order."""
+
+    step_id: int
+    sampled: dict[str, int]
+    error: str | None = None
+    elapsed: float = 0.0
+
+
+class TokenDelta(msgspec.Struct, kw_only=True, gc=False):
+    """scheduler → detokenizer: new tokens of one request and whether it finished."""
+
+    request_id: str
+    token_ids: list[int]
+    finish_reason: FinishReason | None = None
+    stop_token_id: int | None = None  # the stop_token_ids entry that ended it, if any
+    batch_size: int = 0  # how many requests shared the step that produced these tokens
+    error: str | None = None  # the step failed; finish_reason is ABORT
+
+
+class StepOutputs(msgspec.Struct, kw_only=True):
+    step_id: int
+    items: list[TokenDelta]
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+
+class TextDelta(msgspec.Struct, kw_only=True):
+    """detokenizer → a request's mailbox. Deltas merge while the client is slow."""
+
+    text: str = ""
+    token_ids: list[int] = []
+    finish_reason: FinishReason | None = None
+    stop_reason: str | int | None = None
+    usage: Usage | None = None

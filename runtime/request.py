@@ -1,0 +1,48 @@
+"""What the runtime knows about one live request, shared by the actors it passes through.
+
+Owns: `Prompt` (what to tokenize) and `RequestContext` (mailbox, parameters, timings, and the
+detokenizer's per-request state). A context lives in `Runtime.requests` from submit until it
+finishes or is aborted; that dict is the single registry, so "nothing leaked" means it is empty.
+Imports msgspec, runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from runtime.mailbox import DeltaMailbox
+from runtime.sampling import SamplingParams
+
+
+class Prompt(msgspec.Struct, kw_only=True):
+    """Exactly one of text, messages or token_ids."""
+
+    text: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    token_ids: list[int] | None = None
+    add_special_tokens: bool = True  # for text: let the tokenizer add BOS etc.
+    chat_template_kwargs: dict[str, Any] = {}
+
+
+@dataclass(slots=True, eq=False)
+class RequestContext:
+    request_id: str
+    prompt: Prompt
+    sampling: SamplingParams
+    arrival_time: float
+    mailbox: DeltaMailbox = field(default_factory=DeltaMailbox)
+    aborted: bool = False
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+    num_output_tokens: int = 0
+    scheduled_time: float | None = None
+    first_token_time: float | None = None
+    # MindIE-style per-token usage: the batch each token was generated in, and the time it
+    # waited (µs) since the previous one was produced.
+    batch_sizes: list[int] = field(default_factory=list)
+    token_wait_us: list[int] = field(default_factory=list)
+    last_token_time: float | None = None
+    detok: Any = None  # actors.detok_core.IncrementalDetokenizer, created by the detokenizer

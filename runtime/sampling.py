@@ -1,0 +1,34 @@
+"""Internal, already-validated generation parameters.
+
+Owns: `SamplingParams`, the one shape every API surface is reduced to by `api/params.py`.
+Actors trust it and never re-validate. Imports msgspec only.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
+    """What a request asks of generation. Ranges were checked at the edge.
+
+    `max_tokens` None means "the rest of the context", resolved by the tokenizer actor once the
+    prompt length is known. `temperature` 0 means greedy. `top_k` 0 and `top_p` 1.0 mean off.
+    `seed` None means the engine draws one, so a request's randomness never depends on which
+    other requests share its batch.
+    """
+
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
