@@ -11,9 +11,10 @@ prefill chunks and decode tokens side by side, each with its own position ids.
 
 Cache layout: per layer a `[num_slots, num_kv_heads, head_dim]` tensor, slot = block * block_size
 + offset. New keys/values are scattered to their slots with `index_copy_`; attention then
-gathers each sequence's slots. Decode tokens (one query each) are attended in one batched SDPA
-call over a padded gather; each prefill chunk gets its own call (a fresh prompt chunk uses its
-own keys with `is_causal`, skipping the gather entirely).
+gathers each sequence's slots with `index_select` (6x faster than advanced indexing on CPU).
+Decode tokens (one query each) are attended together in two grouped batched matmuls over a
+padded gather; each prefill chunk gets its own SDPA call (a fresh prompt chunk uses its own
+keys with `is_causal`, skipping the gather entirely).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class PagedStep:
     slot_mapping: torch.Tensor  # [T] where each new token's K/V goes
     decode_idx: torch.Tensor | None = None  # [B] token indices of one-token sequences
     decode_slots: torch.Tensor | None = None  # [B, Lmax] gathered slots (padding points at slot 0)
-    decode_mask: torch.Tensor | None = None  # [B, 1, 1, Lmax] bool
+    decode_bias: torch.Tensor | None = None  # [B, 1, 1, Lmax] float32: 0 or -inf (padding)
     prefills: list[PrefillChunk] = field(default_factory=list)
 
 
@@ -70,11 +71,7 @@ def paged_attention_forward(
     num_tokens = query.shape[2]
     out = query.new_empty(num_tokens, query.shape[1], query.shape[3])  # [T, H, d]
     if step.decode_idx is not None:
-        q = query[0][:, step.decode_idx].transpose(0, 1).unsqueeze(2)  # [B, H, 1, d]
-        k = k_cache[step.decode_slots].transpose(1, 2)  # [B, KVH, Lmax, d]
-        v = v_cache[step.decode_slots].transpose(1, 2)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=step.decode_mask, scale=scaling, enable_gqa=True)
-        out[step.decode_idx] = o[:, :, 0]
+        out[step.decode_idx] = _decode_attention(query[0][:, step.decode_idx], k_cache, v_cache, step, scaling)
     for chunk in step.prefills:
         q = query[:, :, chunk.start : chunk.end]
         if chunk.fresh:
@@ -82,11 +79,35 @@ def paged_attention_forward(
             v = value[:, :, chunk.start : chunk.end]
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=True)
         else:
-            k = k_cache[chunk.slots].transpose(0, 1).unsqueeze(0)
-            v = v_cache[chunk.slots].transpose(0, 1).unsqueeze(0)
+            k = k_cache.index_select(0, chunk.slots).transpose(0, 1).unsqueeze(0)
+            v = v_cache.index_select(0, chunk.slots).transpose(0, 1).unsqueeze(0)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=chunk.mask, scale=scaling, enable_gqa=True)
         out[chunk.start : chunk.end] = o[0].transpose(0, 1)
     return out.unsqueeze(0), None
+
+
+def _decode_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, step: PagedStep, scaling: float | None
+) -> torch.Tensor:
+    """One query per sequence: q [H, B, d] → [B, H, d].
+
+    Two grouped batched matmuls instead of SDPA: on CPU, SDPA with a padding mask and GQA
+    measured ~13x slower for these shapes (4.6 ms vs 0.35 ms a layer at B=32, L=150, bf16;
+    ops/bench/attention notes). Query heads are grouped per KV head exactly as transformers'
+    `repeat_kv` pairs them (head h reads KV head h // group). Softmax runs in float32.
+    """
+    num_heads, batch, head_dim = q.shape
+    slots = step.decode_slots
+    assert slots is not None and step.decode_bias is not None
+    max_len = slots.shape[1]
+    kv_heads = k_cache.shape[1]
+    k = k_cache.index_select(0, slots.reshape(-1)).view(batch, max_len, kv_heads, head_dim).permute(0, 2, 3, 1)
+    v = v_cache.index_select(0, slots.reshape(-1)).view(batch, max_len, kv_heads, head_dim).transpose(1, 2)
+    qg = q.transpose(0, 1).reshape(batch, kv_heads, num_heads // kv_heads, head_dim)
+    scale = scaling if scaling is not None else head_dim**-0.5
+    scores = torch.matmul(qg, k).float() * scale + step.decode_bias  # [B, KVH, G, L]
+    probs = scores.softmax(dim=-1).to(v.dtype)
+    return torch.matmul(probs, v).reshape(batch, num_heads, head_dim)
 
 
 def _no_mask(*args: object, **kwargs: object) -> None:
@@ -149,7 +170,7 @@ def build_step(
     )
     if decode_tok:
         step.decode_idx = torch.tensor(decode_tok, dtype=torch.long, device=device)
-        step.decode_slots, step.decode_mask = _decode_gather(decode_tables, decode_lens, block_size, device)
+        step.decode_slots, step.decode_bias = _decode_gather(decode_tables, decode_lens, block_size, device)
     for chunk, table, start in chunk_meta:
         ctx = start + (chunk.end - chunk.start)
         chunk.slots = _slots_of(table, ctx, block_size, device)
@@ -175,5 +196,6 @@ def _decode_gather(
     slots = (padded[:, :, None] * block_size + offsets).reshape(len(tables), -1)
     max_len = max(lens)
     slots = slots[:, :max_len]
-    mask = torch.arange(max_len)[None, :] < torch.tensor(lens)[:, None]
-    return slots.to(device), mask[:, None, None, :].to(device)
+    padding = torch.arange(max_len)[None, :] >= torch.tensor(lens)[:, None]
+    bias = torch.zeros(padding.shape, dtype=torch.float32).masked_fill_(padding, float("-inf"))
+    return slots.to(device), bias[:, None, None, :].to(device)
