@@ -14,7 +14,7 @@ from quart import request
 from quart_trio import QuartTrio
 
 from api.errors import error_body, error_response, from_decode_error, json_response
-from runtime.engine import Runtime
+from runtime.registry import ModelRegistry
 from runtime.errors import InvalidRequest, ServingError
 from runtime.logging import get_logger
 
@@ -38,14 +38,15 @@ async def decode_body(schema: type[T]) -> T:
         raise from_decode_error(exc) from None
 
 
-def create_app(runtime: Runtime) -> QuartTrio:
-    from api.routes import chat, completions, health, models
+def create_app(models: ModelRegistry) -> QuartTrio:
+    from api.routes import chat, completions, health
+    from api.routes import models as models_routes
 
     app = QuartTrio("switchyard")
     app.config["RESPONSE_TIMEOUT"] = None
     app.config["BODY_TIMEOUT"] = 60
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    app.extensions["runtime"] = runtime
+    app.extensions["models"] = models
 
     @app.errorhandler(ServingError)
     async def _serving_error(exc: ServingError):  # type: ignore[no-untyped-def]
@@ -72,6 +73,6 @@ def create_app(runtime: Runtime) -> QuartTrio:
         log.exception("unhandled_error", path=request.path)
         return json_response(error_body("Internal server error.", "server_error", None, None), 500)
 
-    for module in (chat, completions, models, health):
-        module.register(app, runtime)
+    for module in (chat, completions, models_routes, health):
+        module.register(app, models)
     return app

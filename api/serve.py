@@ -73,8 +73,11 @@ async def serve_runtime(
     from api.app import create_app
     from runtime.engine import build_runtime
 
+    from runtime.registry import ModelRegistry
+
     runtime = (runtime_factory or build_runtime)(config)
-    app = create_app(runtime)  # type: ignore[arg-type]
+    models = ModelRegistry([runtime])  # type: ignore[list-item]
+    app = create_app(models)
     hconfig = HypercornConfig()
     hconfig.bind = [f"{config.host}:{config.port}"]
     hconfig.accesslog = None
@@ -82,7 +85,7 @@ async def serve_runtime(
     hconfig.keep_alive_timeout = 75
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(runtime.run)  # type: ignore[attr-defined]
+        await nursery.start(models.run)
         stop = trio.Event()
 
         async def trigger() -> None:
@@ -95,11 +98,11 @@ async def serve_runtime(
             await _wait_for_signal()
         else:
             await shutdown_trigger()
-        log.info("shutting_down", live_requests=len(runtime.requests))  # type: ignore[attr-defined]
-        await runtime.drain(config.drain_timeout)  # type: ignore[attr-defined]
+        log.info("shutting_down")
+        await models.drain(config.drain_timeout)
         stop.set()  # hypercorn closes its listeners and waits for open responses to end
         await trio.sleep(0.05)
-        runtime.stop()  # type: ignore[attr-defined]
+        models.stop()
 
 
 async def _wait_for_signal() -> None:

@@ -28,7 +28,7 @@ from actors.sched_core import SchedulerConfig, SchedulerCore
 from actors.scheduler import SchedulerActor
 from actors.tokenizer import TokenizerActor
 from runtime.config import RuntimeConfig
-from runtime.errors import EngineDead, ModelNotFound, Overloaded
+from runtime.errors import EngineDead, Overloaded
 from runtime.logging import get_logger
 from runtime.messages import AbortReason, AbortRequest, TextDelta
 from runtime.request import Prompt, RequestContext
@@ -77,6 +77,7 @@ class Runtime:
         self.runner = runner
         self.tokenizer = tokenizer
         self.served_name = served_name
+        self.task = "generate"  # what routes may send it: "generate" (chat/completions) or "embed"
         self.eos_token_ids = eos_token_ids
         self.requests: dict[str, RequestContext] = {}
         self.accepting = False
@@ -162,11 +163,6 @@ class Runtime:
         if age > self.config.step_deadline:
             return False, f"a step has been running for {age:.1f}s"
         return True, None
-
-    def check_model(self, model: str | None) -> None:
-        """A request may name this model (or none); anything else is a 404 naming `model`."""
-        if model and model != self.served_name:
-            raise ModelNotFound(model)
 
     def open(self, prompt: Prompt, sampling: SamplingParams) -> RequestStream:
         """Admit a request; its deltas come from the returned stream, which must be closed.

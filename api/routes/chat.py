@@ -14,16 +14,16 @@ from api.params import chat_params
 from api.schemas import ChatCompletionRequest
 from api.streaming import Generation, sse_stream
 from api.usage import usage_dict
-from runtime.engine import Runtime
+from runtime.registry import ModelRegistry
 from runtime.messages import TextDelta
 
 
-def register(app: Quart, runtime: Runtime) -> None:
+def register(app: Quart, models: ModelRegistry) -> None:
     @app.post("/v1/chat/completions")
     async def chat_completions():  # type: ignore[no-untyped-def]
         req = await decode_body(ChatCompletionRequest)
+        runtime = models.resolve(req.model)
         prompt, sampling = chat_params(req)
-        runtime.check_model(req.model)
         gen = await Generation(runtime, prompt, sampling).start()
         head = {
             "id": f"chatcmpl-{gen.request_id}",

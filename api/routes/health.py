@@ -5,11 +5,11 @@ from __future__ import annotations
 from quart import Quart
 
 from api.errors import json_response
-from runtime.engine import Runtime
+from runtime.registry import ModelRegistry
 
 
-def register(app: Quart, runtime: Runtime) -> None:
+def register(app: Quart, models: ModelRegistry) -> None:
     @app.get("/health")
     async def health():  # type: ignore[no-untyped-def]
-        ok, reason = runtime.health()
+        ok, reason = models.health()
         return json_response({"status": "ok" if ok else "unhealthy", "reason": reason}, 200 if ok else 503)

@@ -78,5 +78,7 @@ def test_no_response_timeout() -> None:
     """Quart's 60 s default would silently cut long streams (ANCHORS E2)."""
     from api.app import create_app
 
-    app = create_app(runtime=object())  # type: ignore[arg-type]
+    from runtime.registry import ModelRegistry
+
+    app = create_app(ModelRegistry([]))
     assert app.config["RESPONSE_TIMEOUT"] is None
