@@ -9,6 +9,19 @@ from __future__ import annotations
 import msgspec
 
 
+class Guide(msgspec.Struct, frozen=True, kw_only=True):
+    """A constraint on what may be generated, enforced token by token on the device step.
+
+    kind "json_schema": `definition` is a JSON Schema (text); "json_object": any JSON object;
+    "lark": `definition` is a grammar in llguidance's Lark dialect (which may embed JSON
+    schemas with `%json {...}`); "regex": a regular expression. Compiled and cached off the
+    event loop; an invalid definition is rejected at the edge (400 naming the field).
+    """
+
+    kind: str
+    definition: str = ""
+
+
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """What a request asks of generation. Ranges were checked at the edge.
 
@@ -28,6 +41,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    guide: Guide | None = None
 
     @property
     def is_greedy(self) -> bool:
