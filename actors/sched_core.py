@@ -19,6 +19,7 @@ waiting queue is admitted before it, so no request starves.
 from __future__ import annotations
 
 import enum
+from typing import Any
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -57,6 +58,7 @@ class Sequence:
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
     num_preemptions: int = 0
     admitted: bool = False
+    matcher: Any = None
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -104,6 +106,7 @@ class SchedulerCore:
             max_tokens=request.max_tokens,
             seed=request.seed,
             arrival_time=request.arrival_time,
+            matcher=request.matcher,
         )
         self.requests[seq.request_id] = seq
         self.waiting.append(seq)
@@ -273,6 +276,7 @@ class SchedulerCore:
                     sample=end == seq.num_tokens,
                     sampling=seq.sampling,
                     seed=seq.seed,
+                    matcher=seq.matcher,
                 )
             )
         plan = StepPlan(step_id=self._next_step_id, seqs=seqs, freed_request_ids=self._freed_ids)

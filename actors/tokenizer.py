@@ -13,6 +13,7 @@ from typing import Any
 
 import trio
 
+from actors.guidance import GuideCompiler
 from runtime.errors import InvalidRequest
 from runtime.logging import get_logger
 from runtime.messages import TokenizedRequest
@@ -44,23 +45,28 @@ class TokenizerActor:
         max_model_len: int,
         inbox: trio.MemoryReceiveChannel[RequestContext],
         scheduler: trio.MemorySendChannel[Any],
+        guides: GuideCompiler | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
+        self.guides = guides
         self.inbox = inbox
         self.scheduler = scheduler
         self._limiter = trio.CapacityLimiter(1)
         self._rng = random.Random()
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        if self.guides is not None:
+            await trio.to_thread.run_sync(self.guides.warm)
         task_status.started()
         async with self.inbox, self.scheduler:
             async for ctx in self.inbox:
                 if ctx.aborted:
                     continue
                 try:
-                    ids = await trio.to_thread.run_sync(encode_prompt, self.tokenizer, ctx.prompt, limiter=self._limiter)
+                    ids, matcher = await trio.to_thread.run_sync(self._prepare, ctx, limiter=self._limiter)
                     request = self._admit(ctx, ids)
+                    request.matcher = matcher
                 except InvalidRequest as exc:
                     ctx.mailbox.fail(exc)
                     continue
@@ -72,6 +78,16 @@ class TokenizerActor:
                 # that landed while we were encoding must not reach the scheduler as a new request.
                 if not ctx.aborted:
                     await self.scheduler.send(request)
+
+    def _prepare(self, ctx: RequestContext) -> tuple[list[int], Any]:
+        """Worker thread: encode the prompt and compile the request's grammar, if any."""
+        ids = encode_prompt(self.tokenizer, ctx.prompt)
+        guide = ctx.sampling.guide
+        if guide is None:
+            return ids, None
+        if self.guides is None:
+            raise InvalidRequest("Constrained decoding is not available for this model.", param=guide.param)
+        return ids, self.guides.matcher(guide)
 
     def _admit(self, ctx: RequestContext, ids: list[int]) -> TokenizedRequest:
         num_prompt = len(ids)

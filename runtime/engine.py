@@ -23,6 +23,7 @@ import trio
 
 from actors.detokenizer import DetokenizerActor
 from actors.executor import ExecutorActor
+from actors.guidance import GuideCompiler
 from actors.runners.base import ModelInfo, Runner
 from actors.sched_core import SchedulerConfig, SchedulerCore
 from actors.scheduler import SchedulerActor
@@ -124,7 +125,8 @@ class Runtime:
             self.detokenizer = DetokenizerActor(
                 _fast_backend(self.tokenizer), self.eos_token_ids, self.requests, out_recv, sched_send.clone(), self.served_name
             )
-            self.tokenizer_actor = TokenizerActor(self.tokenizer, self.max_model_len, tok_recv, sched_send.clone())
+            guides = GuideCompiler(self.tokenizer, info.vocab_size)
+            self.tokenizer_actor = TokenizerActor(self.tokenizer, self.max_model_len, tok_recv, sched_send.clone(), guides)
             await nursery.start(self.scheduler.run)
             await nursery.start(self.detokenizer.run)
             await nursery.start(self.tokenizer_actor.run)

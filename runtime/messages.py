@@ -10,6 +10,7 @@ receiving actor can bind log context per message.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import msgspec
 
@@ -38,6 +39,7 @@ class TokenizedRequest(msgspec.Struct, kw_only=True):
     max_tokens: int  # resolved against the context length
     seed: int  # resolved: the request's own or one drawn for it
     arrival_time: float
+    matcher: Any = None  # an llguidance matcher when sampling.guide is set (compiled off the loop)
 
 
 class AbortRequest(msgspec.Struct, frozen=True):
@@ -62,6 +64,7 @@ class ScheduledSeq(msgspec.Struct, kw_only=True, gc=False):
     sample: bool
     sampling: SamplingParams
     seed: int
+    matcher: Any = None  # the request's grammar state; the runner masks logits with it
 
 
 class StepPlan(msgspec.Struct, kw_only=True):

@@ -20,6 +20,7 @@ class Guide(msgspec.Struct, frozen=True, kw_only=True):
 
     kind: str
     definition: str = ""
+    param: str = "response_format"  # the request field an invalid definition is reported against
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):

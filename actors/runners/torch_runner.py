@@ -10,13 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from actors.runners import paged_attention
 from actors.runners.base import ModelInfo
-from actors.runners.sampler import SamplingBatch, sample
+from actors.runners.sampler import SamplingBatch, sample, unpack_bitmask
 from runtime.messages import ScheduledSeq, StepPlan, StepResult
 
 
@@ -75,6 +77,10 @@ class TorchRunner:
         self.model: torch.nn.Module | None = None
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
+        # Grammar masks are computed on this helper thread while the forward runs (llguidance
+        # releases the GIL), so constrained requests add little to the step's critical path.
+        self._mask_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchyard-masks")
+        self._ll_executor: Any = None
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -135,6 +141,7 @@ class TorchRunner:
             cache[: 3 * self.block_size].zero_()
 
     def close(self) -> None:
+        self._mask_pool.shutdown(wait=True)
         self.model = None
         self.k_cache = []
         self.v_cache = []
@@ -163,6 +170,8 @@ class TorchRunner:
                 sample_rows.append(row)
                 logit_index.append(cursor - 1)
         sampled: dict[str, int] = {}
+        guided = [(i, seqs[r].matcher) for i, r in enumerate(sample_rows) if seqs[r].matcher is not None]
+        masks: Future[torch.Tensor] | None = self._mask_pool.submit(self._grammar_masks, guided) if guided else None
         outputs = self.model(
             input_ids=input_ids[None, :],
             position_ids=positions[None, :],
@@ -171,7 +180,11 @@ class TorchRunner:
             logits_to_keep=torch.tensor(logit_index or [cursor - 1], dtype=torch.long, device=self.device),
         )
         if sample_rows:
-            logits = outputs.logits[0]  # [S, V]
+            logits = outputs.logits[0].float()  # [S, V]
+            if masks is not None:
+                rows = torch.tensor([i for i, _ in guided], dtype=torch.long, device=self.device)
+                allowed = masks.result().to(self.device)
+                logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
             batch = SamplingBatch.build(
                 [
                     (
@@ -186,5 +199,24 @@ class TorchRunner:
                 self.device,
             )
             tokens = sample(logits, batch).tolist()
+            for i, matcher in guided:
+                matcher.consume_token(tokens[i])
             sampled = {seqs[r].request_id: tok for r, tok in zip(sample_rows, tokens)}
         return StepResult(step_id=plan.step_id, sampled=sampled, elapsed=time.perf_counter() - started)
+
+    def _grammar_masks(self, guided: list[tuple[int, Any]]) -> torch.Tensor:
+        """Allowed tokens `[G, V]` for each guided row, from its matcher's current state."""
+        import llguidance
+        import llguidance.torch
+
+        if self._ll_executor is None:
+            self._ll_executor = llguidance.LLExecutor(num_threads=1)
+        bitmask = llguidance.torch.allocate_token_bitmask(len(guided), self.vocab_size)
+        llguidance.torch.fill_next_token_bitmask_par(self._ll_executor, [(m, j) for j, (_, m) in enumerate(guided)], bitmask)
+        allowed = unpack_bitmask(bitmask, self.vocab_size)
+        # A matcher in an error state allows nothing; rather than sample from an empty set,
+        # let that row go unconstrained (its text is then checked by whoever parses it).
+        empty = ~allowed.any(dim=-1)
+        if bool(empty.any()):
+            allowed[empty] = True
+        return allowed
