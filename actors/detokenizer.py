@@ -99,7 +99,15 @@ class DetokenizerActor:
             self.requests.pop(ctx.request_id, None)
             self._log_finish(ctx, finish, now)
         ctx.mailbox.put(
-            TextDelta(text=text, token_ids=item.token_ids, finish_reason=finish, stop_reason=stop_reason, usage=usage)
+            TextDelta(
+                text=text,
+                token_ids=item.token_ids,
+                logprobs=item.logprobs,
+                prompt_logprobs=item.prompt_logprobs,
+                finish_reason=finish,
+                stop_reason=stop_reason,
+                usage=usage,
+            )
         )
 
     def _count_tokens(self, ctx: RequestContext, item: TokenDelta, now: float) -> None:

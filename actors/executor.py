@@ -8,6 +8,7 @@ step clock that health checks read. Imports trio and runtime; never torch.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import trio
 
@@ -33,6 +34,7 @@ class ExecutorActor:
         self.step_started: float | None = None  # perf_counter of the step in flight
         self.num_failed_steps = 0
         self.busy_seconds = 0.0
+        self.on_step: list[Callable[[StepPlan, float, bool], None]] = []  # (plan, elapsed, failed), for metrics
 
     async def run(self, task_status: trio.TaskStatus[ModelInfo] = trio.TASK_STATUS_IGNORED) -> None:
         self.thread.start()
@@ -51,16 +53,21 @@ class ExecutorActor:
                     await self.thread.stop()
 
     async def _execute(self, plan: StepPlan) -> StepResult:
-        self.step_started = time.perf_counter()
+        self.step_started = started = time.perf_counter()
+        failed = False
         try:
             return await self.thread.run(self.runner.execute, plan)
         except Exception as exc:
+            failed = True
             self.num_failed_steps += 1
             log.exception("step_failed", step_id=plan.step_id, num_seqs=len(plan.seqs))
             return StepResult(step_id=plan.step_id, sampled={}, error=f"{type(exc).__name__}: {exc}")
         finally:
-            self.busy_seconds += time.perf_counter() - self.step_started
+            elapsed = time.perf_counter() - started
+            self.busy_seconds += elapsed
             self.step_started = None
+            for hook in self.on_step:
+                hook(plan, elapsed, failed)
 
     def step_age(self) -> float:
         """Seconds the step in flight has been running (0 when idle)."""

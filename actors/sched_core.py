@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from actors.blocks import BlockManager
 from runtime.messages import (
     FinishReason,
+    Logprob,
     ScheduledSeq,
     StepPlan,
     StepResult,
@@ -59,6 +60,7 @@ class Sequence:
     num_preemptions: int = 0
     admitted: bool = False
     matcher: Any = None
+    prompt_logprobs: list[Logprob] = field(default_factory=list)  # collected, delivered with the first token
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -91,6 +93,9 @@ class SchedulerCore:
         self.running: list[Sequence] = []
         self.requests: dict[str, Sequence] = {}
         self._freed_ids: list[str] = []
+        # Siblings (n > 1) held back until the first sequence's prompt is computed; then its
+        # full blocks are in the prefix cache and they reuse them instead of re-running prefill.
+        self.forks: dict[str, list[Sequence]] = {}
         self._next_step_id = 0
         self.num_prefill_tokens = 0  # prompt tokens computed (not served from cache), lifetime
         self.num_preemptions = 0
@@ -109,7 +114,11 @@ class SchedulerCore:
             matcher=request.matcher,
         )
         self.requests[seq.request_id] = seq
-        self.waiting.append(seq)
+        parent = self.requests.get(request.fork_of) if request.fork_of else None
+        if parent is not None and parent.num_computed_tokens < parent.num_prompt_tokens:
+            self.forks.setdefault(parent.request_id, []).append(seq)
+        else:
+            self.waiting.append(seq)
 
     def abort(self, request_id: str) -> bool:
         """Forget a request wherever it is; its blocks are free at once. False if unknown."""
@@ -117,7 +126,12 @@ class SchedulerCore:
         if seq is None:
             return False
         if seq.status is SeqStatus.WAITING:
-            self.waiting.remove(seq)
+            if seq in self.waiting:
+                self.waiting.remove(seq)
+            else:
+                for held in self.forks.values():
+                    if seq in held:
+                        held.remove(seq)
         elif seq.status is SeqStatus.RUNNING:
             self.running.remove(seq)
         self._finish(seq)
@@ -188,6 +202,14 @@ class SchedulerCore:
                 self.num_prefill_tokens += len(item.token_ids)
             seq.num_computed_tokens += len(item.token_ids)
             self.blocks.commit_full_blocks(seq, seq.num_computed_tokens)
+            if seq.num_computed_tokens >= seq.num_prompt_tokens and seq.request_id in self.forks:
+                self._release_forks(seq.request_id)
+            logprobs = result.logprobs.get(seq.request_id)
+            sampled_logprob = None
+            if logprobs and item.sample and seq.sampling.logprobs is not None:
+                sampled_logprob, logprobs = logprobs[-1], logprobs[:-1]
+            if logprobs:
+                self._collect_prompt_logprobs(seq, item.start_pos, logprobs)
             if not item.sample:
                 continue
             token = result.sampled[seq.request_id]
@@ -203,11 +225,31 @@ class SchedulerCore:
                     finish_reason=finish,
                     stop_token_id=stop_token,
                     batch_size=batch_size,
+                    logprobs=[sampled_logprob] if sampled_logprob is not None else None,
+                    prompt_logprobs=self._take_prompt_logprobs(seq),
                 )
             )
         return outputs
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _collect_prompt_logprobs(self, seq: Sequence, start_pos: int, logprobs: list[Logprob]) -> None:
+        # Entry j scores prompt position start_pos + 1 + j. After a preemption the same
+        # positions are computed again; keep only positions not collected yet.
+        have = len(seq.prompt_logprobs)  # positions 1..have are collected
+        for j, entry in enumerate(logprobs):
+            if start_pos + 1 + j > have:
+                seq.prompt_logprobs.append(entry)
+                have += 1
+
+    def _take_prompt_logprobs(self, seq: Sequence) -> list[Logprob] | None:
+        if seq.sampling.prompt_logprobs is None or seq.num_output_tokens != 1:
+            return None
+        return seq.prompt_logprobs
+
+    def _release_forks(self, parent_id: str) -> None:
+        for child in reversed(self.forks.pop(parent_id, [])):
+            self.waiting.appendleft(child)
 
     def _reserve_or_preempt(self, seq: Sequence, num_new: int) -> bool:
         """Make room for `num_new` more tokens of a running `seq`, preempting from the tail."""
@@ -229,6 +271,8 @@ class SchedulerCore:
         self.waiting.appendleft(seq)
 
     def _attach_cached_prefix(self, seq: Sequence) -> None:
+        if seq.sampling.prompt_logprobs is not None and len(seq.prompt_logprobs) < seq.num_prompt_tokens - 1:
+            return  # prompt logprobs need every prompt position computed, not served from cache
         # Keep at least one token to compute: the step must produce this request's logits.
         hits, last_hash = self.blocks.match_prefix(seq.token_ids, seq.num_tokens - 1)
         seq.block_table = hits
@@ -246,6 +290,8 @@ class SchedulerCore:
         seq.last_block_hash = None
 
     def _finish(self, seq: Sequence) -> None:
+        if seq.request_id in self.forks:  # its siblings go on without it
+            self._release_forks(seq.request_id)
         self._release(seq)
         seq.status = SeqStatus.FINISHED
         del self.requests[seq.request_id]
@@ -277,6 +323,8 @@ class SchedulerCore:
                     sampling=seq.sampling,
                     seed=seq.seed,
                     matcher=seq.matcher,
+                    history=seq.token_ids if seq.sampling.has_penalties or seq.sampling.prompt_logprobs is not None else None,
+                    num_prompt_tokens=seq.num_prompt_tokens,
                 )
             )
         plan = StepPlan(step_id=self._next_step_id, seqs=seqs, freed_request_ids=self._freed_ids)
@@ -288,7 +336,7 @@ class SchedulerCore:
 
     def statistics(self) -> dict[str, int]:
         return {
-            "waiting": len(self.waiting),
+            "waiting": len(self.waiting) + sum(len(v) for v in self.forks.values()),
             "running": len(self.running),
             "requests": len(self.requests),
             "kv_blocks_used": self.blocks.num_used_blocks,

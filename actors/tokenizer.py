@@ -67,17 +67,36 @@ class TokenizerActor:
                     ids, matcher = await trio.to_thread.run_sync(self._prepare, ctx, limiter=self._limiter)
                     request = self._admit(ctx, ids)
                     request.matcher = matcher
+                    forks = [self._fork(request, i, sibling) for i, sibling in enumerate(ctx.siblings, start=1)]
                 except InvalidRequest as exc:
-                    ctx.mailbox.fail(exc)
+                    for c in (ctx, *ctx.siblings):
+                        c.mailbox.fail(exc)
                     continue
                 except Exception as exc:  # a tokenizer bug must fail one request, not the actor
                     log.exception("tokenize_failed", request_id=ctx.request_id)
-                    ctx.mailbox.fail(InvalidRequest(f"Could not tokenize the prompt: {exc}", param="prompt"))
+                    for c in (ctx, *ctx.siblings):
+                        c.mailbox.fail(InvalidRequest(f"Could not tokenize the prompt: {exc}", param="prompt"))
                     continue
-                # Checked again right before the send, with no checkpoint in between: an abort
+                # Checked again right before each send, with no checkpoint in between: an abort
                 # that landed while we were encoding must not reach the scheduler as a new request.
-                if not ctx.aborted:
-                    await self.scheduler.send(request)
+                for c, r in ((ctx, request), *zip(ctx.siblings, forks)):
+                    if not c.aborted:
+                        await self.scheduler.send(r)
+
+    def _fork(self, first: TokenizedRequest, index: int, sibling: RequestContext) -> TokenizedRequest:
+        sibling.num_prompt_tokens = len(first.prompt_token_ids)
+        matcher = first.matcher.deep_copy() if first.matcher is not None else None
+        seed = (first.seed + index) % (1 << 63) if sibling.sampling.seed is not None else self._rng.getrandbits(63)
+        return TokenizedRequest(
+            request_id=sibling.request_id,
+            prompt_token_ids=first.prompt_token_ids,
+            sampling=sibling.sampling,
+            max_tokens=first.max_tokens,
+            seed=seed,
+            arrival_time=sibling.arrival_time,
+            matcher=matcher,
+            fork_of=first.request_id,
+        )
 
     def _prepare(self, ctx: RequestContext) -> tuple[list[int], Any]:
         """Worker thread: encode the prompt and compile the request's grammar, if any."""

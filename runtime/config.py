@@ -20,6 +20,9 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     max_num_batched_tokens: int = 256  # tokens per step: decode tokens + prefill chunks
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     max_pending: int = 512  # admitted, unfinished requests; past this submit() says Overloaded
+    # Estimated tokens (prompt + max_tokens, see runtime.engine.estimate_tokens) of admitted,
+    # unfinished requests; past this submit() says Overloaded. None: no token budget.
+    max_pending_tokens: int | None = None
     num_threads: int | None = None  # torch intra-op threads; None: leave torch's default
     host: str = "127.0.0.1"
     port: int = 8000

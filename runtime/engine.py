@@ -15,10 +15,11 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import structlog
 import trio
 
 from actors.detokenizer import DetokenizerActor
@@ -32,6 +33,7 @@ from runtime.config import RuntimeConfig
 from runtime.errors import EngineDead, Overloaded
 from runtime.logging import get_logger
 from runtime.messages import AbortReason, AbortRequest, TextDelta
+from runtime.mailbox import GroupSignal
 from runtime.request import Prompt, RequestContext
 from runtime.sampling import SamplingParams
 
@@ -88,6 +90,12 @@ class Runtime:
         self._id_prefix = os.urandom(4).hex()
         self._nursery: trio.Nursery | None = None
         self.created = int(time.time())
+        # Hooks (runtime/metrics.py): on_finish(ctx, finish_reason, now) once per finished
+        # request, from the detokenizer; on_step(plan, elapsed, failed) once per step, from the
+        # executor. Synchronous and cheap: they run on the event loop's hot path.
+        self.on_finish: list[Callable[..., None]] = []
+        self.on_step: list[Callable[..., None]] = []
+        self._costs: dict[str, int] = {}  # request id -> admission estimate (max_pending_tokens)
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -107,6 +115,7 @@ class Runtime:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self.executor = ExecutorActor(self.runner, plans_recv, results_send)
+            self.executor.on_step = self.on_step
             info: ModelInfo = await nursery.start(self.executor.run)
             self.info = info
             # A request must fit in the KV cache on its own, or it could never be scheduled.
@@ -126,6 +135,7 @@ class Runtime:
                 _fast_backend(self.tokenizer), self.eos_token_ids, self.requests, out_recv, sched_send.clone(), self.served_name
             )
             guides = GuideCompiler(self.tokenizer, info.vocab_size)
+            self.detokenizer.on_finish = self.on_finish
             self.tokenizer_actor = TokenizerActor(self.tokenizer, self.max_model_len, tok_recv, sched_send.clone(), guides)
             await nursery.start(self.scheduler.run)
             await nursery.start(self.detokenizer.run)
@@ -169,22 +179,63 @@ class Runtime:
     def open(self, prompt: Prompt, sampling: SamplingParams) -> RequestStream:
         """Admit a request; its deltas come from the returned stream, which must be closed.
 
-        Raises Overloaded when `max_pending` requests are live and EngineDead when the runtime
-        is not accepting.
+        Its id is the one the API edge bound to the log context (so every actor's log lines
+        and the HTTP access line share it), or a fresh one.
+
+        Raises Overloaded when `max_pending` requests are live, or when `max_pending_tokens`
+        is set and the estimated tokens of live requests plus this one's would pass it (a lone
+        request is always admitted, so one larger than the budget is not refused forever);
+        EngineDead when the runtime is not accepting.
+        """
+        return self.open_many(prompt, sampling, 1)[0]
+
+    def open_many(self, prompt: Prompt, sampling: SamplingParams, n: int) -> list[RequestStream]:
+        """`n` sequences from one prompt (n / best_of): tokenized once, prompt blocks shared.
+
+        Their mailboxes share one GroupSignal, so a reader can wait on all of them together.
+        Admission as in `open()`, counting all n.
         """
         if not self.accepting:
             raise EngineDead("The server is not accepting requests (starting up or shutting down).")
-        if len(self.requests) >= self.config.max_pending:
+        if len(self.requests) + n > self.config.max_pending:
             raise Overloaded(f"{len(self.requests)} requests are in flight; retry shortly.")
-        request_id = f"{self._id_prefix}{next(self._ids):08x}"
-        ctx = RequestContext(request_id=request_id, prompt=prompt, sampling=sampling, arrival_time=time.perf_counter())
-        self.requests[request_id] = ctx
+        cost = 0
+        if self.config.max_pending_tokens is not None:
+            cost = estimate_tokens(prompt, sampling, self.max_model_len)
+            pending = self.pending_tokens()
+            if pending and pending + n * cost > self.config.max_pending_tokens:
+                raise Overloaded(f"{pending} tokens are pending and this request may need {n * cost} more; retry shortly.")
+        bound_id = structlog.contextvars.get_contextvars().get("request_id")
+        now = time.perf_counter()
+        group = GroupSignal() if n > 1 else None
+        contexts = []
+        for i in range(n):
+            request_id = bound_id if i == 0 and isinstance(bound_id, str) and bound_id not in self.requests else None
+            if n > 1 and request_id is not None:
+                request_id = f"{request_id}-0"
+            if request_id is None:
+                request_id = f"{self._id_prefix}{next(self._ids):08x}"
+            ctx = RequestContext(request_id=request_id, prompt=prompt, sampling=sampling, arrival_time=now)
+            ctx.mailbox.group = group
+            contexts.append(ctx)
+        first = contexts[0]
+        first.siblings = contexts[1:]
         try:
-            self._tokenizer_inbox.send_nowait(ctx)
+            self._tokenizer_inbox.send_nowait(first)
         except trio.WouldBlock:
-            del self.requests[request_id]
             raise Overloaded("The tokenizer queue is full; retry shortly.") from None
-        return RequestStream(self, ctx)
+        for ctx in contexts:
+            self.requests[ctx.request_id] = ctx
+            if cost:
+                self._costs[ctx.request_id] = cost
+        return [RequestStream(self, ctx) for ctx in contexts]
+
+    def pending_tokens(self) -> int:
+        """Estimated tokens of live requests (0 unless max_pending_tokens is set). O(live)."""
+        if len(self._costs) > 2 * len(self.requests) + 64:  # forget finished requests' costs
+            self._costs = {rid: c for rid, c in self._costs.items() if rid in self.requests}
+        costs = self._costs
+        return sum(costs.get(rid, 0) for rid in self.requests)
 
     @asynccontextmanager
     async def submit(self, prompt: Prompt, sampling: SamplingParams) -> AsyncIterator[RequestStream]:
@@ -212,6 +263,31 @@ class Runtime:
 
 class _Aborted(Exception):
     pass
+
+
+def estimate_tokens(prompt: Prompt, sampling: SamplingParams, max_model_len: int) -> int:
+    """What admission charges a request, before it is tokenized: prompt + tokens to generate.
+
+    Text counts 1 token per 4 UTF-8 bytes (plus 4 per chat message for role markers); token
+    ids count exactly. Without max_tokens the request may run to the context length. Capped at
+    `max_model_len`: one request never holds more than a full context.
+    """
+    if prompt.token_ids is not None:
+        num_prompt = len(prompt.token_ids)
+    elif prompt.messages is not None:
+        num_prompt = sum(4 + _text_bytes(m.get("content")) // 4 for m in prompt.messages)
+    else:
+        num_prompt = _text_bytes(prompt.text) // 4 + 1
+    num_new = sampling.max_tokens if sampling.max_tokens is not None else max_model_len - num_prompt
+    return max(1, min(max_model_len, num_prompt + max(0, num_new)))
+
+
+def _text_bytes(content: Any) -> int:
+    if isinstance(content, str):
+        return len(content.encode())
+    if isinstance(content, list):  # content parts
+        return sum(_text_bytes(part.get("text") if isinstance(part, dict) else part) for part in content)
+    return 0
 
 
 def _fast_backend(tokenizer: Any) -> Any:

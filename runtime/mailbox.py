@@ -12,6 +12,21 @@ import trio
 from runtime.messages import TextDelta
 
 
+class GroupSignal:
+    """One wake-up shared by several mailboxes, so one reader can wait on all of them at once
+    without a nursery (the SSE generator must not open one around a yield, PEP 789)."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+        self._event = trio.Event()
+
+
 class DeltaMailbox:
     def __init__(self) -> None:
         self._pending: TextDelta | None = None
@@ -19,6 +34,7 @@ class DeltaMailbox:
         self._finished = False  # a delta with finish_reason was put
         self._drained = False  # ...and taken
         self._wakeup = trio.Event()
+        self.group: GroupSignal | None = None  # shared by the n sequences of one request
 
     @property
     def finished(self) -> bool:
@@ -28,22 +44,51 @@ class DeltaMailbox:
         if self.finished:
             return
         if self._pending is None:
-            self._pending = TextDelta(text=delta.text, token_ids=list(delta.token_ids))
+            self._pending = TextDelta(
+                text=delta.text,
+                token_ids=list(delta.token_ids),
+                logprobs=list(delta.logprobs) if delta.logprobs is not None else None,
+                prompt_logprobs=delta.prompt_logprobs,
+            )
         else:
-            self._pending.text += delta.text
-            self._pending.token_ids.extend(delta.token_ids)
+            pending = self._pending
+            pending.text += delta.text
+            pending.token_ids.extend(delta.token_ids)
+            if delta.logprobs is not None:
+                pending.logprobs = (pending.logprobs or []) + delta.logprobs
+            if delta.prompt_logprobs is not None:
+                pending.prompt_logprobs = delta.prompt_logprobs
         if delta.finish_reason is not None:
             self._pending.finish_reason = delta.finish_reason
             self._pending.stop_reason = delta.stop_reason
             self._pending.usage = delta.usage
             self._finished = True
         self._wakeup.set()
+        if self.group is not None:
+            self.group.set()
 
     def fail(self, error: BaseException) -> None:
         if self.finished:
             return
         self._error = error
         self._wakeup.set()
+        if self.group is not None:
+            self.group.set()
+
+    def take_nowait(self) -> tuple[bool, TextDelta | None]:
+        """(ready, delta): what get() would return right now, without waiting.
+
+        ready is False when nothing is pending and the stream is not over. Raises the error a
+        failed mailbox holds.
+        """
+        if self._pending is not None:
+            delta, self._pending = self._pending, None
+            if delta.finish_reason is not None:
+                self._drained = True
+            return True, delta
+        if self._error is not None:
+            raise self._error
+        return self._drained, None
 
     async def get(self) -> TextDelta | None:
         """The merged deltas since the last call; None once the final delta was taken."""

@@ -40,6 +40,7 @@ class TokenizedRequest(msgspec.Struct, kw_only=True):
     seed: int  # resolved: the request's own or one drawn for it
     arrival_time: float
     matcher: Any = None  # an llguidance matcher when sampling.guide is set (compiled off the loop)
+    fork_of: str | None = None  # a sibling of this request (n > 1): admitted once that one's prompt is computed
 
 
 class AbortRequest(msgspec.Struct, frozen=True):
@@ -65,6 +66,11 @@ class ScheduledSeq(msgspec.Struct, kw_only=True, gc=False):
     sampling: SamplingParams
     seed: int
     matcher: Any = None  # the request's grammar state; the runner masks logits with it
+    # The request's whole token list (prompt then outputs), by reference, when penalties or
+    # prompt logprobs need it. Read-only on the device thread; only update() appends to it, and
+    # never while this step is in flight.
+    history: list[int] | None = None
+    num_prompt_tokens: int = 0
 
 
 class StepPlan(msgspec.Struct, kw_only=True):
@@ -79,11 +85,22 @@ class StepPlan(msgspec.Struct, kw_only=True):
         return sum(len(s.token_ids) for s in self.seqs)
 
 
+class Logprob(msgspec.Struct, array_like=True, gc=False):
+    """A token's log-probability under the raw model distribution, with the top alternatives."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = []
+
+
 class StepResult(msgspec.Struct, kw_only=True):
     """executor → scheduler: the token sampled for each `sample` seq, in plan order."""
 
     step_id: int
     sampled: dict[str, int]
+    # Per request: logprobs of the prompt tokens this step computed (when asked), then of the
+    # sampled token (when asked).
+    logprobs: dict[str, list[Logprob]] = {}
     error: str | None = None
     elapsed: float = 0.0
 
@@ -97,6 +114,8 @@ class TokenDelta(msgspec.Struct, kw_only=True, gc=False):
     stop_token_id: int | None = None  # the stop_token_ids entry that ended it, if any
     batch_size: int = 0  # how many requests shared the step that produced these tokens
     error: str | None = None  # the step failed; finish_reason is ABORT
+    logprobs: list[Logprob] | None = None  # for token_ids (sampled tokens only)
+    prompt_logprobs: list[Logprob] | None = None
 
 
 class StepOutputs(msgspec.Struct, kw_only=True):
@@ -115,6 +134,8 @@ class TextDelta(msgspec.Struct, kw_only=True):
 
     text: str = ""
     token_ids: list[int] = []
+    logprobs: list[Logprob] | None = None
+    prompt_logprobs: list[Logprob] | None = None
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None
     usage: Usage | None = None

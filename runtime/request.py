@@ -46,3 +46,6 @@ class RequestContext:
     token_wait_us: list[int] = field(default_factory=list)
     last_token_time: float | None = None
     detok: Any = None  # actors.detok_core.IncrementalDetokenizer, created by the detokenizer
+    # The other sequences of the same request (n > 1): tokenized once with this one, then
+    # forked in the scheduler so they share this one's prompt blocks.
+    siblings: list["RequestContext"] = field(default_factory=list)

@@ -43,6 +43,16 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     guide: Guide | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logprobs: int | None = None  # None: none; k >= 0: the chosen token's logprob and the top k
+    prompt_logprobs: int | None = None  # the same for every prompt token after the first
+    n: int = 1  # sequences generated from the prompt (best_of when more are generated than returned)
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
 
     @property
     def is_greedy(self) -> bool:

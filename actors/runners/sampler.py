@@ -101,3 +101,42 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
     bits = (bitmask.unsqueeze(-1) >> shifts) & 1
     return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].bool()
+
+
+def apply_penalties(
+    logits: torch.Tensor,
+    histories: list[tuple[list[int], int]],
+    presence: list[float],
+    frequency: list[float],
+    repetition: list[float],
+) -> torch.Tensor:
+    """Presence, frequency (OpenAI) and repetition (CTRL/HF) penalties for every row at once.
+
+    `histories` holds, per row, (prompt + output token ids, number of prompt tokens). Presence
+    and frequency count output tokens only; repetition covers prompt and output, as vLLM and
+    transformers define it. Counting is one bincount over the whole batch.
+    """
+    rows, vocab = logits.shape
+    device = logits.device
+    out_flat: list[int] = []
+    all_flat: list[int] = []
+    for r, (tokens, num_prompt) in enumerate(histories):
+        base = r * vocab
+        out_flat.extend(base + t for t in tokens[num_prompt:])
+        all_flat.extend(base + t for t in tokens)
+    size = rows * vocab
+    out_counts = torch.bincount(torch.tensor(out_flat, dtype=torch.long), minlength=size).view(rows, vocab).to(device)
+    seen = torch.bincount(torch.tensor(all_flat, dtype=torch.long), minlength=size).view(rows, vocab).to(device) > 0
+    presence_t = torch.tensor(presence, dtype=logits.dtype, device=device)[:, None]
+    frequency_t = torch.tensor(frequency, dtype=logits.dtype, device=device)[:, None]
+    repetition_t = torch.tensor(repetition, dtype=logits.dtype, device=device)[:, None]
+    logits = logits - presence_t * (out_counts > 0).to(logits.dtype) - frequency_t * out_counts.to(logits.dtype)
+    penalized = torch.where(logits > 0, logits / repetition_t, logits * repetition_t)
+    return torch.where(seen, penalized, logits)
+
+
+def top_logprobs(logprobs: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:
+    if k <= 0:
+        return [[] for _ in range(logprobs.shape[0])], [[] for _ in range(logprobs.shape[0])]
+    values, ids = logprobs.topk(k, dim=-1)
+    return ids.tolist(), values.tolist()

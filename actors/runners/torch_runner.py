@@ -18,8 +18,8 @@ import torch
 
 from actors.runners import paged_attention
 from actors.runners.base import ModelInfo
-from actors.runners.sampler import SamplingBatch, sample, unpack_bitmask
-from runtime.messages import ScheduledSeq, StepPlan, StepResult
+from actors.runners.sampler import SamplingBatch, apply_penalties, sample, top_logprobs, unpack_bitmask
+from runtime.messages import Logprob, ScheduledSeq, StepPlan, StepResult
 
 
 def pick_device(requested: str | None) -> torch.device:
@@ -161,30 +161,40 @@ class TorchRunner:
             self.v_cache,
         )
         input_ids = torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.long, device=self.device)
-        sample_rows: list[int] = []
-        logit_index: list[int] = []
-        cursor = 0
-        for row, s in enumerate(seqs):
-            cursor += len(s.token_ids)
-            if s.sample:
-                sample_rows.append(row)
-                logit_index.append(cursor - 1)
-        sampled: dict[str, int] = {}
-        guided = [(i, seqs[r].matcher) for i, r in enumerate(sample_rows) if seqs[r].matcher is not None]
+        rows = _LogitRows.plan(seqs)
+        guided = [(i, seqs[r].matcher) for i, r in enumerate(rows.sample_seqs) if seqs[r].matcher is not None]
         masks: Future[torch.Tensor] | None = self._mask_pool.submit(self._grammar_masks, guided) if guided else None
         outputs = self.model(
             input_ids=input_ids[None, :],
             position_ids=positions[None, :],
             use_cache=False,
             paged_step=step,
-            logits_to_keep=torch.tensor(logit_index or [cursor - 1], dtype=torch.long, device=self.device),
+            logits_to_keep=torch.tensor(rows.index or [input_ids.shape[0] - 1], dtype=torch.long, device=self.device),
         )
-        if sample_rows:
-            logits = outputs.logits[0].float()  # [S, V]
+        result = StepResult(step_id=plan.step_id, sampled={})
+        if not rows.index:
+            result.elapsed = time.perf_counter() - started
+            return result
+        all_logits = outputs.logits[0].float()  # [rows, V], raw model scores
+        logits = all_logits[rows.sample_rows] if rows.sample_rows else all_logits[:0]
+        logprob_rows = rows.logprob_rows(seqs)
+        logprobs = torch.log_softmax(all_logits[logprob_rows], dim=-1) if logprob_rows else None
+
+        if rows.sample_seqs:
+            penalized = [i for i, r in enumerate(rows.sample_seqs) if seqs[r].sampling.has_penalties]
+            if penalized:
+                sub = [seqs[rows.sample_seqs[i]] for i in penalized]
+                logits[penalized] = apply_penalties(
+                    logits[penalized],
+                    [(s.history or [], s.num_prompt_tokens) for s in sub],
+                    [s.sampling.presence_penalty for s in sub],
+                    [s.sampling.frequency_penalty for s in sub],
+                    [s.sampling.repetition_penalty for s in sub],
+                )
             if masks is not None:
-                rows = torch.tensor([i for i, _ in guided], dtype=torch.long, device=self.device)
+                guided_rows = torch.tensor([i for i, _ in guided], dtype=torch.long, device=self.device)
                 allowed = masks.result().to(self.device)
-                logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
+                logits[guided_rows] = logits[guided_rows].masked_fill(~allowed, float("-inf"))
             batch = SamplingBatch.build(
                 [
                     (
@@ -194,15 +204,18 @@ class TorchRunner:
                         seqs[r].seed,
                         seqs[r].start_pos + len(seqs[r].token_ids),
                     )
-                    for r in sample_rows
+                    for r in rows.sample_seqs
                 ],
                 self.device,
             )
             tokens = sample(logits, batch).tolist()
             for i, matcher in guided:
                 matcher.consume_token(tokens[i])
-            sampled = {seqs[r].request_id: tok for r, tok in zip(sample_rows, tokens)}
-        return StepResult(step_id=plan.step_id, sampled=sampled, elapsed=time.perf_counter() - started)
+            result.sampled = {seqs[r].request_id: tok for r, tok in zip(rows.sample_seqs, tokens)}
+        if logprobs is not None:
+            result.logprobs = rows.collect_logprobs(seqs, logprobs, result.sampled)
+        result.elapsed = time.perf_counter() - started
+        return result
 
     def _grammar_masks(self, guided: list[tuple[int, Any]]) -> torch.Tensor:
         """Allowed tokens `[G, V]` for each guided row, from its matcher's current state."""
@@ -220,3 +233,79 @@ class TorchRunner:
         if bool(empty.any()):
             allowed[empty] = True
         return allowed
+
+
+class _LogitRows:
+    """Which positions of the packed step get logits, and what each row is for.
+
+    A sampling sequence needs its last position. A sequence asking for prompt logprobs needs
+    every position of its chunk (position p's distribution scores prompt token p + 1).
+    """
+
+    def __init__(self) -> None:
+        self.index: list[int] = []  # packed-step positions passed to logits_to_keep
+        self.sample_seqs: list[int] = []  # seq indices that sample, in row order of `logits`
+        self.sample_rows: list[int] = []  # their rows in the kept logits
+        self.prompt_rows: dict[int, tuple[int, int]] = {}  # seq → (first kept row, count)
+
+    @classmethod
+    def plan(cls, seqs: list[ScheduledSeq]) -> "_LogitRows":
+        rows = cls()
+        cursor = 0
+        for i, s in enumerate(seqs):
+            end = cursor + len(s.token_ids)
+            if s.sampling.prompt_logprobs is not None and s.start_pos < s.num_prompt_tokens:
+                rows.prompt_rows[i] = (len(rows.index), len(s.token_ids))
+                rows.index.extend(range(cursor, end))
+                if s.sample:
+                    rows.sample_seqs.append(i)
+                    rows.sample_rows.append(len(rows.index) - 1)
+            elif s.sample:
+                rows.sample_seqs.append(i)
+                rows.sample_rows.append(len(rows.index))
+                rows.index.append(end - 1)
+            cursor = end
+        return rows
+
+    def logprob_rows(self, seqs: list[ScheduledSeq]) -> list[int]:
+        wanted: list[int] = []
+        for i, (first, count) in self.prompt_rows.items():
+            wanted.extend(range(first, first + count))
+        for i, row in zip(self.sample_seqs, self.sample_rows):
+            if seqs[i].sampling.logprobs is not None and i not in self.prompt_rows:
+                wanted.append(row)
+        self._wanted = {row: j for j, row in enumerate(wanted)}
+        return wanted
+
+    def collect_logprobs(
+        self, seqs: list[ScheduledSeq], logprobs: torch.Tensor, sampled: dict[str, int]
+    ) -> dict[str, list[Logprob]]:
+        k = max(
+            max((s.sampling.logprobs or 0) for s in seqs),
+            max((s.sampling.prompt_logprobs or 0) for s in seqs),
+        )
+        top_ids, top_values = top_logprobs(logprobs, k)
+        out: dict[str, list[Logprob]] = {}
+
+        def entry(row: int, token: int, width: int) -> Logprob:
+            j = self._wanted[row]
+            return Logprob(
+                token_id=token,
+                logprob=float(logprobs[j, token]),
+                top=list(zip(top_ids[j][:width], top_values[j][:width])),
+            )
+
+        for i, (first, count) in self.prompt_rows.items():
+            s = seqs[i]
+            width = s.sampling.prompt_logprobs or 0
+            items = out.setdefault(s.request_id, [])
+            history = s.history or []
+            for offset in range(count):
+                pos = s.start_pos + offset + 1  # the token this row's distribution scores
+                if pos < s.num_prompt_tokens:
+                    items.append(entry(first + offset, history[pos], width))
+        for i, row in zip(self.sample_seqs, self.sample_rows):
+            s = seqs[i]
+            if s.sampling.logprobs is not None:
+                out.setdefault(s.request_id, []).append(entry(row, sampled[s.request_id], s.sampling.logprobs))
+        return out
