@@ -95,6 +95,9 @@ class DetokenizerActor:
                 prompt_tokens=ctx.num_prompt_tokens,
                 completion_tokens=ctx.num_output_tokens,
                 cached_tokens=ctx.num_cached_tokens,
+                truncated_prompt_tokens=ctx.num_truncated_tokens,
+                batch_size=ctx.batch_sizes,
+                queue_wait_time=ctx.token_wait_us,
             )
             self.requests.pop(ctx.request_id, None)
             self._log_finish(ctx, finish, now)

@@ -109,10 +109,17 @@ class TokenizerActor:
         return ids, self.guides.matcher(guide)
 
     def _admit(self, ctx: RequestContext, ids: list[int]) -> TokenizedRequest:
-        num_prompt = len(ids)
         param = "messages" if ctx.prompt.messages is not None else "prompt"
-        if num_prompt == 0:
+        if not ids:
             raise InvalidRequest("The prompt is empty.", param=param)
+        if ctx.prompt.truncate:
+            # error_behavior "truncate": keep the tail, leaving room for what is to be generated.
+            wanted = ctx.sampling.max_tokens or min(256, self.max_model_len // 4)
+            keep = max(1, self.max_model_len - min(wanted, self.max_model_len - 1))
+            if len(ids) > keep:
+                ctx.num_truncated_tokens = len(ids) - keep
+                ids = ids[-keep:]
+        num_prompt = len(ids)
         if num_prompt >= self.max_model_len:
             raise InvalidRequest(
                 f"This model's maximum context length is {self.max_model_len} tokens; the prompt has {num_prompt}.",

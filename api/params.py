@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from api.grammars import format_guide, tool_guide
 from api.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+from api.tools import ToolSet, build_toolset, render_conversation
 from runtime.errors import InvalidRequest
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
@@ -30,16 +34,11 @@ def _stop_tuple(stop: str | list[str] | None) -> tuple[str, ...]:
     return stops
 
 
-def _common(req: SamplingFields, max_tokens: int | None) -> SamplingParams:
+def _common(req: SamplingFields, max_tokens: int | None, *, n_generate: int, logprobs: int | None) -> SamplingParams:
     if req.stream_options is not None and not req.stream:
         raise InvalidRequest("stream_options is only allowed when stream is true.", param="stream_options")
-    if req.n != 1:
-        raise _unsupported("n", "n > 1")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(req, name) not in (None, 0.0):
-            raise _unsupported(name, name)
-    if req.repetition_penalty not in (None, 1.0):
-        raise _unsupported("repetition_penalty", "repetition_penalty")
+    if req.n > 1 and req.temperature == 0.0:
+        raise InvalidRequest("n > 1 needs temperature > 0 (greedy sampling would repeat one answer n times).", param="temperature")
     if req.logit_bias:
         raise _unsupported("logit_bias", "logit_bias")
     if req.min_tokens:
@@ -50,31 +49,54 @@ def _common(req: SamplingFields, max_tokens: int | None) -> SamplingParams:
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
         top_k=0 if top_k == -1 else top_k,
-        seed=None if req.seed is None else req.seed % (1 << 64),
+        seed=None if req.seed is None else req.seed % (1 << 63),
         stop=_stop_tuple(req.stop),
         stop_token_ids=tuple(req.stop_token_ids or ()),
         ignore_eos=req.ignore_eos,
         include_stop_str_in_output=req.include_stop_str_in_output,
         skip_special_tokens=req.skip_special_tokens,
+        presence_penalty=req.presence_penalty or 0.0,
+        frequency_penalty=req.frequency_penalty or 0.0,
+        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        logprobs=logprobs,
+        n=n_generate,
     )
 
 
-def chat_params(req: ChatCompletionRequest) -> tuple[Prompt, SamplingParams]:
-    if req.logprobs:
-        raise _unsupported("logprobs", "logprobs")
+def chat_params(req: ChatCompletionRequest, template_tools: bool = False) -> tuple[Prompt, SamplingParams]:
+    """`template_tools`: the model's chat template renders `tools` (see api/tools.py)."""
     if req.top_logprobs is not None and not req.logprobs:
         raise InvalidRequest("top_logprobs requires logprobs to be true.", param="top_logprobs")
-    if req.tools:
-        raise _unsupported("tools", "tools")
-    if req.response_format and req.response_format.get("type", "text") != "text":
-        raise _unsupported("response_format", f"response_format {req.response_format.get('type')!r}")
+    toolset = chat_tools(req)
+    text_guide = _response_format_guide(req.response_format)
+    guide = tool_guide(toolset, text_guide) if toolset is not None else text_guide
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    sampling = _common(req, max_tokens)
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    sampling = _common(req, max_tokens, n_generate=req.n, logprobs=logprobs)
+    if guide is not None:
+        sampling = msgspec.structs.replace(sampling, guide=guide)
     messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
-    kwargs: dict[str, Any] = dict(req.chat_template_kwargs or {})
+    messages, tool_kwargs = render_conversation(messages, toolset, template_tools)
+    kwargs: dict[str, Any] = {**(req.chat_template_kwargs or {}), **tool_kwargs}
     if req.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", req.reasoning_effort)
     return Prompt(messages=messages, chat_template_kwargs=kwargs), sampling
+
+
+def chat_tools(req: ChatCompletionRequest) -> ToolSet | None:
+    """The request's tools and tool_choice, validated; None when it has no tools."""
+    return build_toolset(req.tools, req.tool_choice, req.parallel_tool_calls)
+
+
+def _response_format_guide(response_format: dict[str, Any] | None) -> Any:
+    """response_format → a Guide: json_object, or json_schema ({"json_schema": {"schema": ...}})."""
+    if not response_format:
+        return None
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if response_format.get("type") == "json_schema" and schema is None:
+        raise InvalidRequest("response_format json_schema needs json_schema.schema.", param="response_format.json_schema.schema")
+    return format_guide(response_format.get("type", "text"), schema, "response_format", "response_format.json_schema.schema")
 
 
 def _message_dict(index: int, message: ChatMessage) -> dict[str, Any]:
@@ -105,22 +127,34 @@ def _message_dict(index: int, message: ChatMessage) -> dict[str, Any]:
     return out
 
 
-def completion_params(req: CompletionRequest) -> tuple[Prompt, SamplingParams]:
-    for name, value in (("echo", req.echo), ("suffix", req.suffix), ("logprobs", req.logprobs), ("use_beam_search", req.use_beam_search)):
-        if value:
-            raise _unsupported(name, name)
-    if req.best_of not in (None, 1):
-        raise _unsupported("best_of", "best_of > 1")
-    if req.error_behavior != "error":
-        raise _unsupported("error_behavior", "error_behavior 'truncate'")
-    sampling = _common(req, req.max_tokens)
-    prompts = split_prompt(req.prompt)
-    if len(prompts) != 1:
-        raise _unsupported("prompt", "A list of several prompts")
-    prompt = prompts[0]
-    if isinstance(prompt, str):
-        return Prompt(text=prompt, add_special_tokens=not req.use_raw_prompt), sampling
-    return Prompt(token_ids=prompt), sampling
+def completion_params(req: CompletionRequest) -> tuple[list[Prompt], SamplingParams]:
+    """Prompts (one per prompt in a batch) and the parameters each of their sequences uses.
+
+    `sampling.n` is how many sequences run per prompt: best_of when given (the route returns
+    the n best by cumulative logprob), else n. Beam search is not implemented: 400.
+    """
+    if req.use_beam_search:
+        raise _unsupported("use_beam_search", "use_beam_search")
+    best_of = req.best_of if req.best_of is not None else req.n
+    if best_of < req.n:
+        raise InvalidRequest(f"best_of ({best_of}) must be at least n ({req.n}).", param="best_of")
+    if req.stream and best_of != req.n:
+        raise InvalidRequest("Streaming needs best_of equal to n: the best sequences are only known at the end.", param="best_of")
+    if best_of > 1 and req.temperature == 0.0:
+        raise InvalidRequest("best_of > 1 needs temperature > 0.", param="temperature")
+    # Ranking by cumulative logprob needs the sampled tokens' logprobs even when the client did
+    # not ask for them; the route strips what it was not asked for.
+    logprobs = req.logprobs if req.logprobs is not None else (0 if best_of > req.n else None)
+    sampling = _common(req, req.max_tokens, n_generate=best_of, logprobs=logprobs)
+    if req.echo and req.logprobs is not None:
+        sampling = msgspec.structs.replace(sampling, prompt_logprobs=req.logprobs)
+    prompts = [
+        Prompt(text=p, add_special_tokens=not req.use_raw_prompt, truncate=req.error_behavior == "truncate")
+        if isinstance(p, str)
+        else Prompt(token_ids=p, truncate=req.error_behavior == "truncate")
+        for p in split_prompt(req.prompt)
+    ]
+    return prompts, sampling
 
 
 def split_prompt(prompt: str | list[Any]) -> list[str | list[int]]:

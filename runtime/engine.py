@@ -189,7 +189,9 @@ class Runtime:
         """
         return self.open_many(prompt, sampling, 1)[0]
 
-    def open_many(self, prompt: Prompt, sampling: SamplingParams, n: int) -> list[RequestStream]:
+    def open_many(
+        self, prompt: Prompt, sampling: SamplingParams, n: int, group: GroupSignal | None = None
+    ) -> list[RequestStream]:
         """`n` sequences from one prompt (n / best_of): tokenized once, prompt blocks shared.
 
         Their mailboxes share one GroupSignal, so a reader can wait on all of them together.
@@ -207,13 +209,14 @@ class Runtime:
                 raise Overloaded(f"{pending} tokens are pending and this request may need {n * cost} more; retry shortly.")
         bound_id = structlog.contextvars.get_contextvars().get("request_id")
         now = time.perf_counter()
-        group = GroupSignal() if n > 1 else None
+        if group is None and n > 1:
+            group = GroupSignal()
         contexts = []
         for i in range(n):
-            request_id = bound_id if i == 0 and isinstance(bound_id, str) and bound_id not in self.requests else None
-            if n > 1 and request_id is not None:
-                request_id = f"{request_id}-0"
-            if request_id is None:
+            # The first sequence takes the id bound at the edge (logs and the access line then
+            # agree); any other, or a clash (several prompts in one request), gets a fresh one.
+            request_id = bound_id if i == 0 and isinstance(bound_id, str) else None
+            if request_id is None or request_id in self.requests:
                 request_id = f"{self._id_prefix}{next(self._ids):08x}"
             ctx = RequestContext(request_id=request_id, prompt=prompt, sampling=sampling, arrival_time=now)
             ctx.mailbox.group = group

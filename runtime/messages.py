@@ -127,6 +127,11 @@ class Usage(msgspec.Struct, kw_only=True):
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    truncated_prompt_tokens: int = 0  # dropped by error_behavior "truncate"
+    # MindIE (seed 004): per generated token, the batch size of the step that made it and the
+    # microseconds it waited since the previous token (or since the request was scheduled).
+    batch_size: list[int] = []
+    queue_wait_time: list[int] = []
 
 
 class TextDelta(msgspec.Struct, kw_only=True):

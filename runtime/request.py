@@ -24,6 +24,7 @@ class Prompt(msgspec.Struct, kw_only=True):
     messages: list[dict[str, Any]] | None = None
     token_ids: list[int] | None = None
     add_special_tokens: bool = True  # for text: let the tokenizer add BOS etc.
+    truncate: bool = False  # an over-long prompt keeps its tail instead of failing (error_behavior)
     chat_template_kwargs: dict[str, Any] = {}
 
 
@@ -37,6 +38,7 @@ class RequestContext:
     aborted: bool = False
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    num_truncated_tokens: int = 0  # dropped from the front of an over-long prompt
     num_output_tokens: int = 0
     scheduled_time: float | None = None
     first_token_time: float | None = None

@@ -10,12 +10,15 @@ from quart import Quart
 from api import sse
 from api.app import decode_body
 from api.errors import json_response
-from api.params import chat_params
+from api.logprobs import chat_logprobs
+from api.params import chat_params, chat_tools
 from api.schemas import ChatCompletionRequest
-from api.streaming import Generation, sse_stream
+from api.streaming import Collected, Generation, sse_stream
+from api.tools import ChatDeltas, ToolSet, chat_message_parts, template_takes_tools
 from api.usage import usage_dict
+from runtime.engine import Runtime
+from runtime.messages import TextDelta, Usage
 from runtime.registry import ModelRegistry
-from runtime.messages import TextDelta
 
 
 def register(app: Quart, models: ModelRegistry) -> None:
@@ -23,8 +26,10 @@ def register(app: Quart, models: ModelRegistry) -> None:
     async def chat_completions():  # type: ignore[no-untyped-def]
         req = await decode_body(ChatCompletionRequest)
         runtime = models.resolve(req.model)
-        prompt, sampling = chat_params(req)
-        gen = await Generation(runtime, prompt, sampling).start()
+        prompt, sampling = chat_params(req, template_tools=template_takes_tools(runtime.tokenizer))
+        toolset = chat_tools(req)
+        toolset = toolset if toolset is not None and toolset.callable() else None
+        gen = await Generation(runtime, [prompt], sampling, sampling.n).start()
         head = {
             "id": f"chatcmpl-{gen.request_id}",
             "created": int(time.time()),
@@ -32,52 +37,80 @@ def register(app: Quart, models: ModelRegistry) -> None:
             "system_fingerprint": runtime.fingerprint,
         }
         if req.stream:
-            return _stream(gen, head, include_usage=bool(req.stream_options and req.stream_options.include_usage))
-        out = await gen.collect()
-        message = {"role": "assistant", "content": out.text, "refusal": None, "tool_calls": None}
-        body = {
-            **head,
-            "object": "chat.completion",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": None,
-                    "finish_reason": out.finish_reason.value if out.finish_reason else None,
-                    "stop_reason": out.stop_reason,
-                }
-            ],
-            "usage": usage_dict(out.usage),
-        }
-        return json_response(body)
+            return _stream(runtime, gen, head, req, toolset)
+        outs = await gen.collect()
+        choices = [_choice(runtime, i, out, req.logprobs, toolset) for i, out in enumerate(outs)]
+        return json_response({**head, "object": "chat.completion", "choices": choices, "usage": chat_usage(outs)})
 
 
-def _stream(gen: Generation, head: dict[str, Any], include_usage: bool):  # type: ignore[no-untyped-def]
+def _choice(runtime: Runtime, index: int, out: Collected, want_logprobs: bool, toolset: ToolSet | None = None) -> dict[str, Any]:
+    content, calls = chat_message_parts(out.text, toolset) if toolset is not None else (out.text, [])
+    message = {"role": "assistant", "content": content, "refusal": None, "tool_calls": calls or None}
+    return {
+        "index": index,
+        "message": message,
+        "logprobs": chat_logprobs(runtime.tokenizer, out.logprobs) if want_logprobs else None,
+        "finish_reason": _finish_reason(out.finish_reason, bool(calls)),
+        "stop_reason": out.stop_reason,
+    }
+
+
+def chat_usage(outs: list[Collected]) -> dict[str, Any] | None:
+    usages: list[Usage] = [o.usage for o in outs if o.usage is not None]
+    if not usages:
+        return None
+    body = usage_dict(usages[0]) or {}
+    completion = sum(u.completion_tokens for u in usages)
+    body.update(completion_tokens=completion, total_tokens=body["prompt_tokens"] + completion)
+    # No served model has a thinking template yet, so no completion token is a reasoning token.
+    body["completion_tokens_details"] = {"reasoning_tokens": 0}
+    return body
+
+
+def _finish_reason(reason: Any, called: bool) -> str | None:
+    """"tool_calls" when the model stopped after calling tools."""
+    if reason is None:
+        return None
+    return "tool_calls" if called and reason.value == "stop" else reason.value
+
+
+def _stream(runtime: Runtime, gen: Generation, head: dict[str, Any], req: ChatCompletionRequest, toolset: ToolSet | None = None):  # type: ignore[no-untyped-def]
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
     head = {**head, "object": "chat.completion.chunk"}
     if include_usage:
         head["usage"] = None
-    state: dict[str, Any] = {"sent_role": False, "usage": None}
+    sent_role: set[int] = set()
+    finished: dict[int, Collected] = {}
+    tools: dict[int, ChatDeltas] = {}
 
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+    def chunk(index: int, delta: dict[str, Any], finish_reason: str | None = None, logprobs: Any = None) -> bytes:
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
         return sse.data({**head, "choices": [choice]})
 
-    def render(delta: TextDelta) -> list[bytes]:
+    def render(index: int, delta: TextDelta) -> list[bytes]:
         out = []
-        if not state["sent_role"]:
-            state["sent_role"] = True
-            out.append(chunk({"role": "assistant", "content": ""}))
-        if delta.text:
-            out.append(chunk({"content": delta.text}))
+        if index not in sent_role:
+            sent_role.add(index)
+            out.append(chunk(index, {"role": "assistant", "content": ""}))
+        logprobs = chat_logprobs(runtime.tokenizer, delta.logprobs or []) if req.logprobs else None
+        parser = tools.setdefault(index, ChatDeltas(toolset)) if toolset is not None else None
+        pieces = parser.feed(delta.text) if parser is not None else [{"content": delta.text}] if delta.text else []
+        if parser is not None and delta.finish_reason is not None:
+            pieces += parser.finish()
+        if not pieces and logprobs and logprobs["content"]:
+            pieces = [{"content": ""}]
+        for k, piece in enumerate(pieces):
+            out.append(chunk(index, piece, logprobs=logprobs if k == 0 else None))
         if delta.finish_reason is not None:
-            out.append(chunk({}, delta.finish_reason.value))
-            state["usage"] = delta.usage
+            out.append(chunk(index, {}, _finish_reason(delta.finish_reason, parser is not None and parser.called)))
+            finished[index] = Collected(usage=delta.usage)
         return out
 
     def tail() -> list[bytes]:
         out = []
         if include_usage:
-            out.append(sse.data({**head, "choices": [], "usage": usage_dict(state["usage"])}))
+            outs = [finished[i] for i in sorted(finished)]
+            out.append(sse.data({**head, "choices": [], "usage": chat_usage(outs)}))
         out.append(sse.DONE)
         return out
 

@@ -1,4 +1,9 @@
-"""POST /v1/completions: legacy text completions, streaming or not."""
+"""POST /v1/completions: legacy text completions (seeds 000 and 004), streaming or not.
+
+A batch of prompts × n (or best_of) sequences runs as one group; choice `index` is
+prompt_index * n + i. best_of > n returns the n sequences with the highest cumulative
+logprob. echo prepends the prompt (with its logprobs when `logprobs` is set), suffix appends.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,14 @@ from quart import Quart
 from api import sse
 from api.app import decode_body
 from api.errors import json_response
+from api.logprobs import legacy_logprobs
 from api.params import completion_params
 from api.schemas import CompletionRequest
-from api.streaming import Generation, sse_stream
+from api.streaming import Collected, Generation, sse_stream
 from api.usage import usage_dict
+from runtime.engine import Runtime
+from runtime.messages import Logprob, TextDelta
 from runtime.registry import ModelRegistry
-from runtime.messages import TextDelta
 
 
 def register(app: Quart, models: ModelRegistry) -> None:
@@ -23,8 +30,8 @@ def register(app: Quart, models: ModelRegistry) -> None:
     async def completions():  # type: ignore[no-untyped-def]
         req = await decode_body(CompletionRequest)
         runtime = models.resolve(req.model)
-        prompt, sampling = completion_params(req)
-        gen = await Generation(runtime, prompt, sampling).start()
+        prompts, sampling = completion_params(req)
+        gen = await Generation(runtime, prompts, sampling, sampling.n).start()
         head = {
             "id": f"cmpl-{gen.request_id}",
             "object": "text_completion",
@@ -33,36 +40,110 @@ def register(app: Quart, models: ModelRegistry) -> None:
             "system_fingerprint": runtime.fingerprint,
         }
         if req.stream:
-            return _stream(gen, head, include_usage=bool(req.stream_options and req.stream_options.include_usage))
-        out = await gen.collect()
-        choice = {
-            "index": 0,
-            "text": out.text,
-            "logprobs": None,
-            "finish_reason": out.finish_reason.value if out.finish_reason else None,
-            "stop_reason": out.stop_reason,
-        }
-        return json_response({**head, "choices": [choice], "usage": usage_dict(out.usage)})
+            return _stream(runtime, gen, req, head)
+        outs = await gen.collect()
+        per_prompt = sampling.n
+        choices = []
+        for p in range(len(prompts)):
+            group = outs[p * per_prompt : (p + 1) * per_prompt]
+            if per_prompt > req.n:  # best_of: keep the n most likely, best first
+                group = sorted(group, key=lambda o: o.cumulative_logprob, reverse=True)[: req.n]
+            for i, out in enumerate(group):
+                choices.append(_choice(runtime, req, p * req.n + i, out, prompts[p]))
+        return json_response({**head, "choices": choices, "usage": _usage(outs, per_prompt)})
 
 
-def _stream(gen: Generation, head: dict[str, Any], include_usage: bool):  # type: ignore[no-untyped-def]
+def _echo_prefix(runtime: Runtime, req: CompletionRequest, out: Collected, prompt: Any) -> tuple[str, list[int]]:
+    if not req.echo:
+        return "", []
+    ids = prompt.token_ids if prompt.token_ids is not None else runtime.tokenizer.encode(prompt.text, add_special_tokens=prompt.add_special_tokens)
+    text = prompt.text if prompt.text is not None else runtime.tokenizer.decode(ids)
+    return text, list(ids)
+
+
+def _choice(runtime: Runtime, req: CompletionRequest, index: int, out: Collected, prompt: Any) -> dict[str, Any]:
+    echo_text, echo_ids = _echo_prefix(runtime, req, out, prompt)
+    text = echo_text + out.text + (req.suffix or "")
+    logprobs = None
+    if req.logprobs is not None:
+        entries: list[Logprob | None] = []
+        ids: list[int] = []
+        if req.echo:
+            entries = [None, *(out.prompt_logprobs or [])][: len(echo_ids)]
+            entries += [None] * (len(echo_ids) - len(entries))
+            ids = echo_ids
+        entries += list(out.logprobs)
+        ids += [e.token_id for e in out.logprobs]
+        logprobs = legacy_logprobs(runtime.tokenizer, entries, ids)
+    return {
+        "index": index,
+        "text": text,
+        "logprobs": logprobs,
+        "finish_reason": out.finish_reason.value if out.finish_reason else None,
+        "stop_reason": out.stop_reason,
+    }
+
+
+def _usage(outs: list[Collected], per_prompt: int) -> dict[str, Any] | None:
+    usages = [o.usage for o in outs if o.usage is not None]
+    if not usages:
+        return None
+    # The prompt is counted once per prompt, not once per sequence that shares it.
+    prompt_tokens = sum(u.prompt_tokens for u in usages[::per_prompt])
+    completion_tokens = sum(u.completion_tokens for u in usages)
+    body = usage_dict(usages[0]) or {}
+    body.update(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+        batch_size=[b for u in usages for b in u.batch_size],
+        queue_wait_time=[w for u in usages for w in u.queue_wait_time],
+    )
+    body["prompt_tokens_details"] = {"cached_tokens": sum(u.cached_tokens for u in usages)}
+    return body
+
+
+def _stream(runtime: Runtime, gen: Generation, req: CompletionRequest, head: dict[str, Any]):  # type: ignore[no-untyped-def]
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
     if include_usage:
         head = {**head, "usage": None}
-    state: dict[str, Any] = {"usage": None}
+    finished: dict[int, Collected] = {}
+    started: set[int] = set()
+    offsets: dict[int, int] = {}
+    prompts = [s.ctx.prompt for s in gen.streams]
 
-    def render(delta: TextDelta) -> list[bytes]:
-        if not delta.text and delta.finish_reason is None:
-            return []
+    def render(index: int, delta: TextDelta) -> list[bytes]:
+        text = delta.text
+        entries: list[Logprob | None] = list(delta.logprobs or [])
+        ids = [e.token_id for e in delta.logprobs or []]
+        if index not in started:
+            started.add(index)
+            if req.echo:
+                out = Collected(prompt_logprobs=delta.prompt_logprobs)
+                echo_text, echo_ids = _echo_prefix(runtime, req, out, prompts[index])
+                text = echo_text + text
+                if req.logprobs is not None:
+                    echo_entries = [None, *(delta.prompt_logprobs or [])][: len(echo_ids)]
+                    entries = echo_entries + [None] * (len(echo_ids) - len(echo_entries)) + entries
+                    ids = echo_ids + ids
         finish = delta.finish_reason.value if delta.finish_reason is not None else None
         if finish is not None:
-            state["usage"] = delta.usage
-        choice = {"index": 0, "text": delta.text, "logprobs": None, "finish_reason": finish, "stop_reason": delta.stop_reason if finish else None}
+            text += req.suffix or ""
+            finished[index] = Collected(usage=delta.usage)
+        if not text and finish is None:
+            return []
+        logprobs = None
+        if req.logprobs is not None:
+            logprobs = legacy_logprobs(runtime.tokenizer, entries, ids, offsets.get(index, 0))
+            offsets[index] = offsets.get(index, 0) + sum(len(t) for t in logprobs["tokens"])
+        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish, "stop_reason": delta.stop_reason if finish else None}
         return [sse.data({**head, "choices": [choice]})]
 
     def tail() -> list[bytes]:
         out = []
         if include_usage:
-            out.append(sse.data({**head, "choices": [], "usage": usage_dict(state["usage"])}))
+            outs = [finished[i] for i in sorted(finished)]
+            out.append(sse.data({**head, "choices": [], "usage": _usage(outs, req.n)}))
         out.append(sse.DONE)
         return out
 
