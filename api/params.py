@@ -134,7 +134,7 @@ def completion_params(req: CompletionRequest) -> tuple[list[Prompt], SamplingPar
     the n best by cumulative logprob), else n. Beam search is not implemented: 400.
     """
     if req.use_beam_search:
-        raise _unsupported("use_beam_search", "use_beam_search")
+        return _beam_params(req)
     best_of = req.best_of if req.best_of is not None else req.n
     if best_of < req.n:
         raise InvalidRequest(f"best_of ({best_of}) must be at least n ({req.n}).", param="best_of")
@@ -152,6 +152,31 @@ def completion_params(req: CompletionRequest) -> tuple[list[Prompt], SamplingPar
         Prompt(text=p, add_special_tokens=not req.use_raw_prompt, truncate=req.error_behavior == "truncate")
         if isinstance(p, str)
         else Prompt(token_ids=p, truncate=req.error_behavior == "truncate")
+        for p in split_prompt(req.prompt)
+    ]
+    return prompts, sampling
+
+
+def _beam_params(req: CompletionRequest) -> tuple[list[Prompt], SamplingParams]:
+    """Beam search (seed 004): width = max(best_of, n), returns n; no stop strings, no echo.
+
+    best_of is not checked against n here, as the seed says. `sampling.n` carries the width.
+    """
+    if req.stop:
+        raise InvalidRequest("use_beam_search cannot be combined with stop.", param="stop")
+    if req.echo:
+        raise _unsupported("echo", "echo with use_beam_search")
+    width = max(req.n, req.best_of or 1)
+    sampling = SamplingParams(
+        max_tokens=req.max_tokens if req.max_tokens is not None else 16,
+        temperature=0.0,
+        ignore_eos=req.ignore_eos,
+        skip_special_tokens=req.skip_special_tokens,
+        logprobs=req.logprobs,
+        n=width,
+    )
+    prompts = [
+        Prompt(text=p, add_special_tokens=not req.use_raw_prompt) if isinstance(p, str) else Prompt(token_ids=p)
         for p in split_prompt(req.prompt)
     ]
     return prompts, sampling

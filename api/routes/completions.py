@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import trio
+
 from quart import Quart
 
 from api import sse
@@ -18,9 +20,11 @@ from api.errors import json_response
 from api.logprobs import legacy_logprobs
 from api.params import completion_params
 from api.schemas import CompletionRequest
-from api.streaming import Collected, Generation, sse_stream
+from api.beam import beam_search
+from api.streaming import Collected, Generation, sse_response, sse_stream
 from api.usage import usage_dict
 from runtime.engine import Runtime
+from runtime.errors import InvalidRequest
 from runtime.messages import Logprob, TextDelta
 from runtime.registry import ModelRegistry
 
@@ -31,6 +35,8 @@ def register(app: Quart, models: ModelRegistry) -> None:
         req = await decode_body(CompletionRequest)
         runtime = models.resolve(req.model)
         prompts, sampling = completion_params(req)
+        if req.use_beam_search:
+            return await _beam_search(runtime, req, prompts, sampling)
         gen = await Generation(runtime, prompts, sampling, sampling.n).start()
         head = {
             "id": f"cmpl-{gen.request_id}",
@@ -51,6 +57,44 @@ def register(app: Quart, models: ModelRegistry) -> None:
             for i, out in enumerate(group):
                 choices.append(_choice(runtime, req, p * req.n + i, out, prompts[p]))
         return json_response({**head, "choices": choices, "usage": _usage(outs, per_prompt)})
+
+
+async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[Any], sampling: Any):  # type: ignore[no-untyped-def]
+    """Beams are only known at the end: a stream sends them all in one chunk (seed 004)."""
+    choices = []
+    prompt_tokens = completion_tokens = 0
+    for p, prompt in enumerate(prompts):
+        ids = prompt.token_ids
+        if ids is None:
+            ids = await trio.to_thread.run_sync(lambda: runtime.tokenizer.encode(prompt.text, add_special_tokens=prompt.add_special_tokens))
+        if len(ids) + sampling.max_tokens > runtime.max_model_len:
+            raise InvalidRequest("The prompt plus max_tokens exceeds the context length.", param="max_tokens")
+        beams = await beam_search(runtime, list(ids), sampling.n, sampling.max_tokens, ignore_eos=sampling.ignore_eos)
+        prompt_tokens += len(ids)
+        for i, beam in enumerate(beams[: req.n]):
+            completion_tokens += len(beam.tokens)
+            tokens = beam.tokens[:-1] if beam.finished else beam.tokens
+            text = runtime.tokenizer.decode(tokens, skip_special_tokens=sampling.skip_special_tokens)
+            logprobs = None
+            if req.logprobs is not None:
+                entries = [Logprob(token_id=e.token_id, logprob=e.logprob, top=e.top[: req.logprobs]) for e in beam.logprobs]
+                logprobs = legacy_logprobs(runtime.tokenizer, list(entries), beam.tokens)
+            choices.append(
+                {"index": p * req.n + i, "text": text + (req.suffix or ""), "logprobs": logprobs,
+                 "finish_reason": beam.finish_reason.value, "stop_reason": None}
+            )
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
+    head = {"id": f"cmpl-beam-{int(time.time() * 1000):x}", "object": "text_completion", "created": int(time.time()),
+            "model": runtime.served_name, "system_fingerprint": runtime.fingerprint}
+    body = {**head, "choices": choices, "usage": usage}
+    if not req.stream:
+        return json_response(body)
+
+    async def events():  # type: ignore[no-untyped-def]
+        yield sse.data(body)
+        yield sse.DONE
+
+    return sse_response(events())
 
 
 def _echo_prefix(runtime: Runtime, req: CompletionRequest, out: Collected, prompt: Any) -> tuple[str, list[int]]:
