@@ -24,6 +24,11 @@ class Block:
     ref_count: int = 0
     hash: int | None = _NO_HASH
     token_ids: tuple[int, ...] = ()  # kept with the hash so a hash collision can never alias
+    # The block (id, generation) this one followed when it was published. A hit must follow
+    # the previous hit exactly, so by induction the whole prefix is verified token by token
+    # and no chain-hash collision can alias KV computed after a different prefix.
+    parent: tuple[int, int] | None = None
+    generation: int = 0  # bumped each time the block is handed out again
 
 
 class HashedSeq(Protocol):
@@ -85,7 +90,11 @@ class BlockManager:
             self.num_prefix_queries += 1
             h = chain_hash(prev, chunk)
             block_id = self.hash_to_block.get(h)
-            if block_id is None or self.blocks[block_id].token_ids != chunk:
+            if block_id is None:
+                break
+            block = self.blocks[block_id]
+            expected_parent = (hits[-1], self.blocks[hits[-1]].generation) if hits else None
+            if block.token_ids != chunk or block.parent != expected_parent:
                 break
             hits.append(block_id)
             prev = h
@@ -111,6 +120,8 @@ class BlockManager:
             if h not in self.hash_to_block:
                 block.hash = h
                 block.token_ids = chunk
+                parent_id = seq.block_table[i - 1] if i > 0 else None
+                block.parent = None if parent_id is None else (parent_id, self.blocks[parent_id].generation)
                 self.hash_to_block[h] = block.block_id
             seq.last_block_hash = h
             seq.num_hashed_blocks = i + 1
@@ -132,6 +143,8 @@ class BlockManager:
                     del self.hash_to_block[block.hash]
                 block.hash = None
                 block.token_ids = ()
+                block.parent = None
+            block.generation += 1
             block.ref_count = 1
             out.append(block_id)
         return out

@@ -28,10 +28,13 @@ class IncrementalDetokenizer:
         self._include_stop = include_stop_str_in_output
         self._hold = max((len(s) for s in self._stop), default=1) - 1
         self._pending = ""  # decoded, not yet emitted
+        self._skip_special = skip_special_tokens
+        self._ids: list[int] = []  # every token pushed
         self.text = ""  # everything emitted so far
 
     def push(self, token_ids: list[int]) -> tuple[str, str | None]:
         """Feed tokens; return (text safe to emit now, the stop string hit or None)."""
+        self._ids.extend(token_ids)
         for token_id in token_ids:
             piece = self._stream.step(self._tokenizer, token_id)
             if piece:
@@ -52,8 +55,16 @@ class IncrementalDetokenizer:
         return out, None
 
     def flush(self) -> str:
-        """The request finished for another reason: the held-back tail is safe now."""
+        """The request finished for another reason: the held-back tail is safe now.
+
+        Bytes of an incomplete UTF-8 character that DecodeStream still holds are emitted the
+        way a full decode renders them (U+FFFD), so the streamed text always equals
+        `tokenizer.decode(all tokens)`.
+        """
         out, self._pending = self._pending, ""
+        full = self._tokenizer.decode(self._ids, skip_special_tokens=self._skip_special)
+        if full.startswith(self.text + out):
+            out = full[len(self.text) :]
         self.text += out
         return out
 

@@ -63,6 +63,9 @@ class DetokenizerActor:
         if item.error is not None:
             self._fail(ctx, item.error)
             return
+        if item.embedding is not None:
+            self._finish_embedding(ctx, item, now)
+            return
         params = ctx.sampling
         if ctx.detok is None:
             ctx.detok = IncrementalDetokenizer(
@@ -112,6 +115,13 @@ class DetokenizerActor:
                 usage=usage,
             )
         )
+
+    def _finish_embedding(self, ctx: RequestContext, item: TokenDelta, now: float) -> None:
+        ctx.first_token_time = now
+        self.requests.pop(ctx.request_id, None)
+        self._log_finish(ctx, FinishReason.STOP, now)
+        usage = Usage(prompt_tokens=ctx.num_prompt_tokens, completion_tokens=0, truncated_prompt_tokens=ctx.num_truncated_tokens)
+        ctx.mailbox.put(TextDelta(embedding=item.embedding, finish_reason=FinishReason.STOP, usage=usage))
 
     def _count_tokens(self, ctx: RequestContext, item: TokenDelta, now: float) -> None:
         n = len(item.token_ids)

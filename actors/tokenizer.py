@@ -46,7 +46,9 @@ class TokenizerActor:
         inbox: trio.MemoryReceiveChannel[RequestContext],
         scheduler: trio.MemorySendChannel[Any],
         guides: GuideCompiler | None = None,
+        task: str = "generate",
     ) -> None:
+        self.task = task
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
         self.guides = guides
@@ -100,6 +102,8 @@ class TokenizerActor:
 
     def _prepare(self, ctx: RequestContext) -> tuple[list[int], Any]:
         """Worker thread: encode the prompt and compile the request's grammar, if any."""
+        if self.task == "embed":
+            return self._encode_for_embedding(ctx), None
         ids = encode_prompt(self.tokenizer, ctx.prompt)
         guide = ctx.sampling.guide
         if guide is None:
@@ -108,10 +112,28 @@ class TokenizerActor:
             raise InvalidRequest("Constrained decoding is not available for this model.", param=guide.param)
         return ids, self.guides.matcher(guide)
 
+    def _encode_for_embedding(self, ctx: RequestContext) -> list[int]:
+        # Like sentence-transformers: inputs past the model's max_seq_length are cut at the end
+        # (special tokens kept), and the usage says how many tokens were dropped.
+        prompt = ctx.prompt
+        if prompt.token_ids is not None:
+            ids = list(prompt.token_ids)
+        else:
+            ids = self.tokenizer.encode(prompt.text or "", add_special_tokens=True)
+        if len(ids) > self.max_model_len:
+            ctx.num_truncated_tokens = len(ids) - self.max_model_len
+            ids = ids[: self.max_model_len - 1] + ids[-1:] if prompt.token_ids is None else ids[: self.max_model_len]
+        return ids
+
     def _admit(self, ctx: RequestContext, ids: list[int]) -> TokenizedRequest:
         param = "messages" if ctx.prompt.messages is not None else "prompt"
         if not ids:
             raise InvalidRequest("The prompt is empty.", param=param)
+        if self.task == "embed":
+            ctx.num_prompt_tokens = len(ids)
+            return TokenizedRequest(
+                request_id=ctx.request_id, prompt_token_ids=ids, sampling=ctx.sampling, max_tokens=0, seed=0, arrival_time=ctx.arrival_time
+            )
         if ctx.prompt.truncate:
             # error_behavior "truncate": keep the tail, leaving room for what is to be generated.
             wanted = ctx.sampling.max_tokens or min(256, self.max_model_len // 4)

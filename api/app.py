@@ -7,13 +7,15 @@ error JSON, and route registration. Imports quart/quart_trio, msgspec, api and r
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
-from quart import request
+from quart import current_app, request
 from quart_trio import QuartTrio
 
+from api.edge import EdgeMiddleware, note_model, note_route
 from api.errors import error_body, error_response, from_decode_error, json_response
+from runtime.metrics import ServerMetrics
 from runtime.registry import ModelRegistry
 from runtime.errors import InvalidRequest, ServingError
 from runtime.logging import get_logger
@@ -32,14 +34,21 @@ async def decode_body(schema: type[T]) -> T:
     decoder = _decoders.get(schema)
     if decoder is None:
         decoder = _decoders[schema] = msgspec.json.Decoder(schema)
+    if current_app.config.get("LOG_PROMPTS"):  # --log-prompts only: bodies hold user data
+        log.info("request_body", body=body[:8192].decode(errors="replace"))
     try:
-        return decoder.decode(body)
+        decoded = decoder.decode(body)
     except msgspec.DecodeError as exc:
         raise from_decode_error(exc) from None
+    model = getattr(decoded, "model", None)
+    note_model(model if isinstance(model, str) else None)
+    return decoded
 
 
 def create_app(models: ModelRegistry) -> QuartTrio:
-    from api.routes import chat, completions, health
+    from api import openapi
+    from api.routes import chat, completions, embeddings, health, responses
+    from api.routes import metrics as metrics_routes
     from api.routes import models as models_routes
 
     app = QuartTrio("switchyard")
@@ -47,6 +56,24 @@ def create_app(models: ModelRegistry) -> QuartTrio:
     app.config["BODY_TIMEOUT"] = 60
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.extensions["models"] = models
+    metrics = app.extensions["metrics"] = ServerMetrics(models)
+    app.config["LOG_PROMPTS"] = any(runtime.config.log_prompts for runtime in models)
+    if app.config["LOG_PROMPTS"]:
+        for runtime in models:
+            runtime.on_finish.append(_log_output)
+    app.asgi_app = EdgeMiddleware(app.asgi_app, metrics, models)  # type: ignore[method-assign]
+
+    @app.before_request
+    async def _note_route() -> None:
+        note_route(request.url_rule.rule if request.url_rule is not None else None)
+
+    @app.before_serving
+    async def _start_watchdog() -> None:
+        app.add_background_task(metrics.watch_event_loop)
+
+    @app.after_serving
+    async def _stop_watchdog() -> None:
+        metrics.stop_watching()
 
     @app.errorhandler(ServingError)
     async def _serving_error(exc: ServingError):  # type: ignore[no-untyped-def]
@@ -73,6 +100,13 @@ def create_app(models: ModelRegistry) -> QuartTrio:
         log.exception("unhandled_error", path=request.path)
         return json_response(error_body("Internal server error.", "server_error", None, None), 500)
 
-    for module in (chat, completions, models_routes, health):
+    for module in (chat, completions, embeddings, responses, models_routes, health):
         module.register(app, models)
+    metrics_routes.register(app, metrics)
+    openapi.register(app)
     return app
+
+
+def _log_output(ctx: Any, finish: Any, now: float) -> None:
+    """--log-prompts only: the generated text, once per finished request."""
+    log.info("request_output", request_id=ctx.request_id, text=getattr(ctx.detok, "text", None))

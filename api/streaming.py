@@ -28,6 +28,7 @@ class Collected:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[Logprob] = field(default_factory=list)
     prompt_logprobs: list[Logprob] | None = None
+    embedding: list[float] | None = None
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None
     usage: Usage | None = None
@@ -43,6 +44,8 @@ class Collected:
             self.logprobs += delta.logprobs
         if delta.prompt_logprobs is not None:
             self.prompt_logprobs = delta.prompt_logprobs
+        if delta.embedding is not None:
+            self.embedding = delta.embedding
         if delta.finish_reason is not None:
             self.finish_reason, self.stop_reason, self.usage = delta.finish_reason, delta.stop_reason, delta.usage
 

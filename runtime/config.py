@@ -9,7 +9,8 @@ import msgspec
 
 
 class RuntimeConfig(msgspec.Struct, kw_only=True):
-    model: str | None = None  # None: the embedded SmolLM2; else a local HF directory
+    model: str | None = None  # None: the embedded default of `task`; else a local HF directory
+    task: str = "chat"  # chat | completions (both served by the generation engine) | embeddings
     served_name: str | None = None  # defaults to the model's name
     device: str | None = None  # None: cuda if available, else cpu
     dtype: str = "auto"  # auto: bf16 on cuda, and on cpu where measured faster
@@ -18,6 +19,7 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     block_size: int = 16
     max_num_seqs: int = 128  # running requests per step
     max_num_batched_tokens: int = 256  # tokens per step: decode tokens + prefill chunks
+    max_num_batched_tokens_embed: int = 8192  # tokens per embedding step (no KV cache to bound it)
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     max_pending: int = 512  # admitted, unfinished requests; past this submit() says Overloaded
     # Estimated tokens (prompt + max_tokens, see runtime.engine.estimate_tokens) of admitted,

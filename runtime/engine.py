@@ -23,6 +23,7 @@ import structlog
 import trio
 
 from actors.detokenizer import DetokenizerActor
+from actors.embed_core import EmbeddingSchedulerCore
 from actors.executor import ExecutorActor
 from actors.guidance import GuideCompiler
 from actors.runners.base import ModelInfo, Runner
@@ -80,7 +81,7 @@ class Runtime:
         self.runner = runner
         self.tokenizer = tokenizer
         self.served_name = served_name
-        self.task = "generate"  # what routes may send it: "generate" (chat/completions) or "embed"
+        self.task = "embed" if config.task == "embeddings" else "generate"  # what routes may send it
         self.eos_token_ids = eos_token_ids
         self.requests: dict[str, RequestContext] = {}
         self.accepting = False
@@ -119,30 +120,40 @@ class Runtime:
             info: ModelInfo = await nursery.start(self.executor.run)
             self.info = info
             # A request must fit in the KV cache on its own, or it could never be scheduled.
-            self.max_model_len = min(info.max_model_len, info.num_kv_blocks * info.block_size)
-            core = SchedulerCore(
-                SchedulerConfig(
-                    num_blocks=info.num_kv_blocks,
-                    block_size=info.block_size,
-                    max_num_seqs=cfg.max_num_seqs,
-                    max_num_batched_tokens=cfg.max_num_batched_tokens,
-                    max_model_len=self.max_model_len,
-                    eos_token_ids=self.eos_token_ids,
-                )
-            )
+            self.max_model_len = info.max_model_len
+            if self.task == "generate":
+                self.max_model_len = min(info.max_model_len, info.num_kv_blocks * info.block_size)
+            core = self._make_core(info)
             self.scheduler = SchedulerActor(core, sched_recv, plans_send, results_recv, out_send, self.requests)
             self.detokenizer = DetokenizerActor(
                 _fast_backend(self.tokenizer), self.eos_token_ids, self.requests, out_recv, sched_send.clone(), self.served_name
             )
-            guides = GuideCompiler(self.tokenizer, info.vocab_size)
             self.detokenizer.on_finish = self.on_finish
-            self.tokenizer_actor = TokenizerActor(self.tokenizer, self.max_model_len, tok_recv, sched_send.clone(), guides)
+            guides = GuideCompiler(self.tokenizer, info.vocab_size) if self.task == "generate" else None
+            self.tokenizer_actor = TokenizerActor(
+                self.tokenizer, self.max_model_len, tok_recv, sched_send.clone(), guides, task=self.task
+            )
             await nursery.start(self.scheduler.run)
             await nursery.start(self.detokenizer.run)
             await nursery.start(self.tokenizer_actor.run)
             self.accepting = True
             log.info("runtime_ready", model=self.served_name, device=info.device, dtype=info.dtype, kv_blocks=info.num_kv_blocks, max_model_len=self.max_model_len)
             task_status.started(self)
+
+    def _make_core(self, info: ModelInfo) -> SchedulerCore | EmbeddingSchedulerCore:
+        cfg = self.config
+        if self.task == "embed":
+            return EmbeddingSchedulerCore(cfg.max_num_batched_tokens_embed, cfg.max_num_seqs)
+        return SchedulerCore(
+            SchedulerConfig(
+                num_blocks=info.num_kv_blocks,
+                block_size=info.block_size,
+                max_num_seqs=cfg.max_num_seqs,
+                max_num_batched_tokens=cfg.max_num_batched_tokens,
+                max_model_len=self.max_model_len,
+                eos_token_ids=self.eos_token_ids,
+            )
+        )
 
     async def drain(self, timeout: float) -> None:
         """Stop admitting; wait up to `timeout` for live requests; abort the rest."""
@@ -301,14 +312,23 @@ def _fast_backend(tokenizer: Any) -> Any:
 
 
 def build_runtime(config: RuntimeConfig) -> Runtime:
-    """A Runtime on the torch runner for `config.model` (the embedded default when None)."""
-    from transformers import AutoTokenizer, GenerationConfig
+    """A Runtime for `config.model` (the embedded default of its task when None)."""
+    from transformers import AutoTokenizer
 
-    from actors.runners.torch_runner import TorchRunner
     from runtime.model_store import resolve_model
 
-    name, path = resolve_model(config.model)
+    name, path = resolve_model(config.model, task=config.task)
     tokenizer = AutoTokenizer.from_pretrained(path)
+    if config.task == "embeddings":
+        from actors.runners.embedding_runner import EmbeddingRunner
+
+        runner: Runner = EmbeddingRunner(path, device=config.device, dtype=config.dtype, num_threads=config.num_threads)
+        return Runtime(config, runner, tokenizer, config.served_name or name, frozenset())
+
+    from transformers import GenerationConfig
+
+    from actors.runners.torch_runner import TorchRunner
+
     eos: set[int] = set()
     if tokenizer.eos_token_id is not None:
         eos.add(int(tokenizer.eos_token_id))

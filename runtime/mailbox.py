@@ -49,6 +49,7 @@ class DeltaMailbox:
                 token_ids=list(delta.token_ids),
                 logprobs=list(delta.logprobs) if delta.logprobs is not None else None,
                 prompt_logprobs=delta.prompt_logprobs,
+                embedding=delta.embedding,
             )
         else:
             pending = self._pending

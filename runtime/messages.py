@@ -101,6 +101,7 @@ class StepResult(msgspec.Struct, kw_only=True):
     # Per request: logprobs of the prompt tokens this step computed (when asked), then of the
     # sampled token (when asked).
     logprobs: dict[str, list[Logprob]] = {}
+    embeddings: dict[str, list[float]] = {}  # embedding models: one pooled vector per request
     error: str | None = None
     elapsed: float = 0.0
 
@@ -116,6 +117,7 @@ class TokenDelta(msgspec.Struct, kw_only=True, gc=False):
     error: str | None = None  # the step failed; finish_reason is ABORT
     logprobs: list[Logprob] | None = None  # for token_ids (sampled tokens only)
     prompt_logprobs: list[Logprob] | None = None
+    embedding: list[float] | None = None
 
 
 class StepOutputs(msgspec.Struct, kw_only=True):
@@ -141,6 +143,7 @@ class TextDelta(msgspec.Struct, kw_only=True):
     token_ids: list[int] = []
     logprobs: list[Logprob] | None = None
     prompt_logprobs: list[Logprob] | None = None
+    embedding: list[float] | None = None
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None
     usage: Usage | None = None

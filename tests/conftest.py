@@ -8,7 +8,8 @@ over a real socket and can still look inside the runtime afterwards.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ class Server:
     runtime: object
     config: RuntimeConfig
     stop: trio.Event
+    runtimes: list[object] = field(default_factory=list)  # runtime first, then the extra models
 
     @property
     def openai_url(self) -> str:
@@ -52,19 +54,19 @@ def tiny_config(model_dir: Path, **overrides: object) -> RuntimeConfig:
     return RuntimeConfig(**settings)  # type: ignore[arg-type]
 
 
-async def start_server(nursery: trio.Nursery, config: RuntimeConfig) -> Server:
+async def start_server(nursery: trio.Nursery, config: RuntimeConfig, *extra: RuntimeConfig) -> Server:
     from api.serve import serve_runtime
     from runtime.engine import build_runtime
 
-    holder: dict[str, object] = {}
+    runtimes: list[object] = []
     stop = trio.Event()
 
     def factory(cfg: RuntimeConfig) -> object:
-        holder["runtime"] = build_runtime(cfg)
-        return holder["runtime"]
+        runtimes.append(build_runtime(cfg))
+        return runtimes[-1]
 
-    binds = await nursery.start(serve_runtime, config, factory, stop.wait)
-    return Server(base_url=binds[0], runtime=holder["runtime"], config=config, stop=stop)
+    binds = await nursery.start(partial(serve_runtime, config, factory, stop.wait, extra_models=extra))
+    return Server(base_url=binds[0], runtime=runtimes[0], config=config, stop=stop, runtimes=runtimes)
 
 
 @pytest.fixture

@@ -60,8 +60,10 @@ def hashed_uniform(seed: torch.Tensor, position: torch.Tensor, vocab_size: int) 
     row = _fmix32(_fmix32(seed) ^ _fmix32(seed >> 32) * 0x27D4EB2F ^ _fmix32(position + 0x165667B1))
     cols = torch.arange(vocab_size, device=seed.device, dtype=torch.long)
     x = _fmix32(row[:, None] * 0x9E3779B1 + cols[None, :] * 0x85EBCA77 + 0x2545F491)
-    # 24 random bits: exactly representable in float32, and never 0 or 1.
-    return ((x >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    # 23 random bits plus one half: k + 0.5 < 2**23 needs exactly float32's 24-bit significand,
+    # so u is never rounded up to 1.0 (with 24 bits, k = 2**24 - 1 rounded to 1.0, u = 1 made
+    # the Gumbel noise +inf and that token won whatever its logit, even a masked one).
+    return ((x >> 9).to(torch.float32) + 0.5) * (1.0 / (1 << 23))
 
 
 def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from quart import Quart
+from quart import Quart, Response
 
 from api import sse
 from api.app import decode_body
@@ -24,23 +24,27 @@ from runtime.registry import ModelRegistry
 def register(app: Quart, models: ModelRegistry) -> None:
     @app.post("/v1/chat/completions")
     async def chat_completions():  # type: ignore[no-untyped-def]
-        req = await decode_body(ChatCompletionRequest)
-        runtime = models.resolve(req.model)
-        prompt, sampling = chat_params(req, template_tools=template_takes_tools(runtime.tokenizer))
-        toolset = chat_tools(req)
-        toolset = toolset if toolset is not None and toolset.callable() else None
-        gen = await Generation(runtime, [prompt], sampling, sampling.n).start()
-        head = {
-            "id": f"chatcmpl-{gen.request_id}",
-            "created": int(time.time()),
-            "model": runtime.served_name,
-            "system_fingerprint": runtime.fingerprint,
-        }
-        if req.stream:
-            return _stream(runtime, gen, head, req, toolset)
-        outs = await gen.collect()
-        choices = [_choice(runtime, i, out, req.logprobs, toolset) for i, out in enumerate(outs)]
-        return json_response({**head, "object": "chat.completion", "choices": choices, "usage": chat_usage(outs)})
+        return await respond(models, await decode_body(ChatCompletionRequest))
+
+
+async def respond(models: ModelRegistry, req: ChatCompletionRequest) -> Response:
+    """A decoded chat request → its JSON body or SSE stream (also used by api/databricks.py, api/routes/azure.py)."""
+    runtime = models.resolve(req.model)
+    prompt, sampling = chat_params(req, template_tools=template_takes_tools(runtime.tokenizer))
+    toolset = chat_tools(req)
+    toolset = toolset if toolset is not None and toolset.callable() else None
+    gen = await Generation(runtime, [prompt], sampling, sampling.n).start()
+    head = {
+        "id": f"chatcmpl-{gen.request_id}",
+        "created": int(time.time()),
+        "model": runtime.served_name,
+        "system_fingerprint": runtime.fingerprint,
+    }
+    if req.stream:
+        return _stream(runtime, gen, head, req, toolset)
+    outs = await gen.collect()
+    choices = [_choice(runtime, i, out, req.logprobs, toolset) for i, out in enumerate(outs)]
+    return json_response({**head, "object": "chat.completion", "choices": choices, "usage": chat_usage(outs)})
 
 
 def _choice(runtime: Runtime, index: int, out: Collected, want_logprobs: bool, toolset: ToolSet | None = None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from quart import Quart
+from quart import Quart, Response
 
 from api import sse
 from api.app import decode_body
@@ -32,31 +32,35 @@ from runtime.registry import ModelRegistry
 def register(app: Quart, models: ModelRegistry) -> None:
     @app.post("/v1/completions")
     async def completions():  # type: ignore[no-untyped-def]
-        req = await decode_body(CompletionRequest)
-        runtime = models.resolve(req.model)
-        prompts, sampling = completion_params(req)
-        if req.use_beam_search:
-            return await _beam_search(runtime, req, prompts, sampling)
-        gen = await Generation(runtime, prompts, sampling, sampling.n).start()
-        head = {
-            "id": f"cmpl-{gen.request_id}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": runtime.served_name,
-            "system_fingerprint": runtime.fingerprint,
-        }
-        if req.stream:
-            return _stream(runtime, gen, req, head)
-        outs = await gen.collect()
-        per_prompt = sampling.n
-        choices = []
-        for p in range(len(prompts)):
-            group = outs[p * per_prompt : (p + 1) * per_prompt]
-            if per_prompt > req.n:  # best_of: keep the n most likely, best first
-                group = sorted(group, key=lambda o: o.cumulative_logprob, reverse=True)[: req.n]
-            for i, out in enumerate(group):
-                choices.append(_choice(runtime, req, p * req.n + i, out, prompts[p]))
-        return json_response({**head, "choices": choices, "usage": _usage(outs, per_prompt)})
+        return await respond(models, await decode_body(CompletionRequest))
+
+
+async def respond(models: ModelRegistry, req: CompletionRequest) -> Response:
+    """A decoded completions request → its JSON body or SSE stream (also used by api/databricks.py)."""
+    runtime = models.resolve(req.model)
+    prompts, sampling = completion_params(req)
+    if req.use_beam_search:
+        return await _beam_search(runtime, req, prompts, sampling)
+    gen = await Generation(runtime, prompts, sampling, sampling.n).start()
+    head = {
+        "id": f"cmpl-{gen.request_id}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": runtime.served_name,
+        "system_fingerprint": runtime.fingerprint,
+    }
+    if req.stream:
+        return _stream(runtime, gen, req, head)
+    outs = await gen.collect()
+    per_prompt = sampling.n
+    choices = []
+    for p in range(len(prompts)):
+        group = outs[p * per_prompt : (p + 1) * per_prompt]
+        if per_prompt > req.n:  # best_of: keep the n most likely, best first
+            group = sorted(group, key=lambda o: o.cumulative_logprob, reverse=True)[: req.n]
+        for i, out in enumerate(group):
+            choices.append(_choice(runtime, req, p * req.n + i, out, prompts[p]))
+    return json_response({**head, "choices": choices, "usage": _usage(outs, per_prompt)})
 
 
 async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[Any], sampling: Any):  # type: ignore[no-untyped-def]

@@ -1,0 +1,310 @@
+"""Constrained-decoding guides built at the edge, and their validation.
+
+Owns: the `Guide` for structured outputs (Chat `response_format`, Responses `text.format`) and
+for tool calls (the Lark grammar of the tool-call format in `api/tools.py`, with each function's
+JSON schema inlined as `%json {...}` and each custom tool's grammar embedded), and checking
+every schema and grammar a client sends by compiling it with llguidance, so a bad one is a 400
+naming the field instead of a failure inside the engine. Imports llguidance, runtime.
+
+Grammars are llguidance's Lark dialect. A client's Lark grammar is embedded by renaming all of
+its rules and terminals into a namespace of its own (`namespace_lark`), so several tools'
+grammars and ours can live in one grammar file without clashing.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import llguidance
+
+from runtime.errors import InvalidRequest
+from runtime.sampling import Guide
+
+if TYPE_CHECKING:
+    from api.tools import Tool, ToolSet
+
+# Compact JSON inside tool calls: a small model given free whitespace can wander off into
+# endless newlines. A schema that sets its own "x-guidance" options keeps them.
+_JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False}
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+# -- validation --------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=512)
+def _grammar_error(grammar: str) -> str:
+    return llguidance.LLMatcher.validate_grammar(grammar)
+
+
+def _schema_error(schema_json: str) -> str:
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema_json, defaults=_JSON_OPTIONS)
+    except (ValueError, TypeError) as exc:
+        return str(exc)
+    return _grammar_error(grammar)
+
+
+def check_json_schema(schema: Any, param: str, what: str) -> str:
+    """The schema as JSON text, or InvalidRequest (naming `param`) when llguidance rejects it."""
+    if not isinstance(schema, dict):
+        raise InvalidRequest(f"{what}: a JSON schema must be an object.", param=param)
+    text = json.dumps(schema)
+    error = _schema_error(text)
+    if error:
+        raise InvalidRequest(f"{what}: invalid JSON schema: {_first_line(error)}", param=param, code="invalid_schema")
+    return text
+
+
+def check_grammar(syntax: str, definition: str, param: str, what: str) -> None:
+    if syntax == "lark":
+        error = _grammar_error(definition)
+    elif syntax == "regex":
+        error = _grammar_error(llguidance.LLMatcher.grammar_from_regex(definition))
+    else:
+        raise InvalidRequest(f"{what}: grammar syntax {syntax!r} is not supported (use 'lark' or 'regex').", param=param)
+    if error:
+        raise InvalidRequest(f"{what}: invalid {syntax} grammar: {_first_line(error)}", param=param, code="invalid_grammar")
+
+
+def _first_line(error: str) -> str:
+    # llguidance appends a source excerpt with a caret; the first lines say what and where.
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    return " ".join(lines[:1]) if lines else error
+
+
+# -- structured outputs ----------------------------------------------------------------------
+
+
+def format_guide(kind: Any, schema: Any, param: str, schema_param: str | None = None) -> Guide | None:
+    """The guide for a response format: "text" (None), "json_object" or "json_schema"."""
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return Guide(kind="json_object", param=param)
+    if kind == "json_schema":
+        definition = check_json_schema(schema, schema_param or f"{param}.schema", "json_schema")
+        return Guide(kind="json_schema", definition=definition, param=param)
+    raise InvalidRequest(f"Unknown format type {kind!r}; use text, json_object or json_schema.", param=f"{param}.type")
+
+
+# -- tool calls --------------------------------------------------------------------------------
+
+
+def tool_guide(toolset: ToolSet, text_guide: Guide | None) -> Guide | None:
+    """The grammar a request's output must follow, given its tools and tool_choice.
+
+    - required: one call (or several, newline-separated, when parallel_tool_calls);
+    - a named tool: exactly one call to it;
+    - auto: free text (or `text_guide`'s JSON), or calls; once the model starts writing
+      `<tool_call` the rest of the call is forced to be valid;
+    - none (or no tools): `text_guide`.
+    """
+    tools = toolset.callable()
+    if not tools:
+        return text_guide
+    rules = [f"swy_tool_{i}: {_call_body(i, tool)}" for i, tool in enumerate(tools)]
+    embedded = [_embedded_grammar(i, tool) for i, tool in enumerate(tools)]
+    rules.append("swy_after: " + " | ".join(f"swy_tool_{i}" for i in range(len(tools))))
+    rules.append('swy_call: "<tool_call" swy_after')
+    several = toolset.parallel and toolset.forced is None
+    rules.append('swy_more: ("\\n" swy_call)*' if several else "swy_more: ")
+    if toolset.choice == "required" or toolset.forced is not None:
+        start = "start: swy_call swy_more"
+    elif text_guide is not None:
+        rules.append(f"swy_free: %json {_inline_schema(_text_schema(text_guide))}")
+        start = "start: swy_free | swy_call swy_more"
+    else:
+        rules.append('swy_head[lazy]: SWY_TEXT "<tool_call"')
+        rules.append(r"SWY_TEXT: /(.|\n)*/")
+        start = "start: SWY_TEXT | swy_head swy_after swy_more"
+    lark = "\n".join([start, *rules, *filter(None, embedded)]) + "\n"
+    return Guide(kind="lark", definition=lark, param="tools")
+
+
+def _call_body(i: int, tool: Tool) -> str:
+    end = _lit("\n</tool_call>")
+    if tool.kind == "function":
+        head = _lit(f'>\n{{"name": "{tool.name}", "arguments": ')
+        schema = tool.parameters if tool.parameters is not None else NO_PARAMETERS
+        return f"{head} %json {_inline_schema(schema)} {_lit('}')} {end}"
+    head = _lit(f' name="{tool.name}">\n')
+    if tool.syntax is None:  # free text up to the closing tag
+        return f"{head} swy_input_{i}"
+    return f"{head} swy_g{i}_start {end}"
+
+
+def _embedded_grammar(i: int, tool: Tool) -> str:
+    if tool.kind == "function":
+        return ""
+    if tool.syntax is None:
+        return f"swy_input_{i}[lazy]: /(?s:.*)\\n<\\/tool_call>/"
+    assert tool.definition is not None
+    if tool.syntax == "regex":
+        return f"swy_g{i}_start: /{llguidance.regex_to_lark(tool.definition)}/"
+    return namespace_lark(tool.definition, f"swy_g{i}_")
+
+
+def _inline_schema(schema: dict[str, Any]) -> str:
+    schema = dict(schema)
+    schema.setdefault("x-guidance", _JSON_OPTIONS)
+    return json.dumps(schema)
+
+
+def _text_schema(guide: Guide) -> dict[str, Any]:
+    if guide.kind == "json_schema":
+        return json.loads(guide.definition)
+    return {"type": "object"}
+
+
+def _lit(text: str) -> str:
+    """A Lark string literal (JSON's escapes are Lark's)."""
+    return json.dumps(text)
+
+
+# -- embedding a client's Lark grammar ---------------------------------------------------------
+
+_RULE = re.compile(r"_*[a-z][a-z0-9_-]*")
+_TERMINAL = re.compile(r"_*[A-Z][A-Z0-9_-]*")
+_NAME = re.compile(r"_*[A-Za-z][A-Za-z0-9_-]*")
+_IMPORT = re.compile(r"%import\s+([\w.]+?)(?:\.(\w+))?\s*(?:->\s*(\w+)|\(([^)]*)\))?\s*$")
+
+
+def namespace_lark(text: str, prefix: str) -> str:
+    """`text` (a valid llguidance Lark grammar) with every rule and terminal renamed.
+
+    Rules `foo` become `{prefix}foo` and terminals `FOO` become `{PREFIX}FOO`, so `start`
+    becomes `{prefix}start`. Strings, regexes, comments, special tokens, inline `%json` /
+    `%regex` bodies and rule attributes (`name[lazy, stop="x"]:`) are copied unchanged;
+    `%import common.X` becomes `%import common.X -> {PREFIX}X`.
+    """
+    out: list[str] = []
+    i, n = 0, len(text)
+    line_start = True
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            out.append(c)
+            i += 1
+            line_start = True
+            continue
+        if c in " \t\r":
+            out.append(c)
+            i += 1
+            continue
+        if c == "#" or text.startswith("//", i):
+            j = _line_end(text, i)
+        elif c == '"':
+            j = _quoted_end(text, i, '"')
+            while j < n and text[j] == "i":
+                j += 1
+        elif c == "/":
+            j = _quoted_end(text, i, "/")
+            while j < n and text[j] in "imslux":
+                j += 1
+        elif c == "<":
+            j = text.index(">", i) + 1
+        elif c == "@":  # a subgrammar reference: not ours to rename
+            m = _NAME.match(text, i + 1)
+            j = m.end() if m else i + 1
+        elif c == "%":
+            i, chunk = _directive(text, i, prefix)
+            out.append(chunk)
+            line_start = False
+            continue
+        elif (m := _RULE.match(text, i)) or (m := _TERMINAL.match(text, i)):
+            out.append(_rename(m.group(), prefix))
+            i = m.end()
+            if line_start:  # a definition: copy its `[attributes]` as they are
+                j = _attributes_end(text, i)
+                out.append(text[i:j])
+                i = j
+            line_start = False
+            continue
+        else:
+            j = i + 1
+            if c not in "?!":
+                line_start = False
+        out.append(text[i:j])
+        i = j
+    return "".join(out)
+
+
+def _rename(name: str, prefix: str) -> str:
+    return (prefix.upper() if _TERMINAL.fullmatch(name) else prefix) + name
+
+
+def _line_end(text: str, i: int) -> int:
+    j = text.find("\n", i)
+    return len(text) if j < 0 else j
+
+
+def _quoted_end(text: str, i: int, quote: str) -> int:
+    j = i + 1
+    while j < len(text) and text[j] != quote:
+        j += 2 if text[j] == "\\" else 1
+    return j + 1
+
+
+def _json_end(text: str, i: int) -> int:
+    """The end of the balanced {...} starting at i (strings may hold braces)."""
+    depth, j = 0, i
+    while j < len(text):
+        c = text[j]
+        if c == '"':
+            j = _quoted_end(text, j, '"')
+            continue
+        depth += {"{": 1, "}": -1}.get(c, 0)
+        j += 1
+        if depth == 0:
+            return j
+    return j
+
+
+def _attributes_end(text: str, i: int) -> int:
+    """After a definition's name: past `.priority` and `[attributes]` when a `:` follows."""
+    j = i
+    while j < len(text) and text[j] in " \t":
+        j += 1
+    if j >= len(text) or text[j] != "[":
+        return i
+    k = j + 1
+    while k < len(text) and text[k] != "]":
+        k = _quoted_end(text, k, '"') if text[k] == '"' else k + 1
+    k += 1
+    rest = k
+    while rest < len(text) and text[rest] in " \t":
+        rest += 1
+    return k if rest < len(text) and text[rest] == ":" else i
+
+
+def _directive(text: str, i: int, prefix: str) -> tuple[int, str]:
+    m = re.compile(r"%\w+").match(text, i)
+    assert m is not None
+    word, j = m.group(), m.end()
+    if word == "%import":
+        end = _line_end(text, i)
+        return end, _rename_import(text[i:end], prefix)
+    k = j
+    while k < len(text) and text[k] in " \t":
+        k += 1
+    if k < len(text) and text[k] == "{":  # %json {...}, %regex {...}, %llguidance {...}
+        end = _json_end(text, k)
+        return end, text[i:end]
+    return j, word  # %ignore and the like: what follows is renamed as usual
+
+
+def _rename_import(line: str, prefix: str) -> str:
+    m = _IMPORT.match(line.strip())
+    if m is None:
+        return line
+    module, name, alias, names = m.groups()
+    if names is not None:
+        items = [x.strip() for x in names.split(",") if x.strip()]
+        return "\n".join(f"%import {module}.{x} -> {_rename(x, prefix)}" for x in items)
+    if name is None:  # `%import common.WS` parsed as module "common", name "WS"
+        return line
+    return f"%import {module}.{name} -> {_rename(alias or name, prefix)}"

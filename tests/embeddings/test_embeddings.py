@@ -1,0 +1,103 @@
+"""Embeddings through the real pipeline (tokenizer → scheduler → executor actors) with the
+embedded all-MiniLM-L6-v2, driven by the official openai client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from functools import partial
+from typing import Any
+
+import openai
+import pytest
+import torch
+import trio
+from transformers import AutoModel, AutoTokenizer
+
+from runtime.config import RuntimeConfig
+from runtime.model_store import resolve_model
+from tests.conftest import Server, start_server, tiny_config
+
+TEXTS = [
+    "The cat sits on the mat.",
+    "A feline rests on a rug.",
+    "Stock markets fell sharply on Monday.",
+    "Ünïcödé and emoji 😀 survive tokenization.",
+    "short",
+]
+
+
+@pytest.fixture
+async def server(tiny_model_dir) -> AsyncIterator[Server]:  # type: ignore[no-untyped-def]
+    embed = RuntimeConfig(model=None, task="embeddings", dtype="float32", num_threads=1)
+    async with trio.open_nursery() as nursery:
+        srv = await start_server(nursery, tiny_config(tiny_model_dir), embed)
+        yield srv
+        srv.stop.set()
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60) as c:
+        yield c
+
+
+async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    return await trio.to_thread.run_sync(partial(fn, *args, **kwargs))
+
+
+def reference(texts: list[str]) -> torch.Tensor:
+    """A direct transformers forward with sentence-transformers' recipe: mean pool, normalize."""
+    path = resolve_model(None, task="embeddings")[1]
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path, dtype=torch.float32).eval()
+    batch = tok(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    pooled = (hidden * mask).sum(1) / mask.sum(1)
+    return torch.nn.functional.normalize(pooled, dim=-1)
+
+
+async def test_embeddings_equal_direct_forward_in_order(client: openai.OpenAI) -> None:
+    expected = reference(TEXTS)
+    # The SDK asks for base64 by default and decodes it: both encodings are exercised.
+    batched = await in_thread(client.embeddings.create, model="all-minilm-l6-v2", input=TEXTS)
+    floats = await in_thread(client.embeddings.create, model="all-minilm-l6-v2", input=TEXTS, encoding_format="float")
+    assert [d.index for d in batched.data] == list(range(len(TEXTS)))
+    for resp in (batched, floats):
+        got = torch.tensor([d.embedding for d in resp.data])
+        cosine = torch.nn.functional.cosine_similarity(got, expected, dim=-1)
+        assert torch.all(cosine > 1 - 1e-5), cosine
+    for i, text in enumerate(TEXTS):
+        one = await in_thread(client.embeddings.create, model="all-minilm-l6-v2", input=text)
+        cosine = torch.nn.functional.cosine_similarity(torch.tensor(one.data[0].embedding), expected[i], dim=0)
+        assert cosine > 1 - 1e-5
+    assert batched.usage.prompt_tokens > len(TEXTS)
+    # Meaning survives: the paraphrase is closer than the unrelated sentence.
+    assert expected[0] @ expected[1] > expected[0] @ expected[2]
+
+
+async def test_embeddings_errors_and_routing(client: openai.OpenAI, server: Server) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        await in_thread(client.embeddings.create, model="all-minilm-l6-v2", input="x", dimensions=8)
+    assert info.value.body["param"] == "dimensions"
+    with pytest.raises(openai.BadRequestError) as info:
+        await in_thread(client.embeddings.create, model="all-minilm-l6-v2", input=[])
+    assert info.value.body["param"] == "input"
+    # A chat model is not an embedding model, and the other way round.
+    with pytest.raises(openai.NotFoundError):
+        await in_thread(client.embeddings.create, model="tiny", input="x")
+    with pytest.raises(openai.NotFoundError):
+        await in_thread(client.chat.completions.create, model="all-minilm-l6-v2", messages=[{"role": "user", "content": "x"}])
+
+
+async def test_instruction_is_prepended(server: Server) -> None:
+    import httpx
+
+    async with httpx.AsyncClient(base_url=server.base_url) as http:
+        body = {"model": "all-minilm-l6-v2", "input": ["where is the cat"], "instruction": "Represent this sentence for searching relevant passages:"}
+        with_instruction = (await http.post("/v1/embeddings", json=body)).json()
+        plain = (await http.post("/v1/embeddings", json={"model": "all-minilm-l6-v2", "input": [f"{body['instruction']} where is the cat"]})).json()
+    a = torch.tensor(with_instruction["data"][0]["embedding"])
+    b = torch.tensor(plain["data"][0]["embedding"])
+    assert torch.nn.functional.cosine_similarity(a, b, dim=0) > 1 - 1e-6

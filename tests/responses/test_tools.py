@@ -1,0 +1,289 @@
+"""api/tools.py and api/grammars.py on their own: the parser, the grammars, the prompt.
+
+Grammars are checked the way the engine will use them: compiled by llguidance against a real
+(tiny) tokenizer, then fed token ids. Embedded Lark grammars are checked against the `lark`
+package, which must parse the same strings before and after renaming.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import lark
+import llguidance
+import llguidance.hf
+import pytest
+
+from api.grammars import format_guide, namespace_lark, tool_guide
+from api.tools import ToolCallParser, build_toolset, chat_message_parts, format_call, render_conversation, template_takes_tools
+from runtime.errors import InvalidRequest
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False},
+}
+NOTE = {"type": "custom", "name": "note", "description": "Write a note."}
+CALC = r"""
+start: expr
+?expr: term (("+" | "-") term)*
+?term: NUMBER | "(" expr ")"
+%import common.NUMBER
+%import common.WS_INLINE
+%ignore WS_INLINE
+"""
+CALC_TOOL = {"type": "custom", "name": "calc", "format": {"type": "grammar", "syntax": "lark", "definition": CALC}}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from tests.tiny_model import build_tokenizer
+
+    return build_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+@pytest.fixture(scope="module")
+def ll_tokenizer(tokenizer: Any) -> Any:
+    return llguidance.hf.from_tokenizer(tokenizer)
+
+
+def accepts(tokenizer: Any, ll_tokenizer: Any, grammar: str, text: str) -> bool:
+    matcher = llguidance.LLMatcher(ll_tokenizer, grammar, log_level=0)
+    assert not matcher.is_error(), matcher.get_error()
+    return matcher.consume_tokens(tokenizer.encode(text, add_special_tokens=False)) and matcher.is_accepting()
+
+
+# -- parser ------------------------------------------------------------------------------------
+
+
+def parse(text: str, step: int, tools: list[dict[str, Any]] | None = None) -> list[tuple[Any, ...]]:
+    parser = ToolCallParser(build_toolset(tools or [WEATHER, NOTE], "auto", True))  # type: ignore[arg-type]
+    events = []
+    for i in range(0, len(text), step):
+        events += parser.feed(text[i : i + step])
+    events += parser.finish()
+    merged: list[tuple[Any, ...]] = []
+    for kind, *rest in events:
+        item = (kind, rest[0]) if kind == "text" else (kind, rest[1]) if kind == "delta" else (kind, rest[0].kind, rest[0].name) if kind == "start" else (kind, rest[0].kind, rest[0].name, rest[0].complete)
+        if merged and kind in ("text", "delta") and merged[-1][0] == kind:
+            merged[-1] = (kind, merged[-1][1] + item[1])
+        else:
+            merged.append(item)
+    return merged
+
+
+@pytest.mark.parametrize("step", [1, 2, 5, 1000])
+def test_parser_text_and_calls_at_any_split(step: int) -> None:
+    text = "Sure.\n" + format_call("function", "get_weather", '{"city":"Pa}ris \\"x\\""}') + "\n" + format_call("custom", "note", "line 1\n<b>line 2</b>")
+    assert parse(text, step) == [
+        ("text", "Sure."),
+        ("start", "function", "get_weather"),
+        ("delta", '{"city":"Pa}ris \\"x\\""}'),
+        ("done", "function", "get_weather", True),
+        ("start", "custom", "note"),
+        ("delta", "line 1\n<b>line 2</b>"),
+        ("done", "custom", "note", True),
+    ]
+
+
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_parser_leaves_plain_text_alone(step: int) -> None:
+    for text in ["Just text,\n with spaces  \n", "a <tool_calls> b < tool", "x <tool_call"]:
+        assert parse(text, step) == [("text", text)]
+
+
+def test_parser_other_key_order_and_cut_off_calls() -> None:
+    swapped = '<tool_call>\n{"arguments": {"city": "Rome"}, "name": "get_weather"}\n</tool_call>'
+    assert parse(swapped, 4)[1:] == [("delta", '{"city": "Rome"}'), ("done", "function", "get_weather", True)]
+    cut = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Ro'
+    assert parse(cut, 4)[1:] == [("delta", '{"city": "Ro'), ("done", "function", "get_weather", False)]
+    closed_late = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Ro"}}'
+    assert parse(closed_late, 4)[-1] == ("done", "function", "get_weather", True)
+
+
+def test_chat_message_parts() -> None:
+    toolset = build_toolset([WEATHER], "auto", True)
+    assert toolset is not None
+    content, calls = chat_message_parts(format_call("function", "get_weather", '{"city":"Oslo"}'), toolset)
+    assert content is None and calls[0]["function"] == {"name": "get_weather", "arguments": '{"city":"Oslo"}'}
+    assert chat_message_parts("no call", toolset) == ("no call", [])
+
+
+# -- validation ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tools", "choice", "param"),
+    [
+        ([{"type": "function", "name": "x y"}], None, "tools[0].name"),
+        ([WEATHER, WEATHER], None, "tools[1].name"),
+        ([{"type": "code_interpreter"}], None, "tools[0].type"),
+        ([{"type": "custom", "name": "g", "format": {"type": "grammar", "syntax": "ebnf", "definition": "x"}}], None, "tools[0].format.definition"),
+        ([{"type": "custom", "name": "g", "format": {"type": "grammar", "syntax": "regex", "definition": "(("}}], None, "tools[0].format.definition"),
+        ([WEATHER], {"type": "custom", "name": "get_weather"}, "tool_choice"),
+        ([WEATHER], {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "nope"}]}, "tool_choice"),
+        ([WEATHER], "sometimes", "tool_choice"),
+    ],
+)
+def test_invalid_tools(tools: list[dict[str, Any]], choice: Any, param: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        build_toolset(tools, choice, None)
+    assert info.value.param == param
+
+
+def test_both_shapes_and_tool_choice_forms() -> None:
+    chat_shape = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER["parameters"]}}]
+    a = build_toolset(chat_shape, {"type": "function", "function": {"name": "get_weather"}}, None)
+    b = build_toolset([WEATHER], {"type": "function", "name": "get_weather"}, None)
+    assert a == b and a is not None and a.forced == "get_weather" and a.choice_json() == {"type": "function", "name": "get_weather"}
+    allowed = build_toolset([WEATHER, NOTE], {"type": "allowed_tools", "mode": "required", "tools": [{"type": "custom", "name": "note"}]}, None)
+    assert allowed is not None and [t.name for t in allowed.callable()] == ["note"] and allowed.choice == "required"
+    none = build_toolset([WEATHER], "none", None)
+    assert none is not None and none.callable() == () and tool_guide(none, None) is None
+
+
+# -- grammars --------------------------------------------------------------------------------
+
+
+def test_required_function_grammar(tokenizer: Any, ll_tokenizer: Any) -> None:
+    toolset = build_toolset([WEATHER, NOTE, CALC_TOOL], "required", True)
+    assert toolset is not None
+    guide = tool_guide(toolset, None)
+    assert guide is not None and guide.kind == "lark" and guide.param == "tools"
+    g = guide.definition
+    weather = format_call("function", "get_weather", '{"city":"Paris"}')
+    assert accepts(tokenizer, ll_tokenizer, g, weather)
+    assert accepts(tokenizer, ll_tokenizer, g, weather + "\n" + format_call("custom", "calc", "1 + (2 - 3)"))
+    assert accepts(tokenizer, ll_tokenizer, g, format_call("custom", "note", "anything\nat all"))
+    assert not accepts(tokenizer, ll_tokenizer, g, "plain text")
+    assert not accepts(tokenizer, ll_tokenizer, g, format_call("function", "get_weather", '{"town":"Paris"}'))
+    assert not accepts(tokenizer, ll_tokenizer, g, format_call("function", "get_weather", "{}"))
+    assert not accepts(tokenizer, ll_tokenizer, g, format_call("custom", "calc", "1 +"))
+    assert not accepts(tokenizer, ll_tokenizer, g, format_call("function", "unknown", "{}"))
+
+
+def test_auto_grammar_allows_text_but_forces_started_calls(tokenizer: Any, ll_tokenizer: Any) -> None:
+    toolset = build_toolset([WEATHER], "auto", False)
+    assert toolset is not None
+    guide = tool_guide(toolset, None)
+    assert guide is not None
+    weather = format_call("function", "get_weather", '{"city":"Paris"}')
+    assert accepts(tokenizer, ll_tokenizer, guide.definition, "Hello, no tools needed.")
+    assert accepts(tokenizer, ll_tokenizer, guide.definition, "Let me look.\n" + weather)
+    assert not accepts(tokenizer, ll_tokenizer, guide.definition, weather + "\n" + weather)  # parallel_tool_calls false
+    assert not accepts(tokenizer, ll_tokenizer, guide.definition, '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>')
+
+
+def test_auto_with_json_schema_text(tokenizer: Any, ll_tokenizer: Any) -> None:
+    toolset = build_toolset([WEATHER], "auto", True)
+    assert toolset is not None
+    text = format_guide("json_schema", {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, "text.format")
+    guide = tool_guide(toolset, text)
+    assert guide is not None
+    assert accepts(tokenizer, ll_tokenizer, guide.definition, '{"a":1}')
+    assert accepts(tokenizer, ll_tokenizer, guide.definition, format_call("function", "get_weather", '{"city":"x"}'))
+    assert not accepts(tokenizer, ll_tokenizer, guide.definition, "free text")
+
+
+def test_regex_custom_tool(tokenizer: Any, ll_tokenizer: Any) -> None:
+    tool = {"type": "custom", "name": "date", "format": {"type": "grammar", "syntax": "regex", "definition": r"\d{4}-\d{2}-\d{2}"}}
+    toolset = build_toolset([tool], {"type": "custom", "name": "date"}, True)
+    assert toolset is not None
+    guide = tool_guide(toolset, None)
+    assert guide is not None
+    assert accepts(tokenizer, ll_tokenizer, guide.definition, format_call("custom", "date", "2024-01-31"))
+    assert not accepts(tokenizer, ll_tokenizer, guide.definition, format_call("custom", "date", "Jan 31"))
+
+
+@pytest.mark.parametrize(
+    ("grammar", "good", "bad"),
+    [
+        (CALC, ["1+2", "(1 - 2) + 3", " 4 "], ["1+", "()", "a"]),
+        (
+            'start: greeting ("," NAME)*\ngreeting: "hi" | "hello"\nNAME: /[a-z]+/\n// start: never\n',
+            ["hi", "hello,bob,al"],
+            ["hey", "hi,", "hi,Bob"],
+        ),
+        ('start: item+\n?item: A | b\nA: "a"\nb: "[" A? "]"\n', ["a", "[]", "a[a]"], ["", "[[]]", "b"]),
+    ],
+)
+def test_namespaced_grammar_parses_the_same(grammar: str, good: list[str], bad: list[str]) -> None:
+    renamed = namespace_lark(grammar, "swy_g0_")
+    assert "swy_g0_start" in renamed
+    original = lark.Lark(grammar, start="start")
+    embedded = lark.Lark(renamed, start="swy_g0_start")
+    for text in good:
+        original.parse(text)
+        embedded.parse(text)
+    for text in bad:
+        for parser in (original, embedded):
+            with pytest.raises(lark.exceptions.LarkError):
+                parser.parse(text)
+
+
+def test_namespacing_keeps_llguidance_extensions() -> None:
+    grammar = 'start: a b c\na[stop="]"]: /[a-z]+/\nb: %json {"type": "string", "x{": "}"}\nc: <|im_end|> "start" A\nA: "x"{1,3}\n'
+    renamed = namespace_lark(grammar, "p_")
+    assert 'p_a[stop="]"]: /[a-z]+/' in renamed
+    assert '%json {"type": "string", "x{": "}"}' in renamed
+    assert 'p_c: <|im_end|> "start" P_A' in renamed
+    assert llguidance.LLMatcher.validate_grammar(renamed.replace("p_start", "start")) == ""
+
+
+# -- the prompt --------------------------------------------------------------------------------
+
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nTOOLS:{% for t in tools %} {{ t.function.name }}{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}CALL {{ c.function.name }} {{ c.function.arguments | tojson }}{% endfor %}<|im_end|>\n{% endfor %}"
+)
+
+
+def history() -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "cold"},
+    ]
+
+
+def test_fallback_prompt_describes_tools_and_rewrites_history(tokenizer: Any) -> None:
+    toolset = build_toolset([WEATHER, NOTE], "required", True)
+    messages, kwargs = render_conversation(history(), toolset, template_tools=False)
+    assert kwargs == {}
+    system = messages[0]
+    assert system["role"] == "system" and "get_weather" in system["content"] and "note" in system["content"]
+    assert "You must call at least one tool" in system["content"]
+    assert messages[2]["content"] == format_call("function", "get_weather", '{"city": "Oslo"}') and "tool_calls" not in messages[2]
+    assert messages[3] == {"role": "user", "content": "<tool_response>\ncold\n</tool_response>"}
+    assert template_takes_tools(tokenizer) is False
+    tokenizer.apply_chat_template(messages, tokenize=False)
+
+
+def test_tool_capable_template_gets_tools(tokenizer: Any) -> None:
+    toolset = build_toolset([WEATHER, NOTE], "auto", True)
+    original = tokenizer.chat_template
+    tokenizer.chat_template = TOOL_TEMPLATE
+    try:
+        assert template_takes_tools(tokenizer)
+        messages, kwargs = render_conversation(history(), toolset, template_tools=True)
+        assert [t["function"]["name"] for t in kwargs["tools"]] == ["get_weather"]
+        assert "note" in messages[0]["content"] and "get_weather" not in messages[0]["content"]  # custom tools: the block
+        assert messages[2]["tool_calls"][0]["function"]["arguments"] == {"city": "Oslo"}
+        assert messages[3]["role"] == "tool"
+        text = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+        assert "TOOLS: get_weather" in text and 'CALL get_weather {"city": "Oslo"}' in text
+    finally:
+        tokenizer.chat_template = original
+
+
+def test_json_schema_guide() -> None:
+    guide = format_guide("json_schema", {"type": "object"}, "response_format", "response_format.json_schema.schema")
+    assert guide is not None and guide.kind == "json_schema" and json.loads(guide.definition) == {"type": "object"}
+    assert format_guide("text", None, "x") is None
+    with pytest.raises(InvalidRequest) as info:
+        format_guide("json_schema", {"type": 5}, "response_format", "response_format.json_schema.schema")
+    assert info.value.param == "response_format.json_schema.schema"
+
+

@@ -1,0 +1,229 @@
+"""Batched sampling: batch invariance of seeded rows, greedy/top-k/top-p, the sampled distribution."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import actors.runners.sampler as sampler_mod
+from actors.runners.sampler import SamplingBatch, apply_penalties, hashed_uniform, sample
+
+CPU = torch.device("cpu")
+
+# (seed, position) whose hashed noise for token 1 (of 2) is the largest 24-bit value; see
+# test_noise_is_strictly_between_0_and_1.
+EDGE_SEED, EDGE_POS = 44964375, 0
+
+
+def _sample(logits: list[list[float]] | torch.Tensor, rows: list[tuple[float, int, float, int, int]]) -> list[int]:
+    t = logits if isinstance(logits, torch.Tensor) else torch.tensor(logits, dtype=torch.float32)
+    return sample(t, SamplingBatch.build(rows, CPU)).tolist()
+
+
+def _chi_square(counts: list[int], probs: list[float]) -> float:
+    n = sum(counts)
+    return sum((c - n * p) ** 2 / (n * p) for c, p in zip(counts, probs) if p > 0)
+
+
+def _softmax(xs: list[float]) -> list[float]:
+    m = max(xs)
+    e = [math.exp(x - m) for x in xs]
+    return [v / sum(e) for v in e]
+
+
+# -- the noise --------------------------------------------------------------------------------------
+
+
+def test_noise_is_a_pure_function_of_seed_position_and_token() -> None:
+    seeds = torch.tensor([1, 2, 1, 1, 1 + (1 << 32)], dtype=torch.long)
+    positions = torch.tensor([5, 5, 5, 6, 5], dtype=torch.long)
+    u = hashed_uniform(seeds, positions, 1000)
+    assert u.shape == (5, 1000) and u.dtype == torch.float32
+    assert torch.equal(u[0], u[2])  # same seed and position
+    assert not torch.equal(u[0], u[1])  # another seed
+    assert not torch.equal(u[0], u[3])  # another position
+    assert not torch.equal(u[0], u[4])  # the seed's high 32 bits count too
+    assert torch.equal(hashed_uniform(seeds[:1], positions[:1], 1000)[0], u[0])  # alone or not
+    assert len(set(u[0].tolist())) > 990  # token ids get distinct noise
+
+
+def test_noise_is_roughly_uniform() -> None:
+    seeds = torch.arange(64, dtype=torch.long)
+    u = hashed_uniform(seeds, torch.zeros_like(seeds), 4096).flatten()
+    counts = torch.histc(u, bins=16, min=0.0, max=1.0).tolist()
+    assert _chi_square([int(c) for c in counts], [1 / 16] * 16) < 60  # 15 dof
+    assert abs(float(u.mean()) - 0.5) < 0.005
+
+
+def test_noise_is_strictly_between_0_and_1() -> None:
+    """The docstring promises noise in (0, 1), never 0 or 1.
+
+    `((x >> 8).to(float32) + 0.5) / 2**24`: for x >> 8 == 2**24 - 1 the sum 16777215.5 is not a
+    float32 (24-bit significand) and rounds to 16777216, so u == 1.0, -log(-log(u)) == +inf and
+    that token wins whatever its logit (one token in 2**24: for a 150k vocabulary about 1 sampled
+    token in 110). This (seed, position) hits it for token 1.
+    """
+    u = hashed_uniform(torch.tensor([EDGE_SEED]), torch.tensor([EDGE_POS]), 2)
+    assert float(u.max()) < 1.0
+    assert float(u.min()) > 0.0
+
+
+@pytest.mark.parametrize("bits", [0xFFFFFFFF, 0xFFFFFF00, 0xFFFFFE00, 0x00000000, 0x000001FF])
+def test_extreme_hash_values_map_strictly_inside_0_1(monkeypatch: pytest.MonkeyPatch, bits: int) -> None:
+    # Force every hash to one value, whatever the seed: the float conversion alone is tested.
+    monkeypatch.setattr(sampler_mod, "_fmix32", lambda x: torch.full_like(x, bits))
+    u = hashed_uniform(torch.tensor([3]), torch.tensor([4]), 8)
+    assert 0.0 < float(u.min()) and float(u.max()) < 1.0
+    g = -torch.log(-torch.log(u))
+    assert bool(torch.isfinite(g).all())
+
+
+def test_masked_tokens_lose_even_against_the_largest_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sampler_mod, "_fmix32", lambda x: torch.full_like(x, 0xFFFFFFFF))
+    inf = float("-inf")
+    logits = [[0.0, inf, -3.0, inf], [inf, -50.0, inf, inf], [1.0, 0.5, 2.0, 0.0]]
+    rows = [(1.0, 0, 1.0, 1, 1), (0.7, 0, 1.0, 2, 2), (1.0, 2, 0.5, 3, 3)]
+    # Equal noise everywhere: the sample is the best finite logit (top_p 0.5 keeps token 2 only).
+    assert _sample(logits, rows) == [0, 1, 2]
+
+
+# -- batch invariance -----------------------------------------------------------------------------------
+
+
+def test_same_seed_same_token_alone_or_among_31_others() -> None:
+    gen = torch.Generator().manual_seed(0)
+    vocab = 97
+    targets = [
+        (0.8, 0, 1.0),
+        (1.0, 0, 1.0),
+        (1.3, 0, 1.0),
+        (1.0, 5, 1.0),
+        (0.7, 0, 0.9),
+        (1.0, 20, 0.8),
+    ]
+    others_params = [(0.0, 0, 1.0), (1.0, 3, 1.0), (0.9, 0, 0.5), (1.0, 1, 1.0), (1.5, 10, 0.95), (1.0, 0, 1.0)]
+    tokens_seen = set()
+    for case in range(24):
+        temp, top_k, top_p = targets[case % len(targets)]
+        seed, position = 1000 + case * 7919, 3 + case
+        logits = torch.randn(1, vocab, generator=gen) * 2
+        alone = _sample(logits, [(temp, top_k, top_p, seed, position)])[0]
+
+        others = torch.randn(31, vocab, generator=gen) * 2
+        where = case % 32
+        batch = torch.cat([others[:where], logits, others[where:]])
+        rows = [(*others_params[i % len(others_params)], 7 * i + case, i) for i in range(31)]
+        rows.insert(where, (temp, top_k, top_p, seed, position))
+        together = _sample(batch, rows)
+        assert together[where] == alone, case
+        # A half-precision copy of the same logits is upcast first: same token.
+        assert _sample(batch.half().float(), rows)[where] == _sample(logits.half().float(), [rows[where]])[0]
+        tokens_seen.add(alone)
+    assert len(tokens_seen) > 5  # the rows really are sampled, not argmaxed
+
+
+# -- greedy and filters ----------------------------------------------------------------------------------
+
+
+def test_greedy_rows_are_argmax() -> None:
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(16, 50, generator=gen)
+    argmax = logits.argmax(dim=-1).tolist()
+    all_greedy = [(0.0, 0, 1.0, i, i) for i in range(16)]
+    assert _sample(logits, all_greedy) == argmax
+    mixed = [(0.0, 0, 1.0, i, i) if i % 2 == 0 else (1.0, 0, 1.0, i, i) for i in range(16)]
+    out = _sample(logits, mixed)
+    assert [out[i] for i in range(0, 16, 2)] == argmax[0::2]
+
+
+def test_top_k_1_is_argmax_whatever_the_temperature() -> None:
+    gen = torch.Generator().manual_seed(2)
+    logits = torch.randn(32, 50, generator=gen)
+    rows = [(2.0, 1, 1.0, 99 + i, i) for i in range(32)]
+    assert SamplingBatch.build(rows, CPU).all_greedy
+    assert _sample(logits, rows) == logits.argmax(dim=-1).tolist()
+    rows[0] = (1.0, 0, 1.0, 5, 5)  # not all greedy: the filter path must agree
+    assert _sample(logits, rows)[1:] == logits.argmax(dim=-1).tolist()[1:]
+
+
+def test_tiny_top_p_keeps_only_the_top_token() -> None:
+    logits = torch.tensor([[0.0, 1.0, 1.2, 0.9, -1.0]] * 200)
+    rows = [(1.5, 0, 1e-6, seed, 0) for seed in range(200)]
+    assert set(_sample(logits, rows)) == {2}
+
+
+def test_top_k_keeps_only_the_k_best() -> None:
+    logits = torch.tensor([[0.0, 1.0, 1.2, 0.9, -1.0]] * 400)
+    rows = [(2.0, 2, 1.0, seed, 3) for seed in range(400)]
+    assert set(_sample(logits, rows)) == {1, 2}
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_p", "expected"),
+    [
+        (1.0, 1.0, None),  # plain softmax
+        (0.5, 1.0, None),  # softmax(logits / 0.5)
+        # Probabilities .579 (2), .213 (1), .129 (3), .078 (0): the mass before token 0 is .921,
+        # past top_p, so it goes; the rest are renormalized.
+        (1.0, 0.8, {2: 0.5793 / 0.9216, 1: 0.2131 / 0.9216, 3: 0.1292 / 0.9216}),
+        (1.0, 0.7, {2: 0.5793 / 0.7924, 1: 0.2131 / 0.7924}),
+    ],
+)
+def test_distribution_follows_softmax(temperature: float, top_p: float, expected: dict[int, float] | None) -> None:
+    base = [0.0, 1.0, 2.0, 0.5]
+    n = 20000
+    logits = torch.tensor([base] * n)
+    rows = [(temperature, 0, top_p, seed, 0) for seed in range(n)]
+    out = _sample(logits, rows)
+    counts = [out.count(t) for t in range(4)]
+    if expected is None:
+        probs = _softmax([x / temperature for x in base])
+    else:
+        probs = [expected.get(t, 0.0) for t in range(4)]
+        assert abs(sum(probs) - 1.0) < 1e-3
+        assert all(counts[t] == 0 for t in range(4) if probs[t] == 0.0), counts
+    assert _chi_square(counts, probs) < 30, (counts, probs)  # 3 dof: p < 1e-5
+
+
+def test_distribution_over_positions_for_one_seed() -> None:
+    base = [0.0, 1.0, 2.0, 0.5]
+    n = 20000
+    logits = torch.tensor([base] * n)
+    out = _sample(logits, [(1.0, 0, 1.0, 42, pos) for pos in range(n)])
+    counts = [out.count(t) for t in range(4)]
+    assert _chi_square(counts, _softmax(base)) < 30, counts
+
+
+def test_masked_or_filtered_token_is_never_sampled() -> None:
+    # -inf is how grammar masks and top-k/top-p remove tokens; the noise must never resurrect them.
+    assert _sample([[0.0, float("-inf")]], [(1.0, 0, 1.0, EDGE_SEED, EDGE_POS)]) == [0]
+    assert _sample([[5.0, 0.0]], [(1.0, 0, 0.01, EDGE_SEED, EDGE_POS)]) == [0]  # top_p keeps token 0 only
+    assert _sample([[0.0, -1000.0]], [(1.0, 0, 1.0, EDGE_SEED, EDGE_POS)]) == [0]  # p = e**-1000
+
+
+# -- penalties ------------------------------------------------------------------------------------------------
+
+
+def test_penalties_presence_frequency_on_outputs_repetition_on_everything() -> None:
+    logits = torch.tensor([[1.0, 2.0, -1.0, 3.0, 0.5]] * 3)
+    history = [2, 1, 1, 2]  # prompt [2], outputs [1, 1, 2]
+    histories = [(history, 1)] * 3
+    none = apply_penalties(logits.clone(), histories, [0.0] * 3, [0.0] * 3, [1.0] * 3)
+    assert torch.equal(none, logits)
+
+    presence = apply_penalties(logits.clone(), histories, [0.5] * 3, [0.0] * 3, [1.0] * 3)
+    assert presence[0].tolist() == [1.0, 1.5, -1.5, 3.0, 0.5]  # outputs 1 and 2, once each
+
+    frequency = apply_penalties(logits.clone(), histories, [0.0] * 3, [0.25] * 3, [1.0] * 3)
+    assert frequency[0].tolist() == [1.0, 1.5, -1.25, 3.0, 0.5]  # 1 twice, 2 once
+
+    rep = apply_penalties(logits.clone(), [([3, 0], 2)] * 3, [0.0] * 3, [0.0] * 3, [2.0] * 3)
+    assert rep[0].tolist() == [0.5, 2.0, -1.0, 1.5, 0.5]  # prompt tokens too: divide positives
+
+    rep = apply_penalties(logits.clone(), [([2], 1)] * 3, [0.0] * 3, [0.0] * 3, [2.0] * 3)
+    assert rep[0].tolist() == [1.0, 2.0, -2.0, 3.0, 0.5]  # multiply negatives
+
+    per_row = apply_penalties(logits.clone(), [([1], 0), ([1], 0), ([], 0)], [1.0, 0.0, 1.0], [0.0] * 3, [1.0] * 3)
+    assert per_row[:, 1].tolist() == [1.0, 2.0, 2.0]
