@@ -37,6 +37,9 @@ class HashedSeq(Protocol):
     block_table: list[int]
     num_hashed_blocks: int
     last_block_hash: int | None
+    # (id, generation) of the published block holding this sequence's last hashed block: its
+    # own, or another's with the same content and parent (then its own copy stays private).
+    last_block_ref: tuple[int, int] | None
 
     @property
     def all_token_ids(self) -> list[int]: ...
@@ -74,6 +77,9 @@ class BlockManager:
         return -(-num_tokens // self.block_size)
 
     # -- prefix cache -------------------------------------------------------------------------
+
+    def block_ref(self, block_id: int) -> tuple[int, int]:
+        return (block_id, self.blocks[block_id].generation)
 
     def match_prefix(self, token_ids: list[int], max_tokens: int) -> tuple[list[int], int | None]:
         """Take a reference on the longest cached run of full blocks that prefixes `token_ids`.
@@ -115,14 +121,22 @@ class BlockManager:
             chunk = tuple(token_ids[i * bs : (i + 1) * bs])
             h = chain_hash(seq.last_block_hash, chunk)
             block = self.blocks[seq.block_table[i]]
-            # Another block may already hold this content (two requests computed the same
-            # prefix at once); keep the first published one and leave this one private.
-            if h not in self.hash_to_block:
+            parent = seq.last_block_ref if i > 0 else None
+            published = self.hash_to_block.get(h)
+            if published is None:
                 block.hash = h
                 block.token_ids = chunk
-                parent_id = seq.block_table[i - 1] if i > 0 else None
-                block.parent = None if parent_id is None else (parent_id, self.blocks[parent_id].generation)
+                block.parent = parent
                 self.hash_to_block[h] = block.block_id
+                seq.last_block_ref = (block.block_id, block.generation)
+            else:
+                # Another block already holds this content (two requests computed the same
+                # prefix at once): keep the first published and chain later blocks to it, so
+                # they stay reachable; this sequence's own copy stays private.
+                other = self.blocks[published]
+                same = other.token_ids == chunk and other.parent == parent
+                target = other if same else block
+                seq.last_block_ref = (target.block_id, target.generation)
             seq.last_block_hash = h
             seq.num_hashed_blocks = i + 1
 

@@ -56,6 +56,7 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     num_hashed_blocks: int = 0
     last_block_hash: int | None = None
+    last_block_ref: tuple[int, int] | None = None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
     num_preemptions: int = 0
     admitted: bool = False
@@ -279,6 +280,7 @@ class SchedulerCore:
         seq.num_computed_tokens = len(hits) * self.config.block_size
         seq.num_hashed_blocks = len(hits)
         seq.last_block_hash = last_hash
+        seq.last_block_ref = self.blocks.block_ref(hits[-1]) if hits else None
         if not seq.admitted:
             seq.num_cached_tokens = seq.num_computed_tokens
 
@@ -288,6 +290,7 @@ class SchedulerCore:
         seq.num_computed_tokens = 0
         seq.num_hashed_blocks = 0
         seq.last_block_hash = None
+        seq.last_block_ref = None
 
     def _finish(self, seq: Sequence) -> None:
         if seq.request_id in self.forks:  # its siblings go on without it

@@ -92,7 +92,7 @@ def _apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.T
     probs = sorted_logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
     # Drop a token when the mass strictly before it already reaches top_p; the first always stays.
     mass_before = probs.cumsum(dim=-1) - probs
-    drop |= mass_before >= top_p[:, None]
+    drop |= (mass_before >= top_p[:, None]) & (top_p[:, None] < 1.0)  # rounding must not cut a top_p=1 row
     drop[:, 0] = False
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
@@ -132,9 +132,10 @@ def apply_penalties(
     presence_t = torch.tensor(presence, dtype=logits.dtype, device=device)[:, None]
     frequency_t = torch.tensor(frequency, dtype=logits.dtype, device=device)[:, None]
     repetition_t = torch.tensor(repetition, dtype=logits.dtype, device=device)[:, None]
-    logits = logits - presence_t * (out_counts > 0).to(logits.dtype) - frequency_t * out_counts.to(logits.dtype)
+    # Repetition first, then presence and frequency: vLLM's order.
     penalized = torch.where(logits > 0, logits / repetition_t, logits * repetition_t)
-    return torch.where(seen, penalized, logits)
+    logits = torch.where(seen, penalized, logits)
+    return logits - presence_t * (out_counts > 0).to(logits.dtype) - frequency_t * out_counts.to(logits.dtype)
 
 
 def top_logprobs(logprobs: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:

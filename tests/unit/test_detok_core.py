@@ -188,3 +188,17 @@ def test_special_tokens_skipped_or_kept(tok) -> None:
     assert "".join(chunks) == "hello"
     chunks, _, _ = _run(tok, [[i] for i in ids], skip_special_tokens=False)
     assert "".join(chunks) == "hello" + EOS
+
+
+@pytest.mark.parametrize("stop", [(), ("zzz",)])
+def test_flush_after_a_cut_mid_character_matches_a_full_decode(tok, stop: tuple[str, ...]) -> None:
+    # max_tokens can end a request inside a multi-byte character: nothing half is streamed
+    # before the end, and at the end the text is what a full decode renders.
+    ids = byte_token_ids("ab😀")[:-2]  # a, b, and the first 2 of the emoji's 4 bytes
+    d = IncrementalDetokenizer(tok, stop=stop)
+    chunks = [d.push([i])[0] for i in ids]
+    assert all("\ufffd" not in c for c in chunks)
+    assert "".join(chunks) == "ab"[: len("ab") - (len(stop[0]) - 1 if stop else 0)]
+    chunks.append(d.flush())
+    assert "".join(chunks) == d.text == tok.decode(ids)
+    assert d.text.startswith("ab") and d.text != "ab"
