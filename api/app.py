@@ -45,8 +45,9 @@ async def decode_body(schema: type[T]) -> T:
     return decoded
 
 
-def create_app(models: ModelRegistry) -> QuartTrio:
-    from api import openapi
+def create_app(models: ModelRegistry, platform_config: Any = None) -> QuartTrio:
+    """`platform_config`: an api.platform_config.PlatformConfig (keys, limits, state dir); None: from the environment."""
+    from api import openapi, platform
     from api.routes import chat, completions, embeddings, health, responses
     from api.routes import metrics as metrics_routes
     from api.routes import models as models_routes
@@ -61,6 +62,7 @@ def create_app(models: ModelRegistry) -> QuartTrio:
     if app.config["LOG_PROMPTS"]:
         for runtime in models:
             runtime.on_finish.append(_log_output)
+    platform.install(app, models, platform_config)  # auth + rate limits, Databricks, Azure
     app.asgi_app = EdgeMiddleware(app.asgi_app, metrics, models)  # type: ignore[method-assign]
 
     @app.before_request

@@ -6,15 +6,20 @@ Owns: token text for a token id (decoded alone, cached per tokenizer) and both l
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from runtime.messages import Logprob
 
-_texts: dict[int, dict[int, str]] = {}  # id(tokenizer) → token id → text
+# tokenizer → token id → text. Weakly keyed on the tokenizer itself: keyed on id(), a cache
+# outlived its tokenizer and served another model's token texts once Python reused the id.
+_texts: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
 
 
 def token_text(tokenizer: Any, token_id: int) -> str:
-    cache = _texts.setdefault(id(tokenizer), {})
+    cache = _texts.get(tokenizer)
+    if cache is None:
+        cache = _texts[tokenizer] = {}
     text = cache.get(token_id)
     if text is None:
         text = cache[token_id] = tokenizer.decode([token_id])

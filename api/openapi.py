@@ -2,16 +2,17 @@
 
 Owns: building the document from the app's own URL map (every route it serves, with its
 methods and path parameters) and the msgspec request structs (`msgspec.json.schema_components`
-emits JSON Schema 2020-12, which OpenAPI 3.1 uses as is). A route's request body comes from
-`REQUEST_BODIES`; routes built elsewhere can add theirs with `register_body`. Names in
-`_CANDIDATES` are looked up in `api.schemas` as well, so a body struct that lands there under
-one of them is published without touching this file. Imports msgspec, quart and api.
+emits JSON Schema 2020-12, which OpenAPI 3.1 uses as is). A POST route's body schema is the
+struct its view passes to `decode_body`, found by looking at the names the view's code uses,
+so a new route is published with no edit here; `register_body` covers views that decode
+some other way. Imports msgspec, quart and api.
 """
 
 from __future__ import annotations
 
-import importlib
+import inspect
 import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -19,14 +20,8 @@ from quart import Quart
 
 from api.errors import json_response
 
-REQUEST_BODIES: dict[str, type] = {}
+REQUEST_BODIES: dict[str, type] = {}  # explicit entries win over what introspection finds
 
-_CANDIDATES: dict[str, tuple[str, ...]] = {
-    "/v1/chat/completions": ("ChatCompletionRequest",),
-    "/v1/completions": ("CompletionRequest",),
-    "/v1/embeddings": ("EmbeddingRequest", "EmbeddingsRequest", "EmbeddingCreateRequest"),
-    "/v1/responses": ("ResponsesRequest", "ResponseRequest", "ResponseCreateRequest", "CreateResponseRequest"),
-}
 _PARAM = re.compile(r"<(?:[a-z]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
 _HIDDEN = {"static"}
 
@@ -47,29 +42,27 @@ def register_body(path: str, schema: type) -> None:
     REQUEST_BODIES[path] = schema
 
 
-def _request_bodies() -> dict[str, type]:
-    bodies: dict[str, type] = {}
-    for module_name in ("api.schemas",):
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        for path, names in _CANDIDATES.items():
-            for name in names:
-                schema = getattr(module, name, None)
-                if isinstance(schema, type) and issubclass(schema, msgspec.Struct):
-                    bodies.setdefault(path, schema)
-                    break
-    bodies.update(REQUEST_BODIES)
-    return bodies
+def body_schema(view: Callable[..., Any]) -> type | None:
+    """The msgspec struct a view decodes its body into: the one Struct class among the globals
+    it names, when it calls `decode_body` (api/app.py, the one place routes decode bodies)."""
+    fn = inspect.unwrap(view)
+    code = getattr(fn, "__code__", None)
+    if code is None or "decode_body" not in code.co_names:
+        return None
+    found = {fn.__globals__.get(name) for name in code.co_names}
+    structs = [o for o in found if isinstance(o, type) and issubclass(o, msgspec.Struct)]
+    return structs[0] if len(structs) == 1 else None
 
 
 def build_document(app: Quart) -> dict[str, Any]:
-    bodies = {path: schema for path, schema in _request_bodies().items()}
     routes = [(rule.rule, sorted(rule.methods - {"HEAD", "OPTIONS"}), rule.endpoint) for rule in app.url_map.iter_rules()]
     routes = [r for r in routes if r[2] not in _HIDDEN]
-    served = {rule for rule, _, _ in routes}
-    body_paths = [p for p in bodies if p in served]
+    bodies: dict[str, type] = {}
+    for rule, methods, endpoint in routes:
+        schema = REQUEST_BODIES.get(rule) or body_schema(app.view_functions[endpoint])
+        if "POST" in methods and schema is not None:
+            bodies[rule] = schema
+    body_paths = sorted(bodies)
     types = [bodies[p] for p in body_paths] + [ErrorResponse]
     refs, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     body_refs = dict(zip(body_paths, refs))

@@ -31,7 +31,7 @@ from actors.sched_core import SchedulerConfig, SchedulerCore
 from actors.scheduler import SchedulerActor
 from actors.tokenizer import TokenizerActor
 from runtime.config import RuntimeConfig
-from runtime.errors import EngineDead, Overloaded
+from runtime.errors import EngineDead, InvalidRequest, Overloaded
 from runtime.logging import get_logger
 from runtime.messages import AbortReason, AbortRequest, TextDelta
 from runtime.mailbox import GroupSignal
@@ -210,6 +210,10 @@ class Runtime:
         """
         if not self.accepting:
             raise EngineDead("The server is not accepting requests (starting up or shutting down).")
+        if prompt.token_ids and self.info is not None and max(prompt.token_ids) >= self.info.vocab_size:
+            # Found by the fuzz test: an id past the embedding table fails the whole device step,
+            # and with it every other request batched into that step.
+            raise InvalidRequest(f"Token ids must be below the vocabulary size, {self.info.vocab_size}.", param="prompt", code="invalid_token_id")
         if len(self.requests) + n > self.config.max_pending:
             raise Overloaded(f"{len(self.requests)} requests are in flight; retry shortly.")
         cost = 0

@@ -83,9 +83,16 @@ def run_transformers_serve(
     cmd.append(model_dir)
     base_url = f"http://127.0.0.1:{port}"
     log_path = log_dir / "transformers-serve.log"
+    effective_dtype = dtype
+    if dtype == "auto":  # --dtype auto keeps the weights' dtype
+        try:
+            cfg = json.loads((Path(model_dir) / "config.json").read_text())
+            effective_dtype = cfg.get("dtype") or cfg.get("torch_dtype") or "auto"
+        except (OSError, ValueError):
+            pass
     print(f"[peers] starting: {' '.join(cmd)} (log {log_path})", file=sys.stderr, flush=True)
     server = ServerProcess("transformers-serve", cmd, log_path)
-    out: dict[str, Any] = {"name": "transformers-serve-cb", "cmd": cmd, "log": str(log_path), "dtype": dtype, "cb_num_blocks": cb_num_blocks, "cb_max_batch_tokens": cb_max_batch_tokens}
+    out: dict[str, Any] = {"name": "transformers-serve-cb", "cmd": cmd, "log": str(log_path), "dtype": effective_dtype, "dtype_arg": dtype, "cb_num_blocks": cb_num_blocks, "cb_max_batch_tokens": cb_max_batch_tokens}
     try:
         out["startup_s"] = round(server.wait_healthy(base_url + "/health", startup_timeout), 2)
         t0 = time.monotonic()

@@ -11,20 +11,23 @@ import httpx
 import pytest
 
 from tests.conftest import Server
-from tests.generation.helpers import TOL, Reference, chat, complete, in_thread
+from tests.generation.helpers import TOL, Reference, chat, complete, in_thread, stream_events
 
 PROMPT = "The quick brown"
 
 
-async def test_legacy_logprobs_match_the_model_greedy_with_echo(server: Server, http: httpx.AsyncClient, ref: Reference) -> None:
+async def _legacy_greedy_echo(http: httpx.AsyncClient, ref: Reference, k: int) -> tuple[list[int], list[int], object, dict]:
     ids = ref.encode(PROMPT)
     greedy = await in_thread(ref.greedy, ids, 8)
     lp = await in_thread(ref.logprobs, ids + greedy)
-
-    out = await complete(http, prompt=PROMPT, max_tokens=8, temperature=0, ignore_eos=True, logprobs=3, echo=True)
+    out = await complete(http, prompt=PROMPT, max_tokens=8, temperature=0, ignore_eos=True, logprobs=k, echo=True)
     choice = out["choices"][0]
     assert choice["text"] == PROMPT + ref.decode(greedy)
-    got = choice["logprobs"]
+    return ids, greedy, lp, choice["logprobs"]
+
+
+async def test_legacy_token_logprobs_match_the_model_with_echo(server: Server, http: httpx.AsyncClient, ref: Reference) -> None:
+    ids, greedy, lp, got = await _legacy_greedy_echo(http, ref, 3)
     n = len(ids)
     assert len(got["tokens"]) == len(got["token_logprobs"]) == len(got["top_logprobs"]) == len(got["text_offset"]) == n + 8
     assert got["tokens"] == [ref.token_text(t) for t in ids + greedy]
@@ -33,23 +36,38 @@ async def test_legacy_logprobs_match_the_model_greedy_with_echo(server: Server, 
     assert got["token_logprobs"][0] is None and got["top_logprobs"][0] is None
     for p in range(1, n):
         assert got["token_logprobs"][p] == pytest.approx(float(lp[p - 1, ids[p]]), abs=TOL), p
-        top = sorted(got["top_logprobs"][p].values(), reverse=True)
-        assert top == pytest.approx(lp[p - 1].topk(len(top)).values.tolist(), abs=TOL), p
-
-    # Generated: greedy, so the chosen token is the argmax and the first top entry.
+    # Generated: greedy, so each chosen token is the argmax of the raw distribution.
     for j, token in enumerate(greedy):
         row = lp[n + j - 1]
         assert got["token_logprobs"][n + j] == pytest.approx(float(row[token]), abs=TOL), j
         assert got["token_logprobs"][n + j] == pytest.approx(float(row.max()), abs=TOL), j
-        top = got["top_logprobs"][n + j]
-        first_text, first_lp = next(iter(top.items()))
-        assert first_text == ref.token_text(token), (j, top)
-        assert first_lp == pytest.approx(got["token_logprobs"][n + j], abs=1e-6), (j, top)
 
     # text_offset: the prompt starts at 0 and generated text right after the echoed prompt.
     assert got["text_offset"][0] == 0
     assert got["text_offset"][n] == len(PROMPT)
     assert got["text_offset"] == sorted(got["text_offset"])
+
+
+async def test_legacy_top_logprobs_are_the_models_top_k(server: Server, http: httpx.AsyncClient, ref: Reference) -> None:
+    """Each top_logprobs dict holds the k most likely tokens, keyed by text, best first.
+
+    Several byte-level tokens decode alone to the same text (U+FFFD); when two of the top k
+    collide, the entry must keep the higher logprob (the most likely token with that text),
+    never the lower. At temperature 0 the first entry is the chosen (argmax) token.
+    """
+    ids, greedy, lp, got = await _legacy_greedy_echo(http, ref, 3)
+    n = len(ids)
+    for p in range(1, n + len(greedy)):
+        values, top_ids = lp[p - 1].topk(3)
+        expected: dict[str, float] = {}
+        for t, v in zip(top_ids.tolist(), values.tolist()):
+            expected.setdefault(ref.token_text(t), v)  # best first; a repeated text keeps its best
+        top = got["top_logprobs"][p]
+        assert list(top) == list(expected), (p, top, expected)
+        assert list(top.values()) == pytest.approx(list(expected.values()), abs=TOL), (p, top, expected)
+        if p >= n:  # generated at temperature 0: the first entry is the chosen token
+            first_text, first_lp = next(iter(top.items()))
+            assert first_text == got["tokens"][p] and first_lp == pytest.approx(got["token_logprobs"][p], abs=1e-6), p
 
 
 async def test_legacy_top_logprobs_hold_the_sampled_token(server: Server, http: httpx.AsyncClient, ref: Reference) -> None:
@@ -80,9 +98,6 @@ async def test_sampled_logprobs_are_raw_model_logprobs(server: Server, http: htt
             # Which token was sampled: the one with this text whose raw logprob is the reported one.
             matches = [t for t in by_text[text] if abs(float(row[t]) - reported) < TOL]
             assert matches, (j, text, reported, [float(row[t]) for t in by_text[text]])
-            # The top entries are the raw distribution's top entries.
-            top = sorted(got["top_logprobs"][j].values(), reverse=True)[: 2]
-            assert top[0] == pytest.approx(float(row.max()), abs=TOL), j
             seq.append(matches[0])
 
     await in_thread(check)
@@ -130,3 +145,40 @@ async def test_chat_logprob_bytes_rebuild_the_content(server: Server, http: http
     entries = out["choices"][0]["logprobs"]["content"]
     joined = b"".join(bytes(e["bytes"]) for e in entries)
     assert joined.decode("utf-8", errors="replace") == content, (joined, content)
+
+
+async def test_streamed_legacy_logprobs_equal_the_whole_response(server: Server, http: httpx.AsyncClient) -> None:
+    """Every generated token's entry is streamed, including those whose text is still held
+    back (an incomplete UTF-8 character): none may be dropped, offsets must line up."""
+    body = dict(prompt=PROMPT, max_tokens=8, temperature=1.0, seed=8, ignore_eos=True, logprobs=2, echo=True)
+    whole = (await complete(http, **body))["choices"][0]["logprobs"]
+    events = await stream_events(http, "/v1/completions", **body)
+    parts = [e["choices"][0]["logprobs"] for e in events if e["choices"][0]["logprobs"] is not None]
+    joined = {key: [v for part in parts for v in part[key]] for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+    # Floats within 1e-5: the second request's prompt comes partly from the prefix cache.
+    assert joined["tokens"] == whole["tokens"]
+    assert joined["text_offset"] == whole["text_offset"]
+    assert _close(joined["token_logprobs"], whole["token_logprobs"]), (joined["token_logprobs"], whole["token_logprobs"])
+    assert _close(joined["top_logprobs"], whole["top_logprobs"]), (joined["top_logprobs"], whole["top_logprobs"])
+
+
+async def test_streamed_chat_logprobs_equal_the_whole_response(server: Server, http: httpx.AsyncClient) -> None:
+    messages = [{"role": "user", "content": "hello there"}]
+    body = dict(messages=messages, max_tokens=8, temperature=1.0, seed=8, ignore_eos=True, logprobs=True, top_logprobs=2)
+    whole_chat = (await chat(http, **body))["choices"][0]["logprobs"]["content"]
+    events = await stream_events(http, "/v1/chat/completions", **body)
+    streamed = [entry for e in events if e["choices"] and e["choices"][0]["logprobs"] for entry in e["choices"][0]["logprobs"]["content"]]
+    assert len(streamed) == len(whole_chat)
+    for j, (a, b) in enumerate(zip(streamed, whole_chat)):
+        assert _close(a, b), (j, a, b)
+
+
+def _close(a: object, b: object, tol: float = 1e-5) -> bool:
+    """Equal structures, floats within `tol` (the same numbers from two runs)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= tol
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y, tol) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_close(a[k], b[k], tol) for k in a)
+    return a == b

@@ -168,4 +168,9 @@ async def test_chat_tools_and_response_format(client: Client) -> None:
         temperature=0,
         max_tokens=64,
     )
-    assert isinstance(json.loads(resp.choices[0].message.content), dict)
+    # json_object bounds nothing, so a small model may run out of tokens inside a string: what
+    # it wrote is then the start of an object, and a finished answer is a whole one.
+    content = resp.choices[0].message.content
+    assert content.startswith("{")
+    if resp.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(content), dict)

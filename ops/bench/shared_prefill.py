@@ -1,0 +1,106 @@
+"""n and best_of share one prefill: shown with the engine's own counters, on the default model.
+
+python -m ops.bench.shared_prefill [--prompt-tokens 128] [--max-tokens 16] [--model DIR]
+
+Starts the whole stack in-process (Runtime + HTTP edge on a loopback port, as the tests do),
+then sends one /v1/completions request per case — n=1, n=4, best_of=4 (n=1) — each with its own
+128-token prompt (a different header, so no case is served from another's prefix cache). For
+each it prints one JSON row:
+
+    {"case", "prompt_tokens", "n", "best_of", "sequences", "prefill_tokens_delta",
+     "bound", "ok", "wall_s"}
+
+`prefill_tokens_delta` is the growth of `runtime.statistics()["prefill_tokens"]` (prompt tokens
+the engine computed, not served from its prefix cache) over the request. Sequences after the
+first wait for its prefill and reuse its full blocks, so the delta stays within one prompt plus
+at most `block_size` tokens per extra sequence (`bound`); 4x the prompt would mean no sharing.
+Exits 1 when a row is over its bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import httpx
+import trio
+
+from runtime.config import RuntimeConfig
+
+CASES: list[tuple[str, dict[str, Any]]] = [
+    ("n=1", {"n": 1}),
+    ("n=4", {"n": 4}),
+    ("best_of=4", {"n": 1, "best_of": 4}),
+]
+
+
+async def _idle_stats(runtime: Any, timeout: float = 30.0) -> dict[str, Any]:
+    with trio.fail_after(timeout):
+        while True:
+            stats = runtime.statistics()
+            if stats["live_requests"] == 0 and stats["requests"] == 0 and stats["waiting"] == 0 and stats["running"] == 0:
+                return stats
+            await trio.sleep(0.01)
+
+
+async def main(args: argparse.Namespace) -> int:
+    from ops.bench.prompt import build_prompts, default_model_dir
+    from tests.conftest import start_server
+
+    config = RuntimeConfig(model=args.model, port=0, served_name="bench")
+    model_dir = args.model or str(default_model_dir())
+    prompts = build_prompts(model_dir, len(CASES) + 1, args.prompt_tokens, mode="unique")
+    failures = 0
+    async with trio.open_nursery() as nursery:
+        server = await start_server(nursery, config)
+        runtime: Any = server.runtime
+        block = runtime.config.block_size
+        try:
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=600) as http:
+                base = {"model": "bench", "max_tokens": args.max_tokens, "temperature": 1.0, "seed": 1, "ignore_eos": True}
+                # Warm-up on a prompt of its own (first-request costs stay out of the rows).
+                r = await http.post("/v1/completions", json={**base, "prompt": prompts[-1], "max_tokens": 2})
+                r.raise_for_status()
+                for (case, fields), prompt in zip(CASES, prompts):
+                    before = (await _idle_stats(runtime))["prefill_tokens"]
+                    started = time.perf_counter()
+                    r = await http.post("/v1/completions", json={**base, **fields, "prompt": prompt})
+                    wall = time.perf_counter() - started
+                    r.raise_for_status()
+                    body = r.json()
+                    delta = (await _idle_stats(runtime))["prefill_tokens"] - before
+                    prompt_tokens = body["usage"]["prompt_tokens"]
+                    sequences = fields.get("best_of", fields["n"])
+                    bound = prompt_tokens + (sequences - 1) * block
+                    ok = prompt_tokens <= delta <= bound and len(body["choices"]) == fields["n"]
+                    failures += not ok
+                    row = {
+                        "case": case,
+                        "prompt_tokens": prompt_tokens,
+                        "n": fields["n"],
+                        "best_of": fields.get("best_of"),
+                        "sequences": sequences,
+                        "prefill_tokens_delta": delta,
+                        "bound": bound,
+                        "ok": ok,
+                        "wall_s": round(wall, 3),
+                    }
+                    print(json.dumps(row), flush=True)
+        finally:
+            server.stop.set()
+    return 1 if failures else 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--model", default=None, help="a local HF model directory (default: the embedded default model)")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(trio.run(main, parse_args()))

@@ -1,0 +1,129 @@
+"""Azure ML chat completions (seed 003): api-version, extra-parameters, deployments, error
+bodies with x-ms-error-code, content parts; raw HTTP and the azure-ai-inference client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.platform.conftest import KEY, client, platform_server
+
+URL = "/chat/completions?api-version=2024-04-01-preview"
+BODY = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}], "max_tokens": 2, "temperature": 0}
+
+
+def assert_azure_error(r, status: int, code: str) -> dict:  # type: ignore[no-untyped-def]
+    assert r.status_code == status, r.text
+    assert r.headers["x-ms-error-code"] == code
+    body = r.json()
+    assert body["status"] == status and isinstance(body["error"], str) and body["message"]
+    return body  # type: ignore[no-any-return]
+
+
+async def test_chat_completions_api_version_and_errors(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b")) as srv, client(srv) as http:
+        r = await http.post(URL, json=BODY)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["object"] == "chat.completion" and body["model"] == "tiny-a"  # the default model
+        assert body["system_fingerprint"] and body["usage"]["completion_tokens"] == 2
+        r = await http.post("/chat/completions?api-version=2024-05-01-preview", json=BODY)
+        assert r.status_code == 200
+
+        # api-version: required, and one of the known ones.
+        err = assert_azure_error(await http.post("/chat/completions", json=BODY), 400, "BadRequest")
+        assert "api-version" in err["message"]
+        err = assert_azure_error(await http.post("/chat/completions?api-version=1999-01-01", json=BODY), 400, "BadRequest")
+        assert "1999-01-01" in err["message"] and "2024-04-01-preview" in err["message"]
+
+        # azureml-model-deployment picks the model; an unknown one is a 404 NotFoundError.
+        r = await http.post(URL, json=BODY, headers={"azureml-model-deployment": "tiny-b"})
+        assert r.status_code == 200 and r.json()["model"] == "tiny-b"
+        err = assert_azure_error(await http.post(URL, json=BODY, headers={"azureml-model-deployment": "nope"}), 404, "NotFound")
+        assert "nope" in err["message"]
+
+        # 422 UnprocessableContentError: detail[] with loc and value.
+        err = assert_azure_error(await http.post(URL, json={**BODY, "temperature": 5}), 422, "UnprocessableContent")
+        assert err["detail"] == [{"loc": ["body", "temperature"], "value": "5"}] and err["code"] == "UnprocessableContent"
+        err = assert_azure_error(await http.post(URL, json={"messages": [{"role": "user", "content": 3}]}), 422, "UnprocessableContent")
+        assert err["detail"][0]["loc"] == ["body", "messages", "0", "content"]
+        assert_azure_error(await http.post(URL, content=b"{nope"), 400, "BadRequest")
+
+        # Content parts: text is read, images are refused on a text-only model.
+        parts = {"role": "user", "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": " there"}]}
+        r = await http.post(URL, json={**BODY, "messages": [parts]})
+        assert r.status_code == 200, r.text
+        for image in ({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}},
+                      {"type": "image", "content": "https://example.invalid/cat.png"}):
+            msg = {"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}
+            err = assert_azure_error(await http.post(URL, json={**BODY, "messages": [msg]}), 422, "UnprocessableContent")
+            assert "text only" in err["message"] and err["detail"][0]["loc"] == ["body", "messages", "0", "content", "1", "type"]
+
+        # Streaming: data-only SSE ending in [DONE].
+        async with http.stream("POST", URL, json={**BODY, "stream": True}) as s:
+            lines = [line async for line in s.aiter_lines() if line.startswith("data: ")]
+        assert s.status_code == 200 and lines[-1] == "data: [DONE]"
+
+        r = await http.get("/info?api-version=2024-05-01-preview", headers={"azureml-model-deployment": "tiny-b"})
+        assert r.json()["model_name"] == "tiny-b" and r.json()["model_type"] == "chat-completion"
+
+
+async def test_extra_parameters_header(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    extras = {**BODY, "top_k": 1, "ignore_eos": True, "max_tokens": 6, "made_up_knob": 3}
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, client(srv) as http:
+        # Default and `error`: 400 naming each extra parameter.
+        for headers in ({}, {"extra-parameters": "error"}):
+            err = assert_azure_error(await http.post(URL, json=extras, headers=headers), 400, "BadRequest")
+            for name in ("top_k", "ignore_eos", "made_up_knob"):
+                assert name in err["message"]
+            assert [d["loc"] for d in err["detail"]] == [["body", "ignore_eos"], ["body", "made_up_knob"], ["body", "top_k"]]
+        # `pass-through`: known extensions are honoured (ignore_eos makes all 6 tokens come).
+        r = await http.post(URL, json=extras, headers={"extra-parameters": "pass-through"})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 6 and r.json()["choices"][0]["finish_reason"] == "length"
+        # `ignore`: extras dropped; the request runs as if they were never sent.
+        r = await http.post(URL, json={**extras, "n": 0}, headers={"extra-parameters": "ignore"})
+        assert r.status_code == 200, r.text
+        err = assert_azure_error(await http.post(URL, json=BODY, headers={"extra-parameters": "sometimes"}), 400, "BadRequest")
+        assert "extra-parameters" in err["message"]
+
+
+async def test_azure_ai_inference_client(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    inference = pytest.importorskip("azure.ai.inference")
+    from azure.ai.inference.models import SystemMessage, UserMessage
+    from azure.core.credentials import AzureKeyCredential
+    from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
+
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b"), keys=(KEY,)) as srv:
+
+        def run() -> None:
+            # No keep-alive: an idle connection (one an exception still holds, say) would hold the
+            # server's shutdown for its graceful timeout.
+            close = {"Connection": "close"}
+            chat = inference.ChatCompletionsClient(endpoint=srv.base_url, credential=AzureKeyCredential(KEY), headers=close)
+            wrong = inference.ChatCompletionsClient(endpoint=srv.base_url, credential=AzureKeyCredential("sk-wrong"), headers=close)
+            with chat, wrong:
+                check(chat, wrong)
+
+        def check(chat, wrong) -> None:  # type: ignore[no-untyped-def]
+            messages = [SystemMessage(content="Be brief."), UserMessage(content="Hello")]
+            result = chat.complete(messages=messages, max_tokens=3, temperature=0.0, headers={"azureml-model-deployment": "tiny-b"})
+            assert result.model == "tiny-b" and result.choices[0].message.role == "assistant"
+            assert result.usage.completion_tokens == 3
+            # model_extras go to the body with `extra-parameters: pass-through`.
+            result = chat.complete(messages=messages, max_tokens=4, model_extras={"ignore_eos": True, "top_k": 1})
+            assert result.usage.completion_tokens == 4
+            with chat.complete(messages=messages, max_tokens=3, stream=True) as updates:
+                finishes = [u.choices[0].finish_reason for u in updates if u.choices]
+            assert finishes[-1] == "length"
+            info = chat.get_model_info()
+            assert info.model_name == "tiny-a"
+            with pytest.raises(HttpResponseError) as bad:
+                chat.complete(messages=messages, temperature=9.0)
+            assert bad.value.status_code == 422
+            with pytest.raises(ClientAuthenticationError):
+                wrong.complete(messages=messages)
+
+        await trio.to_thread.run_sync(run)
