@@ -2,8 +2,8 @@
 
 Owns: `AuthMiddleware`. With keys configured, every HTTP request but GET /health and /metrics
 must carry `Authorization: Bearer <key>`; keys are compared in constant time
-(`hmac.compare_digest`, against every key, so timing tells neither a key nor which one) and
-never logged: log lines name a key by its position (`key#1`). Without keys the server is open
+(`hmac.compare_digest` of SHA-256 digests, against every key, so timing tells neither a key,
+its length, nor which one matched) and never logged: log lines name a key by its position (`key#1`). Without keys the server is open
 and limits apply per client address.
 
 Limits are token buckets refilled continuously (`requests_per_minute`, `tokens_per_minute`).
@@ -19,6 +19,7 @@ Imports trio, msgspec, structlog and api.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import math
 import time
@@ -39,6 +40,7 @@ OPEN_PATHS = frozenset({"/health", "/metrics"})
 TOKEN_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/chat/completions")
 MAX_BUFFERED = 32 * 1024 * 1024  # as api.app.MAX_BODY_BYTES: Quart refuses larger bodies itself
 BODY_TIMEOUT = 60.0
+MAX_ACCOUNTS = 10_000
 
 
 class TokenBucket:
@@ -90,11 +92,21 @@ class RateLimiter:
     def account(self, who: str) -> Account:
         account = self.accounts.get(who)
         if account is None:
+            if len(self.accounts) >= MAX_ACCOUNTS:
+                self._forget_idle()
             rpm, tpm = self.config.requests_per_minute, self.config.tokens_per_minute
             account = self.accounts[who] = Account(
                 TokenBucket(rpm, self.clock) if rpm else None, TokenBucket(tpm, self.clock) if tpm else None
             )
         return account
+
+    def _forget_idle(self) -> None:
+        """Drop accounts whose buckets are full again: they are as good as new (open servers
+        keep one per client address, so the table must not grow without bound)."""
+        for who, account in list(self.accounts.items()):
+            buckets = [b for b in (account.requests, account.tokens) if b is not None]
+            if all(b.wait_for(b.capacity) == 0 for b in buckets):
+                del self.accounts[who]
 
     def admit(self, who: str, tokens: int) -> tuple[float, str]:
         """(0, "") and charge the account, or (seconds to wait, which limit) and charge nothing."""
@@ -128,7 +140,9 @@ class AuthMiddleware:
     def __init__(self, app: Any, config: PlatformConfig, clock: Callable[[], float] = time.monotonic) -> None:
         self.app = app
         self.config = config
-        self._keys = [key.encode() for key in config.api_keys]
+        # Digests, so every comparison is of 32 bytes: compare_digest's time then tells
+        # neither a key's content nor its length.
+        self._keys = [hashlib.sha256(key.encode()).digest() for key in config.api_keys]
         self.limiter = RateLimiter(config, clock)
 
     def identify(self, headers: list[tuple[bytes, bytes]]) -> int | None:
@@ -140,9 +154,10 @@ class AuthMiddleware:
                 if scheme.lower() == b"bearer":
                     given = token.strip()
                 break
+        digest = hashlib.sha256(given).digest()
         found = None
         for index, key in enumerate(self._keys):  # no early exit: every key is compared
-            if hmac.compare_digest(given, key) and given:
+            if hmac.compare_digest(digest, key) and given:
                 found = index
         return found
 
@@ -184,7 +199,9 @@ class AuthMiddleware:
         if wait > 0:
             log.info("rate_limited", key=who, limit=which, retry_after_s=round(wait, 3))
             limit = self.config.requests_per_minute if which == "requests" else self.config.tokens_per_minute
-            await _reject(send, path, 429, f"Rate limit of {limit} {which} per minute reached for this key; retry after {math.ceil(wait)}s.", retry_after=wait)
+            whose = "this client address" if who.startswith("client:") else "this key"
+            message = f"Rate limit of {limit} {which} per minute reached for {whose}; retry after {math.ceil(wait)}s."
+            await _reject(send, path, 429, message, retry_after=wait)
             return
         if not estimate:
             await self.app(scope, replay, send)
@@ -193,7 +210,7 @@ class AuthMiddleware:
 
         async def metered_send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                meter.status = message["status"]
+                meter.start(message)
             elif message["type"] == "http.response.body":
                 meter.feed(message.get("body", b""))
             await send(message)
@@ -262,12 +279,19 @@ class _UsageMeter:
 
     def __init__(self) -> None:
         self.status = 0
+        self.sse = False
         self.total: int | None = None
         self.events = 0
         self._json = bytearray()
 
+    def start(self, message: dict[str, Any]) -> None:
+        self.status = message["status"]
+        for name, value in message.get("headers", ()):
+            if name.lower() == b"content-type":
+                self.sse = value.startswith(b"text/event-stream")
+
     def feed(self, chunk: bytes) -> None:
-        if chunk.startswith(b"data: ") or chunk.startswith(b"event: "):
+        if self.sse:
             self.events += chunk.count(b"data: ")
             if b'"total_tokens"' in chunk:
                 for line in chunk.split(b"\n"):

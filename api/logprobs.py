@@ -28,10 +28,42 @@ def token_text(tokenizer: Any, token_id: int) -> str:
     return text
 
 
+_byte_decoder: dict[str, int] | None = None
+
+
+def token_bytes(tokenizer: Any, token_id: int) -> list[int]:
+    """The token's own bytes: a byte-level BPE piece or a `<0xNN>` byte-fallback token may be
+    part of a UTF-8 character, which its decoded text (U+FFFD) cannot show."""
+    global _byte_decoder
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if isinstance(piece, str):
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            return [int(piece[3:5], 16)]
+        if _byte_decoder is None:
+            _byte_decoder = {c: b for b, c in _bytes_to_unicode().items()}
+        decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+        if "ByteLevel" in type(decoder).__name__ and all(c in _byte_decoder for c in piece):
+            return [_byte_decoder[c] for c in piece]
+    return list(token_text(tokenizer, token_id).encode())
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte → printable character map used by byte-level BPE vocabularies."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars = printable[:]
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {b: chr(c) for b, c in zip(printable, chars)}
+
+
 def chat_logprobs(tokenizer: Any, entries: list[Logprob]) -> dict[str, Any]:
     def item(token_id: int, logprob: float) -> dict[str, Any]:
         text = token_text(tokenizer, token_id)
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+        return {"token": text, "logprob": logprob, "bytes": token_bytes(tokenizer, token_id)}
 
     return {
         "content": [
@@ -57,5 +89,11 @@ def legacy_logprobs(
             tops.append(None)
         else:
             token_logprobs.append(entry.logprob)
-            tops.append({token_text(tokenizer, t): lp for t, lp in entry.top})
+            # Best first; two tokens with the same text keep the likelier one's value. The
+            # chosen token is always listed (seed 004, as vLLM: up to logprobs + 1 entries).
+            top: dict[str, float] = {}
+            for t, lp in entry.top:
+                top.setdefault(token_text(tokenizer, t), lp)
+            top.setdefault(text, entry.logprob)
+            tops.append(top)
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}

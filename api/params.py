@@ -43,6 +43,8 @@ def _common(req: SamplingFields, max_tokens: int | None, *, n_generate: int, log
         raise _unsupported("logit_bias", "logit_bias")
     if req.min_tokens:
         raise _unsupported("min_tokens", "min_tokens")
+    if req.seed is not None and not -(2**63) <= req.seed <= 2**64 - 1:
+        raise InvalidRequest("seed must fit in 64 bits.", param="seed", code="invalid_value")
     top_k = req.top_k if req.top_k is not None else 0
     return SamplingParams(
         max_tokens=max_tokens,
@@ -131,7 +133,7 @@ def completion_params(req: CompletionRequest) -> tuple[list[Prompt], SamplingPar
     """Prompts (one per prompt in a batch) and the parameters each of their sequences uses.
 
     `sampling.n` is how many sequences run per prompt: best_of when given (the route returns
-    the n best by cumulative logprob), else n. Beam search is not implemented: 400.
+    the n best by cumulative logprob), else n. use_beam_search goes to `_beam_params`.
     """
     if req.use_beam_search:
         return _beam_params(req)

@@ -59,7 +59,7 @@ def responses_params(req: ResponsesRequest, template_tools: bool = False) -> Res
     _refuse(req)
     toolset = build_toolset(req.tools, req.tool_choice, req.parallel_tool_calls)
     text_format = _text_format(req)
-    text_guide = format_guide(text_format["type"], text_format.get("schema"), "text.format")
+    text_guide = format_guide(text_format.get("type"), text_format.get("schema"), "text.format")
     guide: Guide | None = tool_guide(toolset, text_guide) if toolset is not None else text_guide
     messages, kwargs = render_conversation(input_messages(req.input, req.instructions), toolset, template_tools)
     if req.reasoning is not None and req.reasoning.effort is not None:

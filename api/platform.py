@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from quart import Quart
 
-from api import databricks
+from api import databricks, openapi
 from api.auth import AuthMiddleware
 from api.endpoints_store import EndpointStore
 from api.platform_config import PlatformConfig
 from api.routes import azure
-from api.serving_endpoints import ServingEndpoints
+from api.schemas import ChatCompletionRequest
+from api.serving_endpoints import CreateEndpointRequest, ServingEndpoints
 from runtime.logging import get_logger
 from runtime.registry import ModelRegistry
 
@@ -29,6 +30,8 @@ def install(app: Quart, models: ModelRegistry, config: PlatformConfig | None = N
     app.extensions["serving_endpoints"] = endpoints
     databricks.register(app, models, endpoints)
     azure.register(app, models)
+    openapi.register_body("/chat/completions", ChatCompletionRequest)
+    openapi.register_body("/api/2.0/serving-endpoints", CreateEndpointRequest)
 
     @app.before_serving
     async def _load_endpoints() -> None:

@@ -20,7 +20,9 @@ TopK = Annotated[int, Meta(ge=-1)]
 Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
 RepetitionPenalty = Annotated[float, Meta(gt=0.0, le=2.0)]
 PositiveInt = Annotated[int, Meta(ge=1)]
-Seed = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
+# Seeds are uint64 in seed 004 and int64 in OpenAI's API; msgspec decodes both ranges but can
+# not bound past int64, so api/params.py checks the range.
+Seed = int
 TokenId = Annotated[int, Meta(ge=0)]
 
 

@@ -207,11 +207,15 @@ class ServingEndpoints:
     async def load(self) -> None:
         stored = await self.store.load()
         decoder = msgspec.json.Decoder(Endpoint)
+        served = {runtime.served_name for runtime in self.models}
         for name, text in stored.items():
             try:
                 self._defined[name] = decoder.decode(text)
             except msgspec.DecodeError as exc:
                 log.error("endpoint_unreadable", endpoint=name, error=str(exc))
+                continue
+            if name in served:  # a model added since: the defined endpoint keeps the name
+                log.warning("endpoint_shadows_model", endpoint=name)
         log.info("endpoints_loaded", count=len(self._defined), path=str(self.store.path))
 
     # -- reads: synchronous, on the current snapshot ------------------------------------------
@@ -278,13 +282,19 @@ class ServingEndpoints:
         return endpoint
 
     async def update_config(self, name: str, config: EndpointConfigInput) -> Endpoint:
-        served = build_served(config, self.models)
+        """New served entities and/or traffic. Traffic alone keeps the entities it routes to."""
+        keep = not (config.served_entities or config.served_models)
+        if keep and config.traffic_config is None:
+            raise _invalid("Give served_entities (or served_models) and/or traffic_config.", "served_entities")
+        served = None if keep else build_served(config, self.models)
         async with self._lock:
             current = self._defined.get(name)
             if current is None:
                 if self._builtin(name) is not None:
                     raise _invalid(f"{name!r} is the built-in endpoint of a served model and cannot be changed; create an endpoint instead.", "name")
                 raise EndpointNotFound(name)
+            if served is None:
+                served = _with_traffic(list(current.served), config.traffic_config)
             endpoint = msgspec.structs.replace(current, served=served, config_version=current.config_version + 1, updated_ms=_now_ms())
             await self._commit(endpoint)
         log.info("endpoint_updated", endpoint=name, config_version=endpoint.config_version, served=_summary(endpoint))

@@ -15,4 +15,5 @@ def usage_dict(usage: Usage | None) -> dict[str, Any] | None:
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        **({"truncated_prompt_tokens": usage.truncated_prompt_tokens} if usage.truncated_prompt_tokens else {}),
     }

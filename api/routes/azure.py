@@ -24,7 +24,7 @@ from http import HTTPStatus
 from typing import Any
 
 import msgspec
-from quart import Quart, Response, request
+from quart import Quart, Response, current_app, request
 
 from api.edge import note_model
 from api.errors import from_decode_error, json_response
@@ -179,8 +179,11 @@ def register(app: Quart, models: ModelRegistry) -> None:
         fields: Any = None
         try:
             _check_api_version()
+            body = await request.get_data(cache=False)
+            if current_app.config.get("LOG_PROMPTS"):  # --log-prompts only: bodies hold user data
+                log.info("request_body", body=body[:8192].decode(errors="replace"))
             try:
-                fields = msgspec.json.decode(await request.get_data(cache=False))
+                fields = msgspec.json.decode(body)
             except msgspec.DecodeError as exc:
                 raise from_decode_error(exc) from None
             if not isinstance(fields, dict):

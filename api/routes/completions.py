@@ -106,6 +106,10 @@ def _echo_prefix(runtime: Runtime, req: CompletionRequest, out: Collected, promp
         return "", []
     ids = prompt.token_ids if prompt.token_ids is not None else runtime.tokenizer.encode(prompt.text, add_special_tokens=prompt.add_special_tokens)
     text = prompt.text if prompt.text is not None else runtime.tokenizer.decode(ids)
+    truncated = out.usage.truncated_prompt_tokens if out.usage is not None else 0
+    if truncated:  # error_behavior "truncate": echo what the model read, the kept tail
+        ids = ids[truncated:]
+        text = runtime.tokenizer.decode(ids)
     return text, list(ids)
 
 
@@ -147,7 +151,9 @@ def _usage(outs: list[Collected], per_prompt: int) -> dict[str, Any] | None:
         batch_size=[b for u in usages for b in u.batch_size],
         queue_wait_time=[w for u in usages for w in u.queue_wait_time],
     )
-    body["prompt_tokens_details"] = {"cached_tokens": sum(u.cached_tokens for u in usages)}
+    # Like prompt_tokens, cached and truncated prompt tokens count once per prompt.
+    body["prompt_tokens_details"] = {"cached_tokens": sum(u.cached_tokens for u in usages[::per_prompt])}
+    body["truncated_prompt_tokens"] = sum(u.truncated_prompt_tokens for u in usages[::per_prompt])
     return body
 
 
@@ -178,8 +184,8 @@ def _stream(runtime: Runtime, gen: Generation, req: CompletionRequest, head: dic
         if finish is not None:
             text += req.suffix or ""
             finished[index] = Collected(usage=delta.usage)
-        if not text and finish is None:
-            return []
+        if not text and finish is None and not ids:
+            return []  # nothing to say yet (text held back, no logprobs asked)
         logprobs = None
         if req.logprobs is not None:
             logprobs = legacy_logprobs(runtime.tokenizer, entries, ids, offsets.get(index, 0))

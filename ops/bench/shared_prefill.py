@@ -48,9 +48,12 @@ async def _idle_stats(runtime: Any, timeout: float = 30.0) -> dict[str, Any]:
 
 async def main(args: argparse.Namespace) -> int:
     from ops.bench.prompt import build_prompts, default_model_dir
+    from runtime.logging import configure_logging
     from tests.conftest import start_server
 
-    config = RuntimeConfig(model=args.model, port=0, served_name="bench")
+    configure_logging("warning")  # stdout holds only the JSON rows
+
+    config = RuntimeConfig(model=args.model, port=0, served_name="bench", log_level="warning")
     model_dir = args.model or str(default_model_dir())
     prompts = build_prompts(model_dir, len(CASES) + 1, args.prompt_tokens, mode="unique")
     failures = 0

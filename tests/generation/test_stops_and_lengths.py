@@ -55,8 +55,7 @@ async def test_stop_token_ids_end_generation_and_are_the_stop_reason(server: Ser
 
 async def test_stop_strings_are_cut_from_the_text(server: Server, http: httpx.AsyncClient) -> None:
     base = (await complete(http, prompt="Paged", max_tokens=24, temperature=0, ignore_eos=True))["choices"][0]["text"]
-    # A two-character ASCII stop string whose first occurrence is not at the very start.
-    at = next(i for i in range(2, len(base) - 1) if base[i : i + 2].isascii() and base[i : i + 2].isalnum() and base.find(base[i : i + 2]) == i)
+    at = _ascii_stop_at(base)
     stop = base[at : at + 2]
     body = dict(prompt="Paged", max_tokens=24, temperature=0, ignore_eos=True, stop=["never-there", stop])
 
@@ -74,20 +73,22 @@ async def test_stop_strings_are_cut_from_the_text(server: Server, http: httpx.As
     assert events[-1]["choices"][0]["stop_reason"] == stop
 
     # Chat honours stop strings the same way.
-    r = await http.post(
-        "/v1/chat/completions",
-        json={"model": "tiny", "messages": [{"role": "user", "content": "Paged"}], "max_tokens": 24, "temperature": 0, "ignore_eos": True},
-    )
-    chat_text = r.json()["choices"][0]["message"]["content"]
-    at = next((i for i in range(1, len(chat_text) - 1) if chat_text[i : i + 2].isascii() and chat_text[i : i + 2].isalnum() and chat_text.find(chat_text[i : i + 2]) == i), None)
-    if at is not None:
-        r = await http.post(
-            "/v1/chat/completions",
-            json={"model": "tiny", "messages": [{"role": "user", "content": "Paged"}], "max_tokens": 24, "temperature": 0, "ignore_eos": True, "stop": chat_text[at : at + 2]},
-        )
-        choice = r.json()["choices"][0]
-        assert choice["message"]["content"] == chat_text[:at]
-        assert choice["finish_reason"] == "stop" and choice["stop_reason"] == chat_text[at : at + 2]
+    chat_body = {"model": "tiny", "messages": [{"role": "user", "content": "Paged"}], "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+    chat_text = (await http.post("/v1/chat/completions", json=chat_body)).json()["choices"][0]["message"]["content"]
+    at = _ascii_stop_at(chat_text)
+    r = await http.post("/v1/chat/completions", json={**chat_body, "stop": chat_text[at : at + 2]})
+    choice = r.json()["choices"][0]
+    assert choice["message"]["content"] == chat_text[:at]
+    assert choice["finish_reason"] == "stop" and choice["stop_reason"] == chat_text[at : at + 2]
+
+
+def _ascii_stop_at(text: str) -> int:
+    """Where a two-character alphanumeric ASCII string first occurs in `text`, not at its start."""
+    for i in range(1, len(text) - 1):
+        piece = text[i : i + 2]
+        if piece.isascii() and piece.isalnum() and text.find(piece) == i:
+            return i
+    raise AssertionError(f"precondition: no ASCII stop string candidate in {text!r}")
 
 
 async def test_eos_ends_generation_unless_ignore_eos(server: Server, http: httpx.AsyncClient, ref: Reference) -> None:

@@ -3,7 +3,7 @@
 Ranges per seeds 000 and 004: temperature [0, 2], top_p (0, 1], repetition_penalty (0, 2],
 presence/frequency penalty [-2, 2], legacy logprobs [0, 5], chat top_logprobs [0, 20],
 n and best_of [1, 128]; best_of >= n, and equal to n when streaming; n > 1 (or best_of > 1)
-needs temperature > 0.
+needs temperature > 0. Also use_beam_search (seed 004), which today is implemented (api/beam.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 import torch
 
 from tests.conftest import Server
@@ -68,7 +67,7 @@ async def test_invalid_controls_get_400_naming_the_field(server: Server, http: h
 
 
 @pytest.mark.parametrize(
-    ("fields"),
+    "fields",
     [
         {"temperature": 2.0, "top_p": 1.0, "repetition_penalty": 2.0, "presence_penalty": -2.0, "frequency_penalty": 2.0},
         {"n": 2, "best_of": 2, "stream": True},  # streaming with best_of == n is allowed
@@ -78,6 +77,7 @@ async def test_invalid_controls_get_400_naming_the_field(server: Server, http: h
         {"top_k": 10**6},  # seed 004: a top_k past the vocabulary means the whole vocabulary
         {"top_k": 1, "n": 2},  # greedy through top_k is allowed with n > 1
     ],
+    ids=["range-edges", "stream-best_of-eq-n", "logprobs-5-echo", "top_k-off-seed-int64-max", "seed-uint64-max", "top_k-past-vocab", "n2-top_k1"],
 )
 async def test_boundary_values_are_accepted(server: Server, http: httpx.AsyncClient, fields: dict[str, Any]) -> None:
     r = await http.post("/v1/completions", json={**COMPLETION, **fields})
