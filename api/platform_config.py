@@ -1,8 +1,9 @@
 """`PlatformConfig`: the knobs of the platform surface (API keys, per-key limits, state).
 
 Owns: the settings of api/auth.py (Bearer keys, requests and tokens per minute per key) and
-where api/endpoints_store.py keeps serving-endpoint definitions. Built by the CLI (api/serve.py)
-or, until every knob has a flag, from the environment:
+where api/endpoints_store.py keeps serving-endpoint definitions. Built from the flags that
+`add_arguments` defines (`from_args`: flags over the environment), or from the environment alone
+(`from_env`, what `create_app` uses when given no config):
 
     SWITCHYARD_API_KEYS        comma-separated Bearer keys; none: an open server
     SWITCHYARD_RATE_LIMIT_RPM  requests per minute per key
@@ -15,6 +16,7 @@ Imports the standard library and runtime.model_store.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -66,6 +68,26 @@ class PlatformConfig:
         }
         settings.update({k: v for k, v in overrides.items() if v is not None})
         return cls(api_keys=tuple(keys), **settings)  # type: ignore[arg-type]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The CLI flags of these knobs (for `switchyard serve`); read them back with `from_args`."""
+    group = parser.add_argument_group("platform: API keys, rate limits, serving endpoints")
+    group.add_argument(
+        "--api-key", action="append", default=[], metavar="KEY",
+        help="a Bearer key clients must send; repeatable. Prefer SWITCHYARD_API_KEYS (comma-separated): "
+        "command lines are visible to other users. No key anywhere: the server is open",
+    )
+    group.add_argument("--rate-limit-rpm", type=int, default=None, metavar="N", help="requests per minute per key (default: no limit)")
+    group.add_argument("--rate-limit-tpm", type=int, default=None, metavar="N", help="prompt + completion tokens per minute per key (default: no limit)")
+    group.add_argument("--state-dir", default=None, help=f"where serving-endpoint definitions persist ({ENDPOINTS_DB}); default: the model store")
+
+
+def from_args(args: argparse.Namespace) -> PlatformConfig:
+    """Flags from `add_arguments` over the environment: keys add up, the rest override."""
+    return PlatformConfig.from_env(
+        api_keys=args.api_key, requests_per_minute=args.rate_limit_rpm, tokens_per_minute=args.rate_limit_tpm, state_dir=args.state_dir
+    )
 
 
 def _int(text: str | None) -> int | None:

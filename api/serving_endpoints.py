@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import random
 import re
+import sqlite3
 import time
 import uuid
+from collections.abc import Awaitable
 from typing import Annotated, Any
 
 import msgspec
@@ -61,6 +63,12 @@ class EndpointUnavailable(ServingError):
     status = 503
     type = "server_error"
     code = "TEMPORARILY_UNAVAILABLE"
+
+
+class EndpointNotStored(ServingError):
+    status = 500
+    type = "server_error"
+    code = "INTERNAL_ERROR"
 
 
 def _invalid(message: str, param: str | None = None) -> InvalidRequest:
@@ -307,15 +315,22 @@ class ServingEndpoints:
                     raise _invalid(f"{name!r} is the built-in endpoint of a served model and cannot be deleted.", "name")
                 raise EndpointNotFound(name)
             with trio.CancelScope(shield=True):
-                await self.store.delete(name)
+                await self._write(self.store.delete(name), name)
                 del self._defined[name]
         log.info("endpoint_deleted", endpoint=name)
 
     async def _commit(self, endpoint: Endpoint) -> None:
         # Shielded: a client leaving mid-write must not leave the disk and memory disagreeing.
         with trio.CancelScope(shield=True):
-            await self.store.put(endpoint.name, msgspec.json.encode(endpoint).decode())
+            await self._write(self.store.put(endpoint.name, msgspec.json.encode(endpoint).decode()), endpoint.name)
             self._defined[endpoint.name] = endpoint
+
+    async def _write(self, operation: Awaitable[None], name: str) -> None:
+        try:
+            await operation
+        except (OSError, sqlite3.Error) as exc:
+            log.error("endpoint_store_failed", endpoint=name, path=str(self.store.path), error=repr(exc))
+            raise EndpointNotStored(f"Could not write {self.store.path} ({exc}); nothing was changed.") from None
 
 
 def _now_ms() -> int:

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -265,6 +266,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quiet-load", type=float, default=None, help="before each section, wait until the 1-min load average is at most this")
     p.add_argument("--quiet-wait", type=float, default=300.0, help="the longest such wait, seconds (then it goes on and records it)")
     args = p.parse_args(argv)
+
+    # SIGTERM/SIGHUP unwind like Ctrl-C, so the `finally` blocks stop the servers this run
+    # started (they run in their own process groups and would otherwise outlive it).
+    def _exit_on_signal(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGHUP, _exit_on_signal)
 
     os.chdir(REPO_ROOT)
     out_path = Path(args.out) if args.out else REPO_ROOT / "ops/bench/results" / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + ".json")

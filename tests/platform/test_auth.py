@@ -96,6 +96,22 @@ def test_config_from_environment_hides_keys() -> None:
         PlatformConfig(requests_per_minute=0)
 
 
+def test_cli_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from api.platform_config import add_arguments, from_args
+
+    monkeypatch.setenv("SWITCHYARD_API_KEYS", "env-key")
+    monkeypatch.setenv("SWITCHYARD_RATE_LIMIT_RPM", "10")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--api-key", "k1", "--api-key", "k2", "--rate-limit-tpm", "5000", "--state-dir", "/srv/state"])
+    config = from_args(args)
+    assert config.api_keys == ("env-key", "k1", "k2")
+    assert (config.requests_per_minute, config.tokens_per_minute, config.state_dir) == (10, 5000, "/srv/state")
+    assert from_args(parser.parse_args(["--rate-limit-rpm", "3"])).requests_per_minute == 3
+
+
 def test_token_buckets_refill_and_settle() -> None:
     now = [0.0]
     limiter = RateLimiter(PlatformConfig(requests_per_minute=2, tokens_per_minute=600), clock=lambda: now[0])
@@ -120,24 +136,25 @@ def test_estimates_and_usage_metering() -> None:
     prompt, generate = estimate_tokens(body)
     assert prompt == len(body) // 4 and generate == 100
     assert estimate_tokens(b"not json") == (2, 0)
+    sse = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
     meter = _UsageMeter()
-    meter.status = 200
+    meter.start(sse)
     meter.feed(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
     meter.feed(b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}\n\n')
     meter.feed(b"data: [DONE]\n\n")
     assert meter.used(100, 50) == 7
     stream = _UsageMeter()
-    stream.status = 200
+    stream.start(sse)
     for _ in range(5):
         stream.feed(b'data: {"choices":[]}\n\n')
     assert stream.used(10, 50) == 15  # no usage chunk: prompt + one token per event
     whole = _UsageMeter()
-    whole.status = 200
+    whole.start({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
     whole.feed(b'{"usage": {"total_tokens"')
     whole.feed(b": 42}}")
     assert whole.used(1, 1) == 42
     refused = _UsageMeter()
-    refused.status = 400
+    refused.start({"type": "http.response.start", "status": 400, "headers": []})
     assert refused.used(10, 50) == 0
 
 

@@ -111,10 +111,15 @@ async def test_endpoint_management_and_ab_split(tiny_model_dir: Path, monkeypatc
         assert sum(counts.values()) == 100 and within_binomial(counts["a"], 100, 0.7), counts
         assert models == {"a": "tiny-a", "b": "tiny-b"}
 
+        # Traffic alone: the served entities stay.
+        r = await http.put("/api/2.0/serving-endpoints/ab-test/config", json={"traffic_config": {"routes": [{"served_model_name": "a", "traffic_percentage": 100}]}})
+        assert r.status_code == 200, r.text
+        assert [e["name"] for e in r.json()["config"]["served_entities"]] == ["a", "b"]
+        assert (await http.put("/api/2.0/serving-endpoints/ab-test/config", json={})).status_code == 400
         # Update: all traffic to b, at once, no restart.
         update = {**AB["config"], "traffic_config": {"routes": [{"served_model_name": "b", "traffic_percentage": 100}]}}
         r = await http.put("/api/2.0/serving-endpoints/ab-test/config", json=update)
-        assert r.status_code == 200 and r.json()["config"]["config_version"] == 2
+        assert r.status_code == 200 and r.json()["config"]["config_version"] == 3
         for _ in range(10):
             r = await http.post("/serving-endpoints/ab-test/invocations", json={**CHAT, "max_tokens": 1})
             assert r.headers["served-model-name"] == "b"
@@ -172,6 +177,13 @@ async def test_endpoint_definitions_survive_a_restart(tiny_model_dir: Path, monk
         got = (await http.get("/api/2.0/serving-endpoints/ab-test")).json()
         assert got["state"]["ready"] == "NOT_READY"
         assert got["config"]["served_entities"][1]["state"]["deployment"] == "DEPLOYMENT_FAILED"
+        statuses: Counter[int] = Counter()
+        for _ in range(40):  # b's 30% is refused as unavailable; a's 70% is served
+            r = await http.post("/serving-endpoints/ab-test/invocations", json={**CHAT, "max_tokens": 1})
+            statuses[r.status_code] += 1
+            if r.status_code == 503:
+                assert r.json()["error_code"] == "TEMPORARILY_UNAVAILABLE" and "tiny-b" in r.json()["message"]
+        assert set(statuses) == {200, 503}, statuses
 
 
 async def test_config_update_and_delete_during_a_stream_do_not_break_it(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -225,6 +237,9 @@ async def test_embedding_endpoints_dispatch_input_bodies(monkeypatch: pytest.Mon
                 assert r.status_code == 400 and "input" in r.json()["message"]
                 listed = (await http.get("/api/2.0/serving-endpoints")).json()["endpoints"]
                 assert listed[0]["task"] == "llm/v1/embeddings"
+                # Azure's chat route on an embedding model: the seed's 404 "route not supported".
+                r = await http.post("/chat/completions?api-version=2024-04-01-preview", json=CHAT, headers={"azureml-model-deployment": "minilm"})
+                assert r.status_code == 404 and r.headers["x-ms-error-code"] == "NotFound" and "chat/completions" in r.json()["message"]
         finally:
             srv.stop.set()
 
@@ -244,10 +259,10 @@ async def test_databricks_sdk_against_the_server(tiny_model_dir: Path, monkeypat
 
         def run() -> None:
             w = WorkspaceClient(host=srv.base_url, token=KEY, auth_type="pat")
-            try:
-                check(w)
-            finally:  # an idle keep-alive connection would hold the server's shutdown
-                w.api_client._api_client._session.close()
+            # No keep-alive: an idle connection (one an exception still holds, say) would hold the
+            # server's shutdown for its graceful timeout. The SDK has no public knob for headers.
+            w.api_client._api_client._session.headers["Connection"] = "close"
+            check(w)
 
         def check(w: WorkspaceClient) -> None:
             config = EndpointCoreConfigInput(
@@ -277,3 +292,26 @@ async def test_databricks_sdk_against_the_server(tiny_model_dir: Path, monkeypat
                 w.serving_endpoints.get("sdk-ab")
 
         await trio.to_thread.run_sync(run)
+
+
+async def test_a_failed_write_changes_nothing(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from api.endpoints_store import EndpointStore
+    from api.serving_endpoints import CreateEndpointRequest, EndpointConfigInput, EndpointNotStored, ServedEntityInput, ServingEndpoints
+    from runtime.registry import ModelRegistry
+
+    models = ModelRegistry([SimpleNamespace(served_name="m", task="generate", created=0)])  # type: ignore[list-item]
+    (tmp_path / "file").write_text("not a directory")
+    endpoints = ServingEndpoints(models, EndpointStore(tmp_path / "file" / "endpoints.sqlite3"))
+    await endpoints.load()  # no database yet: nothing to load, nothing created
+    config = EndpointConfigInput(served_entities=[ServedEntityInput(entity_name="m")])
+    with pytest.raises(EndpointNotStored, match="nothing was changed"):
+        await endpoints.create(CreateEndpointRequest(name="e", config=config))
+    assert [e.name for e in endpoints.all()] == ["m"]
+
+    good = ServingEndpoints(models, EndpointStore(tmp_path / "state" / "endpoints.sqlite3"))
+    await good.create(CreateEndpointRequest(name="e", config=config))
+    again = ServingEndpoints(models, EndpointStore(tmp_path / "state" / "endpoints.sqlite3"))
+    await again.load()
+    assert again.get("e") == good.get("e")
