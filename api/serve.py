@@ -20,6 +20,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
+from api import platform_config
 from runtime.config import RuntimeConfig
 from runtime.logging import configure_logging, get_logger
 
@@ -54,8 +55,9 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
     p.add_argument("--config", default=None, help="a TOML file listing served models ([[models]] tables); see README")
     p.add_argument("--no-embeddings", action="store_true", help="do not also serve the default embedding model")
     p.add_argument("--log-prompts", action="store_true", help="log request bodies and generated text (off: never logged)")
+    platform_config.add_arguments(p)
     args = parser.parse_args(argv)
-    _CLI_EXTRAS.update(config=args.config, no_embeddings=args.no_embeddings)
+    _CLI_EXTRAS.update(config=args.config, no_embeddings=args.no_embeddings, platform=platform_config.from_args(args))
     return RuntimeConfig(
         model=args.model,
         served_name=args.served_name,
@@ -84,6 +86,7 @@ async def serve_runtime(
     runtime_factory: Callable[[RuntimeConfig], object] | None = None,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     extra_models: Sequence[RuntimeConfig] = (),
+    platform: object = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the runtime and the HTTP server until `shutdown_trigger` returns, then drain."""
@@ -94,11 +97,14 @@ async def serve_runtime(
 
     factory = runtime_factory or build_runtime
     models = ModelRegistry([factory(c) for c in (config, *extra_models)])  # type: ignore[misc]
-    app = create_app(models)
+    app = create_app(models, platform)
     hconfig = HypercornConfig()
     hconfig.bind = [f"{config.host}:{config.port}"]
     hconfig.accesslog = None
-    hconfig.graceful_timeout = config.drain_timeout + 5
+    # Our own drain (below) waits for in-flight requests before hypercorn is told to stop, so
+    # its graceful period only has to flush the last bytes; a long one made every idle
+    # keep-alive connection hold shutdown up for the whole period.
+    hconfig.graceful_timeout = 2.0
     hconfig.keep_alive_timeout = 75
 
     async with trio.open_nursery() as nursery:
@@ -204,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(config.log_level)
     configs = model_configs(config, _CLI_EXTRAS.get("config"), not _CLI_EXTRAS.get("no_embeddings", False))
     try:
-        trio.run(partial(serve_runtime, configs[0], extra_models=configs[1:]))
+        trio.run(partial(serve_runtime, configs[0], extra_models=configs[1:], platform=_CLI_EXTRAS.get("platform")))
     except KeyboardInterrupt:
         pass
     # Clean stop: every response is sent and the device threads are joined. Skip interpreter

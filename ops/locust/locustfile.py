@@ -6,9 +6,11 @@ User classes (pick with their names on the command line; all run when none is na
     EmbeddingsUser   POST /v1/embeddings {model, input}
     ResponsesUser    POST /v1/responses {model, input}, streaming and not
 
-Prompts and output lengths follow `prompts.PROMPT_MIX`. Streaming requests also report
-"TTFT" (time to the first content chunk) and "ITL" (mean gap between chunks, per request)
-as their own rows. Always bounded: pass --run-time and --users; the host must be loopback.
+Prompts and output lengths follow `prompts.PROMPT_MIX`. For a streaming request the POST row
+times the response headers (which the server sends with the first token); it also reports
+"STREAM" (the whole stream), "TTFT" (to the first content chunk, or to the end of an empty
+output) and "ITL" (mean gap between content chunks, per request) as their own rows.
+Always bounded: pass --run-time and --users; the host must be loopback.
 
     .venv/bin/switchyard serve --port 8000 &
     .venv/bin/locust -f ops/locust/locustfile.py --headless --host http://127.0.0.1:8000 \\
@@ -83,23 +85,31 @@ class _Base(HttpUser):
                     if payload.get("type") in ("error", "response.failed") or isinstance(payload.get("error"), dict):
                         resp.failure(f"error event: {json.dumps(payload)[:200]}")
                         return
+                    now = time.perf_counter()
                     if is_content(payload):
-                        now = time.perf_counter()
                         first = first or now
                         last = now
                         chunks += 1
+                    elif first is None and _finished(payload):  # an empty output: its one token was EOS
+                        first = now
             except Exception as exc:  # a cut stream
                 resp.failure(f"stream broken: {exc}")
                 return
+        self._metric("STREAM", name, (time.perf_counter() - start) * 1000)
         if first is not None:
             self._metric("TTFT", name, (first - start) * 1000)
-            if chunks > 1:
-                self._metric("ITL", name, (last - first) * 1000 / (chunks - 1))
+        if chunks > 1:
+            self._metric("ITL", name, (last - first) * 1000 / (chunks - 1))
 
     def _metric(self, kind: str, name: str, ms: float) -> None:
         self.environment.events.request.fire(
             request_type=kind, name=name, response_time=ms, response_length=0, exception=None, context={}
         )
+
+
+def _finished(payload: dict) -> bool:
+    choices = payload.get("choices") or []
+    return bool(choices and choices[0].get("finish_reason")) or payload.get("type") == "response.completed"
 
 
 def _chat_content(payload: dict) -> bool:
