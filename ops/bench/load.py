@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -238,6 +239,7 @@ async def run_level(
     summary["concurrency"] = concurrency
     summary["requests_planned"] = n_requests
     summary["hit_time_cap"] = issued < n_requests
+    summary["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     return summary
 
 

@@ -154,6 +154,8 @@ def compute_ratios(result: dict[str, Any]) -> dict[str, Any]:
         # The headline numbers the brief asks for: tok/s at c=32 over bare bf16 batch 32, TTFT at c=1 over bare bf16 TTFT.
         r[f"tok_s_c{HEADLINE_C}_over_bare_bf16_b{HEADLINE_C}"] = _div(lv32 and lv32["output_tok_s"], _bare_tok_s(bare, "bfloat16", HEADLINE_C))
         r["ttft_c1_over_bare_bf16_ttft"] = _div(lv1 and lv1["ttft_ms"]["p50"], bare_ttft)
+        # The first streamed token needs only the prefill: the tighter floor.
+        r["ttft_c1_over_bare_bf16_prefill"] = _div(lv1 and lv1["ttft_ms"]["p50"], bare.get("dtypes", {}).get("bfloat16", {}).get("prefill_b1_ms"))
         # Per level, against the bare batch of the same size, in both dtypes and in the server's own.
         server_dtype = section.get("dtype")
         per_level = {}
@@ -195,7 +197,10 @@ def markdown(result: dict[str, Any]) -> str:
         for b in batches:
             lines.append(f"| {b} | " + " | ".join(_fmt(_bare_tok_s(bare, d, b)) for d in dtypes) + " |")
         lines.append("")
-        lines.append("TTFT baseline (b=1, prefill 128 + 1 decode step): " + ", ".join(f"{d} {_fmt(bare['dtypes'][d].get('ttft_b1_ms'))} ms" for d in dtypes))
+        lines.append(
+            "TTFT baseline (b=1, prefill 128 + 1 decode step): "
+            + ", ".join(f"{d} {_fmt(bare['dtypes'][d].get('ttft_b1_ms'))} ms (prefill alone {_fmt(bare['dtypes'][d].get('prefill_b1_ms'))} ms)" for d in dtypes)
+        )
         lines.append("")
     elif bare.get("error"):
         lines += [f"Bare forward: {bare['error']}", ""]
@@ -229,7 +234,8 @@ def markdown(result: dict[str, Any]) -> str:
             if r:
                 lines.append(
                     f"- {key}: tok/s c={HEADLINE_C} / bare bf16 b={HEADLINE_C} = {_fmt(r.get(f'tok_s_c{HEADLINE_C}_over_bare_bf16_b{HEADLINE_C}'))}; "
-                    f"TTFT c=1 / bare bf16 TTFT = {_fmt(r.get('ttft_c1_over_bare_bf16_ttft'))}"
+                    f"TTFT c=1 / bare bf16 TTFT = {_fmt(r.get('ttft_c1_over_bare_bf16_ttft'))} "
+                    f"(/ bare bf16 prefill alone = {_fmt(r.get('ttft_c1_over_bare_bf16_prefill'))})"
                 )
         if "switchyard_over_transformers_serve_tok_s" in ratios:
             lines.append("- switchyard / transformers serve tok/s per c: " + ", ".join(f"c={c}: {_fmt(v)}" for c, v in ratios["switchyard_over_transformers_serve_tok_s"].items()))
@@ -255,6 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--startup-timeout", type=float, default=300.0)
     p.add_argument("--skip-bare", action="store_true")
     p.add_argument("--skip-switchyard", action="store_true")
+    p.add_argument("--bare-from", default=None, help="reuse a bare-forward result instead of measuring: a bare_forward.py JSON or a run.py results JSON")
     p.add_argument("--bare-batches", type=parse_levels, default=None, help="default: the --levels")
     p.add_argument("--bare-dtypes", default="bfloat16,float32")
     p.add_argument("--bare-steps", type=int, default=OUTPUT_TOKENS)
@@ -313,7 +320,11 @@ def main(argv: list[str] | None = None) -> None:
         if args.quiet_load is not None:
             waits[section] = wait_for_quiet(args.quiet_load, args.quiet_wait)
 
-    if not args.skip_bare:
+    if args.bare_from:
+        loaded = json.loads(Path(args.bare_from).read_text())
+        result["bare_forward"] = loaded.get("bare_forward", loaded)
+        result["bare_forward_from"] = args.bare_from
+    elif not args.skip_bare:
         settle("bare_forward")
         result["bare_forward"] = run_bare(
             model_dir, args.bare_batches or args.levels, [d for d in args.bare_dtypes.split(",") if d], args.bare_steps, args.bare_threads, out_path.parent, args.bare_timeout
