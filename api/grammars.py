@@ -110,8 +110,7 @@ def tool_guide(toolset: ToolSet, text_guide: Guide | None) -> Guide | None:
     embedded = [_embedded_grammar(i, tool) for i, tool in enumerate(tools)]
     rules.append("swy_after: " + " | ".join(f"swy_tool_{i}" for i in range(len(tools))))
     rules.append('swy_call: "<tool_call" swy_after')
-    several = toolset.parallel and toolset.forced is None
-    rules.append('swy_more: ("\\n" swy_call)*' if several else "swy_more: ")
+    rules.append(f"swy_more: {_more_calls(toolset)}")
     if toolset.choice == "required" or toolset.forced is not None:
         start = "start: swy_call swy_more"
     elif text_guide is not None:
@@ -123,6 +122,18 @@ def tool_guide(toolset: ToolSet, text_guide: Guide | None) -> Guide | None:
         start = "start: SWY_TEXT | swy_head swy_after swy_more"
     lark = "\n".join([start, *rules, *filter(None, embedded)]) + "\n"
     return Guide(kind="lark", definition=lark, param="tools")
+
+
+def _more_calls(toolset: ToolSet) -> str:
+    """Calls after the first: none for a named tool or without parallel_tool_calls, else up
+    to max_tool_calls - 1 (unbounded without it), so the model cannot call past the limit."""
+    if not toolset.parallel or toolset.forced is not None:
+        return ""
+    if toolset.max_calls is None:
+        return '("\\n" swy_call)*'
+    if toolset.max_calls <= 1:
+        return ""
+    return f'("\\n" swy_call)~0..{toolset.max_calls - 1}'
 
 
 def _call_body(i: int, tool: Tool) -> str:

@@ -57,7 +57,7 @@ class ResponsesParams:
 
 def responses_params(req: ResponsesRequest, template_tools: bool = False) -> ResponsesParams:
     _refuse(req)
-    toolset = build_toolset(req.tools, req.tool_choice, req.parallel_tool_calls)
+    toolset = build_toolset(req.tools, req.tool_choice, req.parallel_tool_calls, req.max_tool_calls)
     text_format = _text_format(req)
     text_guide = format_guide(text_format.get("type"), text_format.get("schema"), "text.format")
     guide: Guide | None = tool_guide(toolset, text_guide) if toolset is not None else text_guide

@@ -69,6 +69,7 @@ class ToolSet:
     forced: str | None = None  # the tool tool_choice names
     allowed: frozenset[str] | None = None  # tool_choice allowed_tools
     parallel: bool = True
+    max_calls: int | None = None  # Responses' max_tool_calls: the grammar allows no more
 
     def get(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -95,7 +96,9 @@ class ToolSet:
 # -- declared tools ----------------------------------------------------------------------------
 
 
-def build_toolset(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel: bool | None) -> ToolSet | None:
+def build_toolset(
+    tools: list[dict[str, Any]] | None, tool_choice: Any, parallel: bool | None, max_calls: int | None = None
+) -> ToolSet | None:
     """Validate `tools` and `tool_choice` (either API's shapes); None when there are no tools.
 
     Raises InvalidRequest naming the field: unknown tool types, bad names, duplicates, more
@@ -114,7 +117,7 @@ def build_toolset(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel
         if any(t.name == tool.name for t in parsed):
             raise InvalidRequest(f"Two tools are named {tool.name!r}.", param=f"tools[{i}].name")
         parsed.append(tool)
-    toolset = ToolSet(tuple(parsed), parallel=True if parallel is None else parallel)
+    toolset = ToolSet(tuple(parsed), parallel=True if parallel is None else parallel, max_calls=max_calls)
     return _with_choice(toolset, tool_choice)
 
 

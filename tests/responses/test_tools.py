@@ -174,6 +174,19 @@ def test_auto_grammar_allows_text_but_forces_started_calls(tokenizer: Any, ll_to
     assert not accepts(tokenizer, ll_tokenizer, guide.definition, weather + "\n" + weather)  # parallel_tool_calls false
     assert not accepts(tokenizer, ll_tokenizer, guide.definition, '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>')
 
+@pytest.mark.parametrize("choice", ["required", "auto"])
+def test_max_tool_calls_bounds_the_grammar(tokenizer: Any, ll_tokenizer: Any, choice: str) -> None:
+    weather = format_call("function", "get_weather", '{"city":"Paris"}')
+    for max_calls in (1, 2, 3):
+        toolset = build_toolset([WEATHER], choice, True, max_calls)
+        assert toolset is not None
+        guide = tool_guide(toolset, None)
+        assert guide is not None
+        for k in range(1, 5):
+            calls = "\n".join([weather] * k)
+            assert accepts(tokenizer, ll_tokenizer, guide.definition, calls) == (k <= max_calls), (max_calls, k)
+
+
 
 def test_auto_with_json_schema_text(tokenizer: Any, ll_tokenizer: Any) -> None:
     toolset = build_toolset([WEATHER], "auto", True)
