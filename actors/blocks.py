@@ -163,6 +163,11 @@ class BlockManager:
             out.append(block_id)
         return out
 
+    def share(self, block_ids: list[int]) -> None:
+        """Take one more reference on blocks another sequence holds (a forked sibling)."""
+        for block_id in block_ids:
+            self._ref(block_id)
+
     def free_blocks(self, block_table: list[int]) -> None:
         # Tail blocks first: they are the least likely to be shared, so evict them first.
         for block_id in reversed(block_table):

@@ -80,8 +80,10 @@ class DetokenizerActor:
         finish = item.finish_reason
         stop_reason: str | int | None = item.stop_token_id
         tokens = item.token_ids
-        # The EOS or stop token that ended the request is not part of its text.
-        if finish is FinishReason.STOP and tokens and not params.include_stop_str_in_output:
+        # The EOS or stop token that ended the request is not part of its text, except a
+        # stop_token_ids hit with include_stop_str_in_output (seed 004: the flag only concerns
+        # the stops the client named, so EOS stays out either way).
+        if finish is FinishReason.STOP and tokens and not (params.include_stop_str_in_output and item.stop_token_id is not None):
             tokens = tokens[:-1]
         text, hit = ctx.detok.push(tokens)
         if hit is not None:
@@ -100,7 +102,7 @@ class DetokenizerActor:
                 cached_tokens=ctx.num_cached_tokens,
                 truncated_prompt_tokens=ctx.num_truncated_tokens,
                 batch_size=ctx.batch_sizes,
-                queue_wait_time=ctx.token_wait_us,
+                queue_wait_time=ctx.queue_wait_us,
             )
             self.requests.pop(ctx.request_id, None)
             self._log_finish(ctx, finish, now)
@@ -129,6 +131,7 @@ class DetokenizerActor:
         since = ctx.last_token_time if ctx.last_token_time is not None else (ctx.scheduled_time or ctx.arrival_time)
         wait_us = int((now - since) * 1e6)
         ctx.batch_sizes.extend([item.batch_size] * n)
+        ctx.queue_wait_us.extend([item.queue_wait_us] + [0] * (n - 1))
         ctx.token_wait_us.extend([wait_us] + [0] * (n - 1))
         ctx.last_token_time = now
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from actors.blocks import BlockManager
 from runtime.messages import (
     FinishReason,
+    ForkedSeq,
     Logprob,
     ScheduledSeq,
     StepPlan,
@@ -94,9 +95,14 @@ class SchedulerCore:
         self.running: list[Sequence] = []
         self.requests: dict[str, Sequence] = {}
         self._freed_ids: list[str] = []
-        # Siblings (n > 1) held back until the first sequence's prompt is computed; then its
-        # full blocks are in the prefix cache and they reuse them instead of re-running prefill.
+        # Siblings (n > 1) held back while the first sequence computes the prompt. The step that
+        # finishes it also samples their first tokens from its last row (each with its own seed),
+        # and they take its prompt blocks: full ones shared, the partly filled last one copied
+        # (`_pending_copies`, run by the next step before its forward). The prompt is prefilled
+        # once for all n. A sibling that misses that step re-joins the queue, where the prefix
+        # cache still serves it every full block.
         self.forks: dict[str, list[Sequence]] = {}
+        self._pending_copies: list[tuple[int, int]] = []
         self._next_step_id = 0
         self.num_prefill_tokens = 0  # prompt tokens computed (not served from cache), lifetime
         self.num_preemptions = 0
@@ -187,50 +193,101 @@ class SchedulerCore:
     def update(self, plan: StepPlan, result: StepResult) -> list[TokenDelta]:
         """Apply a step's result. Tokens for requests aborted meanwhile are dropped."""
         outputs: list[TokenDelta] = []
-        batch_size = len(plan.seqs)
+        batch_size = len(plan.seqs) + sum(len(item.forks or ()) for item in plan.seqs)
         for item in plan.seqs:
             seq = self.requests.get(item.request_id)
             if seq is None or seq.status is not SeqStatus.RUNNING:
+                if item.forks:  # the parent left during the step: its siblings go on alone
+                    self._release_forks(item.request_id)
                 continue
             if result.error is not None:
-                self.running.remove(seq)
-                self._finish(seq)
-                outputs.append(
-                    TokenDelta(request_id=seq.request_id, token_ids=[], finish_reason=FinishReason.ABORT, error=result.error)
-                )
+                for fork in item.forks or ():
+                    self._fail(self.requests.get(fork.request_id), result.error, outputs)
+                self._fail(seq, result.error, outputs)
                 continue
             if len(item.token_ids) > 1 or item.start_pos < seq.num_prompt_tokens:
                 self.num_prefill_tokens += len(item.token_ids)
             seq.num_computed_tokens += len(item.token_ids)
             self.blocks.commit_full_blocks(seq, seq.num_computed_tokens)
-            if seq.num_computed_tokens >= seq.num_prompt_tokens and seq.request_id in self.forks:
-                self._release_forks(seq.request_id)
             logprobs = result.logprobs.get(seq.request_id)
             sampled_logprob = None
             if logprobs and item.sample and seq.sampling.logprobs is not None:
                 sampled_logprob, logprobs = logprobs[-1], logprobs[:-1]
             if logprobs:
                 self._collect_prompt_logprobs(seq, item.start_pos, logprobs)
+            if seq.num_computed_tokens >= seq.num_prompt_tokens and seq.request_id in self.forks:
+                self._adopt_forks(seq, item.forks or [], result, batch_size, outputs)
             if not item.sample:
                 continue
-            token = result.sampled[seq.request_id]
-            seq.token_ids.append(token)
-            finish, stop_token = self._check_finish(seq, token)
-            if finish is not None:
-                self.running.remove(seq)
-                self._finish(seq)
-            outputs.append(
-                TokenDelta(
-                    request_id=seq.request_id,
-                    token_ids=[token],
-                    finish_reason=finish,
-                    stop_token_id=stop_token,
-                    batch_size=batch_size,
-                    logprobs=[sampled_logprob] if sampled_logprob is not None else None,
-                    prompt_logprobs=self._take_prompt_logprobs(seq),
-                )
-            )
+            if seq.request_id in result.failed:
+                self._fail(seq, result.failed[seq.request_id], outputs)
+                continue
+            self._append_token(seq, result.sampled[seq.request_id], batch_size, sampled_logprob, outputs)
         return outputs
+
+    def _append_token(
+        self, seq: Sequence, token: int, batch_size: int, logprob: Logprob | None, outputs: list[TokenDelta]
+    ) -> None:
+        seq.token_ids.append(token)
+        finish, stop_token = self._check_finish(seq, token)
+        if finish is not None:
+            self.running.remove(seq)
+            self._finish(seq)
+        outputs.append(
+            TokenDelta(
+                request_id=seq.request_id,
+                token_ids=[token],
+                finish_reason=finish,
+                stop_token_id=stop_token,
+                batch_size=batch_size,
+                logprobs=[logprob] if logprob is not None else None,
+                prompt_logprobs=self._take_prompt_logprobs(seq),
+            )
+        )
+
+    def _fail(self, seq: Sequence | None, error: str, outputs: list[TokenDelta]) -> None:
+        """End one request with an error; the others in its step carry on."""
+        if seq is None or seq.status is SeqStatus.FINISHED:
+            return
+        if seq.status is SeqStatus.RUNNING:
+            self.running.remove(seq)
+        else:
+            for held in self.forks.values():
+                if seq in held:
+                    held.remove(seq)
+        self._finish(seq)
+        outputs.append(TokenDelta(request_id=seq.request_id, token_ids=[], finish_reason=FinishReason.ABORT, error=error))
+
+    def _adopt_forks(
+        self, parent: Sequence, forks: list[ForkedSeq], result: StepResult, batch_size: int, outputs: list[TokenDelta]
+    ) -> None:
+        """The parent's prompt is computed: siblings sampled in this step take its prompt blocks."""
+        held = self.forks.pop(parent.request_id, [])
+        forked = {fork.request_id for fork in forks}
+        bs = self.config.block_size
+        num_full = parent.num_prompt_tokens // bs
+        for child in held:
+            if child.request_id not in forked or child.request_id not in result.sampled:
+                if child.request_id in result.failed:
+                    self._fail(child, result.failed[child.request_id], outputs)
+                    continue
+                self._release(child)  # missed the step (added after it was planned): queue it
+                self.waiting.appendleft(child)
+                continue
+            shared = parent.block_table[:num_full]
+            self.blocks.share(shared)
+            child.block_table = shared + child.block_table  # + its reserved copy of the last block
+            child.num_computed_tokens = parent.num_prompt_tokens
+            child.num_hashed_blocks = parent.num_hashed_blocks
+            child.last_block_hash = parent.last_block_hash
+            child.last_block_ref = parent.last_block_ref
+            child.prompt_logprobs = parent.prompt_logprobs
+            child.status = SeqStatus.RUNNING
+            child.admitted = True
+            self.running.append(child)
+            entries = result.logprobs.get(child.request_id)
+            logprob = entries[-1] if entries and child.sampling.logprobs is not None else None
+            self._append_token(child, result.sampled[child.request_id], batch_size, logprob, outputs)
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -250,6 +307,7 @@ class SchedulerCore:
 
     def _release_forks(self, parent_id: str) -> None:
         for child in reversed(self.forks.pop(parent_id, [])):
+            self._release(child)  # a block reserved for a fork that did not happen
             self.waiting.appendleft(child)
 
     def _reserve_or_preempt(self, seq: Sequence, num_new: int) -> bool:
@@ -312,28 +370,51 @@ class SchedulerCore:
 
     def _make_plan(self, scheduled: list[tuple[Sequence, int]]) -> StepPlan:
         bs = self.config.block_size
+        # Copies reserved while planning the previous step: its forward has written the source
+        # blocks by now. Forks planned below get theirs in the next step.
+        copies, self._pending_copies = self._pending_copies, []
         seqs = []
         for seq, num_new in scheduled:
             start = seq.num_computed_tokens
             end = start + num_new
+            sample = end == seq.num_tokens
             seqs.append(
                 ScheduledSeq(
                     request_id=seq.request_id,
                     token_ids=seq.token_ids[start:end],
                     start_pos=start,
                     block_table=seq.block_table[: -(-end // bs)],
-                    sample=end == seq.num_tokens,
+                    sample=sample,
                     sampling=seq.sampling,
                     seed=seq.seed,
                     matcher=seq.matcher,
                     history=seq.token_ids if seq.sampling.has_penalties or seq.sampling.prompt_logprobs is not None else None,
                     num_prompt_tokens=seq.num_prompt_tokens,
+                    forks=self._plan_forks(seq) if sample and seq.num_output_tokens == 0 else None,
                 )
             )
-        plan = StepPlan(step_id=self._next_step_id, seqs=seqs, freed_request_ids=self._freed_ids)
+        plan = StepPlan(step_id=self._next_step_id, seqs=seqs, freed_request_ids=self._freed_ids, block_copies=copies)
         self._next_step_id += 1
         self._freed_ids = []
         return plan
+
+    def _plan_forks(self, parent: Sequence) -> list[ForkedSeq] | None:
+        """Siblings to sample in the step that finishes `parent`'s prompt, each with its copy
+        of the partly filled last prompt block reserved now (so a drawn token always lands)."""
+        held = self.forks.get(parent.request_id)
+        if not held:
+            return None
+        bs = self.config.block_size
+        partial = parent.num_prompt_tokens % bs != 0
+        forks = []
+        for child in held:
+            if partial and not child.block_table:
+                if not self.blocks.can_allocate(1):
+                    break  # the rest re-join the queue after this step and use the prefix cache
+                child.block_table = self.blocks.allocate(1)
+                self._pending_copies.append((parent.block_table[parent.num_prompt_tokens // bs], child.block_table[0]))
+            forks.append(ForkedSeq(request_id=child.request_id, seed=child.seed, matcher=child.matcher))
+        return forks or None
 
     # -- introspection ------------------------------------------------------------------------
 

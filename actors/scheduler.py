@@ -17,12 +17,12 @@ import trio
 
 from actors.sched_core import SchedulerCore
 from runtime.logging import get_logger
-from runtime.messages import AbortRequest, StepOutputs, StepPlan, StepResult, TokenizedRequest
+from runtime.messages import AbortRequest, Shutdown, StepOutputs, StepPlan, StepResult, TokenDelta, TokenizedRequest
 from runtime.request import RequestContext
 
 log = get_logger("scheduler")
 
-Inbound = TokenizedRequest | AbortRequest
+Inbound = TokenizedRequest | AbortRequest | Shutdown
 
 
 class SchedulerActor:
@@ -43,12 +43,13 @@ class SchedulerActor:
         self.requests = requests
         self.num_steps = 0
         self.last_step_tokens = 0
+        self.stopping = False  # a Shutdown arrived: no new step after the one in flight
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         async with self.inbox, self.plans, self.results, self.outputs:
             while True:
-                if not self._drain():
+                if not self._drain() or self.stopping:
                     return
                 if not self.core.has_work:
                     try:
@@ -69,20 +70,38 @@ class SchedulerActor:
                 await self._step(plan)
 
     async def _step(self, plan: StepPlan) -> None:
-        now = time.perf_counter()
+        started = time.perf_counter()
         for item in plan.seqs:
             ctx = self.requests.get(item.request_id)
             if ctx is not None and ctx.scheduled_time is None:
-                ctx.scheduled_time = now
+                ctx.scheduled_time = started
                 ctx.num_cached_tokens = item.start_pos  # a first chunk starts past the cached prefix
         await self.plans.send(plan)
         result = await self.results.receive()
+        finished = time.perf_counter()
         self._drain()
         items = self.core.update(plan, result)
         self.num_steps += 1
         self.last_step_tokens = plan.num_tokens
         if items:
+            self._stamp_queue_waits(items, started, finished)
             await self.outputs.send(StepOutputs(step_id=plan.step_id, items=items))
+
+    def _stamp_queue_waits(self, items: list[TokenDelta], started: float, finished: float) -> None:
+        """How long each request waited for this step: since arrival until its first step for
+        its first token, since the end of its previous step after that (seed 004)."""
+        for item in items:
+            ctx = self.requests.get(item.request_id)
+            if ctx is None:
+                continue
+            if ctx.ready_time is None:  # first token (a forked sibling is first scheduled now)
+                if ctx.scheduled_time is None:
+                    ctx.scheduled_time = started
+                wait = ctx.scheduled_time - ctx.arrival_time
+            else:
+                wait = started - ctx.ready_time
+            item.queue_wait_us = max(0, int(wait * 1e6))
+            ctx.ready_time = finished
 
     def _drain(self) -> bool:
         """Apply everything already in the inbox. False when the inbox is closed and empty."""
@@ -97,6 +116,8 @@ class SchedulerActor:
     def _handle(self, message: Inbound) -> None:
         if isinstance(message, AbortRequest):
             self.core.abort(message.request_id)
+        elif isinstance(message, Shutdown):
+            self.stopping = True
         else:
             ctx = self.requests.get(message.request_id)
             if ctx is None or ctx.aborted:

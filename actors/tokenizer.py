@@ -79,11 +79,14 @@ class TokenizerActor:
                     for c in (ctx, *ctx.siblings):
                         c.mailbox.fail(InvalidRequest(f"Could not tokenize the prompt: {exc}", param="prompt"))
                     continue
-                # Checked again right before each send, with no checkpoint in between: an abort
-                # that landed while we were encoding must not reach the scheduler as a new request.
+                # Checked again right before each send: an abort that landed while we were
+                # encoding must not reach the scheduler as a new request. send_nowait, with no
+                # checkpoint in between, so a request and its siblings (n > 1) reach the
+                # scheduler together and the step that finishes the prompt can fork them all;
+                # the channel's bound (see Runtime.run) means it never refuses.
                 for c, r in ((ctx, request), *zip(ctx.siblings, forks)):
                     if not c.aborted:
-                        await self.scheduler.send(r)
+                        self.scheduler.send_nowait(r)
 
     def _fork(self, first: TokenizedRequest, index: int, sibling: RequestContext) -> TokenizedRequest:
         sibling.num_prompt_tokens = len(first.prompt_token_ids)

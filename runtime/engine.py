@@ -12,6 +12,8 @@ This is the one runtime module allowed to import actors.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import itertools
 import os
 import time
@@ -33,12 +35,17 @@ from actors.tokenizer import TokenizerActor
 from runtime.config import RuntimeConfig
 from runtime.errors import EngineDead, InvalidRequest, Overloaded
 from runtime.logging import get_logger
-from runtime.messages import AbortReason, AbortRequest, TextDelta
+from runtime.messages import AbortReason, AbortRequest, Shutdown, TextDelta
 from runtime.mailbox import GroupSignal
 from runtime.request import Prompt, RequestContext
 from runtime.sampling import SamplingParams
 
 log = get_logger("runtime")
+
+try:
+    _ENGINE_VERSION = importlib.metadata.version("switchyard")
+except importlib.metadata.PackageNotFoundError:  # running from a source tree
+    _ENGINE_VERSION = "dev"
 
 
 class RequestStream:
@@ -85,6 +92,8 @@ class Runtime:
         self.eos_token_ids = eos_token_ids
         self.requests: dict[str, RequestContext] = {}
         self.accepting = False
+        self.dead_reason: str | None = None  # set when an actor crashed: the runtime is gone
+        self.stopping = False
         self.info: ModelInfo | None = None
         self.max_model_len = 0
         self._ids = itertools.count()
@@ -97,11 +106,32 @@ class Runtime:
         self.on_finish: list[Callable[..., None]] = []
         self.on_step: list[Callable[..., None]] = []
         self._costs: dict[str, int] = {}  # request id -> admission estimate (max_pending_tokens)
+        self._fingerprint: str | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
 
     async def run(self, task_status: trio.TaskStatus[Runtime] = trio.TASK_STATUS_IGNORED) -> None:
         """Start every actor; report ready once the model is loaded and warm; run until cancelled."""
+        started = False
+        try:
+            async with trio.open_nursery() as outer:
+                self._outer = outer  # holds stop()'s watchdog, which must outlive the actors' nursery
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    await self._start_actors(nursery)
+                    started = True
+                    task_status.started(self)
+                outer.cancel_scope.cancel()  # every actor ended: the watchdog is not needed
+        except Exception as exc:
+            if not started:
+                raise  # a model that cannot load or warm up must stop the server starting
+            # An actor crashed (a bug, not a request's fault: those fail one request). The
+            # actors are gone; this model answers 503 and /health says why, while the server
+            # and its other models carry on. Every live request gets a clean error now.
+            self._die(exc)
+
+    async def _start_actors(self, nursery: trio.Nursery) -> None:
+        """Executor first (the model's limits size everything else), then the others in order."""
         cfg = self.config
         plans_send, plans_recv = trio.open_memory_channel[Any](1)
         results_send, results_recv = trio.open_memory_channel[Any](1)
@@ -113,32 +143,38 @@ class Runtime:
         self._tokenizer_inbox = tok_send
         self._scheduler_inbox = sched_send
 
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self.executor = ExecutorActor(self.runner, plans_recv, results_send)
-            self.executor.on_step = self.on_step
-            info: ModelInfo = await nursery.start(self.executor.run)
-            self.info = info
-            # A request must fit in the KV cache on its own, or it could never be scheduled.
-            self.max_model_len = info.max_model_len
-            if self.task == "generate":
-                self.max_model_len = min(info.max_model_len, info.num_kv_blocks * info.block_size)
-            core = self._make_core(info)
-            self.scheduler = SchedulerActor(core, sched_recv, plans_send, results_recv, out_send, self.requests)
-            self.detokenizer = DetokenizerActor(
-                _fast_backend(self.tokenizer), self.eos_token_ids, self.requests, out_recv, sched_send.clone(), self.served_name
-            )
-            self.detokenizer.on_finish = self.on_finish
-            guides = GuideCompiler(self.tokenizer, info.vocab_size) if self.task == "generate" else None
-            self.tokenizer_actor = TokenizerActor(
-                self.tokenizer, self.max_model_len, tok_recv, sched_send.clone(), guides, task=self.task
-            )
-            await nursery.start(self.scheduler.run)
-            await nursery.start(self.detokenizer.run)
-            await nursery.start(self.tokenizer_actor.run)
-            self.accepting = True
-            log.info("runtime_ready", model=self.served_name, device=info.device, dtype=info.dtype, kv_blocks=info.num_kv_blocks, max_model_len=self.max_model_len)
-            task_status.started(self)
+        self.executor = ExecutorActor(self.runner, plans_recv, results_send)
+        self.executor.on_step = self.on_step
+        info: ModelInfo = await nursery.start(self.executor.run)
+        self.info = info
+        # A request must fit in the KV cache on its own, or it could never be scheduled.
+        self.max_model_len = info.max_model_len
+        if self.task == "generate":
+            self.max_model_len = min(info.max_model_len, info.num_kv_blocks * info.block_size)
+        core = self._make_core(info)
+        self.scheduler = SchedulerActor(core, sched_recv, plans_send, results_recv, out_send, self.requests)
+        self.detokenizer = DetokenizerActor(
+            _fast_backend(self.tokenizer), self.eos_token_ids, self.requests, out_recv, sched_send.clone(), self.served_name
+        )
+        self.detokenizer.on_finish = self.on_finish
+        guides = GuideCompiler(self.tokenizer, info.vocab_size) if self.task == "generate" else None
+        self.tokenizer_actor = TokenizerActor(self.tokenizer, self.max_model_len, tok_recv, sched_send.clone(), guides, task=self.task)
+        await nursery.start(self.scheduler.run)
+        await nursery.start(self.detokenizer.run)
+        await nursery.start(self.tokenizer_actor.run)
+        self.accepting = True
+        log.info("runtime_ready", model=self.served_name, device=info.device, dtype=info.dtype, kv_blocks=info.num_kv_blocks, max_model_len=self.max_model_len)
+
+    def _die(self, exc: BaseException) -> None:
+        self.accepting = False
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # trio wraps it: name the cause
+            exc = exc.exceptions[0]
+        self.dead_reason = f"{type(exc).__name__}: {exc}"
+        log.error("runtime_crashed", model=self.served_name, error=self.dead_reason, exc_info=exc)
+        for request_id in list(self.requests):
+            ctx = self.requests.pop(request_id)
+            ctx.aborted = True
+            ctx.mailbox.fail(EngineDead(f"The engine for {self.served_name} failed: {self.dead_reason}"))
 
     def _make_core(self, info: ModelInfo) -> SchedulerCore | EmbeddingSchedulerCore:
         cfg = self.config
@@ -164,20 +200,55 @@ class Runtime:
         for request_id in list(self.requests):
             self.abort(request_id, AbortReason.SHUTDOWN)
 
-    def stop(self) -> None:
-        """Close the pipeline's entry; each actor ends when its inbox ends."""
+    def stop(self, deadline: float = 10.0) -> None:
+        """Close the actors in pipeline order: the tokenizer's inbox closes (it ends), the
+        scheduler finishes its step in flight and closes its channels, so the executor closes
+        the runner and joins the device thread, and the detokenizer ends on end-of-channel.
+        Whatever is still running after `deadline` seconds is cancelled."""
         self.accepting = False
-        if self._nursery is not None:
+        if self._nursery is None or self.dead_reason is not None or self.stopping:
+            return
+        self.stopping = True
+        for request_id in list(self.requests):  # normally none: serve drains first
+            self.abort(request_id, AbortReason.SHUTDOWN)
+        self._tokenizer_inbox.close()
+        try:
+            self._scheduler_inbox.send_nowait(Shutdown())
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
             self._nursery.cancel_scope.cancel()
+            return
+        self._outer.start_soon(self._cancel_after, deadline)
+
+    async def _cancel_after(self, deadline: float) -> None:
+        await trio.sleep(deadline)
+        log.warning("stop_deadline_passed", model=self.served_name, deadline_s=deadline)
+        self._nursery.cancel_scope.cancel()
 
     # -- requests -----------------------------------------------------------------------------
 
     @property
     def fingerprint(self) -> str:
-        return self.info.fingerprint if self.info is not None else ""
+        """system_fingerprint: the runner's (weights, dtype, device, KV cache, torch) plus the
+        engine's own configuration and version, so changing any of them changes it."""
+        if self.info is None:
+            return ""
+        if self._fingerprint is None:
+            cfg = self.config
+            source = [
+                self.info.fingerprint,
+                _ENGINE_VERSION,
+                self.max_model_len,
+                cfg.max_num_seqs,
+                cfg.max_num_batched_tokens,
+                cfg.max_num_batched_tokens_embed,
+            ]
+            self._fingerprint = "fp_" + hashlib.sha256(repr(source).encode()).hexdigest()[:12]
+        return self._fingerprint
 
     def health(self) -> tuple[bool, str | None]:
         """(ok, why not): the device thread is alive and no step overran its deadline."""
+        if self.dead_reason is not None:
+            return False, f"the engine failed: {self.dead_reason}"
         if not self.accepting:
             return False, "not accepting requests"
         if not self.executor.thread.is_alive:
@@ -208,6 +279,8 @@ class Runtime:
         Their mailboxes share one GroupSignal, so a reader can wait on all of them together.
         Admission as in `open()`, counting all n.
         """
+        if self.dead_reason is not None:
+            raise EngineDead(f"The engine for {self.served_name} failed ({self.dead_reason}); the server needs a restart.")
         if not self.accepting:
             raise EngineDead("The server is not accepting requests (starting up or shutting down).")
         if prompt.token_ids and self.info is not None and max(prompt.token_ids) >= self.info.vocab_size:

@@ -50,6 +50,22 @@ class AbortRequest(msgspec.Struct, frozen=True):
     reason: AbortReason
 
 
+class ForkedSeq(msgspec.Struct, kw_only=True, gc=False):
+    """A sibling (n > 1) that takes its first token from its parent's last prompt position.
+
+    It samples from the same logits row with its own seed (and grammar state), so the prompt is
+    prefilled once for all n; the scheduler then gives it the parent's prompt blocks.
+    """
+
+    request_id: str
+    seed: int
+    matcher: Any = None
+
+
+class Shutdown(msgspec.Struct, frozen=True):
+    """runtime → scheduler: finish the step in flight, then close (shutdown in pipeline order)."""
+
+
 class ScheduledSeq(msgspec.Struct, kw_only=True, gc=False):
     """One request's share of a step: the tokens to feed and where its KV lives.
 
@@ -71,6 +87,7 @@ class ScheduledSeq(msgspec.Struct, kw_only=True, gc=False):
     # never while this step is in flight.
     history: list[int] | None = None
     num_prompt_tokens: int = 0
+    forks: list[ForkedSeq] | None = None  # siblings sampled from this seq's row (sample is set)
 
 
 class StepPlan(msgspec.Struct, kw_only=True):
@@ -79,6 +96,9 @@ class StepPlan(msgspec.Struct, kw_only=True):
     step_id: int
     seqs: list[ScheduledSeq]
     freed_request_ids: list[str] = []
+    # (source, destination) KV blocks to copy before the forward: a forked sibling's private
+    # copy of its parent's partly filled last prompt block (copy-on-write).
+    block_copies: list[tuple[int, int]] = []
 
     @property
     def num_tokens(self) -> int:
@@ -102,7 +122,10 @@ class StepResult(msgspec.Struct, kw_only=True):
     # sampled token (when asked).
     logprobs: dict[str, list[Logprob]] = {}
     embeddings: dict[str, list[float]] = {}  # embedding models: one pooled vector per request
-    error: str | None = None
+    # Requests that failed on their own (their grammar state broke, their sampling raised);
+    # the rest of the step stands. request id -> message.
+    failed: dict[str, str] = {}
+    error: str | None = None  # the whole step failed
     elapsed: float = 0.0
 
 
@@ -114,6 +137,7 @@ class TokenDelta(msgspec.Struct, kw_only=True, gc=False):
     finish_reason: FinishReason | None = None
     stop_token_id: int | None = None  # the stop_token_ids entry that ended it, if any
     batch_size: int = 0  # how many requests shared the step that produced these tokens
+    queue_wait_us: int = 0  # how long the request waited for this step (seed 004's queue_wait_time)
     error: str | None = None  # the step failed; finish_reason is ABORT
     logprobs: list[Logprob] | None = None  # for token_ids (sampled tokens only)
     prompt_logprobs: list[Logprob] | None = None
@@ -131,7 +155,8 @@ class Usage(msgspec.Struct, kw_only=True):
     cached_tokens: int = 0
     truncated_prompt_tokens: int = 0  # dropped by error_behavior "truncate"
     # MindIE (seed 004): per generated token, the batch size of the step that made it and the
-    # microseconds it waited since the previous token (or since the request was scheduled).
+    # microseconds the request waited in the queue for that step (arrival to first step for the
+    # first token; end of its previous step to the start of this one after that).
     batch_size: list[int] = []
     queue_wait_time: list[int] = []
 

@@ -42,11 +42,15 @@ class RequestContext:
     num_output_tokens: int = 0
     scheduled_time: float | None = None
     first_token_time: float | None = None
-    # MindIE-style per-token usage: the batch each token was generated in, and the time it
-    # waited (µs) since the previous one was produced.
+    # MindIE-style per-token usage (seed 004): the batch each token was generated in, and the
+    # time (µs) the request waited in the queue for the step that made it.
     batch_sizes: list[int] = field(default_factory=list)
+    queue_wait_us: list[int] = field(default_factory=list)
+    # Per token, µs since the previous token reached the detokenizer ([0]: since scheduling);
+    # the inter-token latency metric reads it.
     token_wait_us: list[int] = field(default_factory=list)
     last_token_time: float | None = None
+    ready_time: float | None = None  # end of the step that made its latest token (scheduler)
     detok: Any = None  # actors.detok_core.IncrementalDetokenizer, created by the detokenizer
     # The other sequences of the same request (n > 1): tokenized once with this one, then
     # forked in the scheduler so they share this one's prompt blocks.

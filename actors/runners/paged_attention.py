@@ -188,6 +188,20 @@ def build_step(
     return step, torch.tensor(positions, dtype=torch.long, device=device)
 
 
+def copy_blocks(
+    k_cache: list[torch.Tensor], v_cache: list[torch.Tensor], copies: list[tuple[int, int]], block_size: int
+) -> None:
+    """Copy whole KV blocks (source, destination) in every layer: copy-on-write for forks."""
+    kv_heads, num_slots, head_dim = k_cache[0].shape
+    offsets = torch.arange(block_size, dtype=torch.long)
+    src = _rows((torch.tensor([c[0] for c in copies])[:, None] * block_size + offsets).reshape(-1), kv_heads, num_slots)
+    dst = _rows((torch.tensor([c[1] for c in copies])[:, None] * block_size + offsets).reshape(-1), kv_heads, num_slots)
+    src, dst = src.to(k_cache[0].device), dst.to(k_cache[0].device)
+    for cache in (*k_cache, *v_cache):
+        rows = cache.view(-1, head_dim)
+        rows.index_copy_(0, dst, rows.index_select(0, src))
+
+
 def _rows(slots: torch.Tensor, kv_heads: int, num_slots: int) -> torch.Tensor:
     """Cache slots `[N]` → rows `[kv_heads * N]` of the `[kv_heads * num_slots, d]` view, head-major."""
     return (torch.arange(kv_heads, dtype=torch.long)[:, None] * num_slots + slots[None, :]).reshape(-1)

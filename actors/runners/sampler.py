@@ -153,26 +153,28 @@ def apply_penalties(
 
     `histories` holds, per row, (prompt + output token ids, number of prompt tokens). Presence
     and frequency count output tokens only; repetition covers prompt and output, as vLLM and
-    transformers define it. Counting is one bincount over the whole batch.
+    transformers define it. The histories go to the device once as one padded id tensor (the
+    list-to-tensor conversion is torch's, in C); counting is a scatter_add there, so no Python
+    loop touches a token and no `[rows, vocab]` tensor crosses from the host.
     """
     rows, vocab = logits.shape
     device = logits.device
-    out_flat: list[int] = []
-    all_flat: list[int] = []
-    for r, (tokens, num_prompt) in enumerate(histories):
-        base = r * vocab
-        out_flat.extend(base + t for t in tokens[num_prompt:])
-        all_flat.extend(base + t for t in tokens)
-    size = rows * vocab
-    out_counts = torch.bincount(torch.tensor(out_flat, dtype=torch.long), minlength=size).view(rows, vocab).to(device)
-    seen = torch.bincount(torch.tensor(all_flat, dtype=torch.long), minlength=size).view(rows, vocab).to(device) > 0
+    ids = torch.nn.utils.rnn.pad_sequence(
+        [torch.tensor(tokens, dtype=torch.long) for tokens, _ in histories], batch_first=True, padding_value=vocab
+    ).to(device)  # padding counts into an extra column, dropped below
+    num_prompt = torch.tensor([n for _, n in histories], dtype=torch.long, device=device)
+    is_output = torch.arange(ids.shape[1], device=device)[None, :] >= num_prompt[:, None]
+    ones = torch.ones_like(ids, dtype=logits.dtype)
+    seen = torch.zeros(rows, vocab + 1, dtype=logits.dtype, device=device).scatter_add_(1, ids, ones)[:, :vocab] > 0
+    out_ids = ids.masked_fill(~is_output, vocab)
+    out_counts = torch.zeros(rows, vocab + 1, dtype=logits.dtype, device=device).scatter_add_(1, out_ids, ones)[:, :vocab]
     presence_t = torch.tensor(presence, dtype=logits.dtype, device=device)[:, None]
     frequency_t = torch.tensor(frequency, dtype=logits.dtype, device=device)[:, None]
     repetition_t = torch.tensor(repetition, dtype=logits.dtype, device=device)[:, None]
     # Repetition first, then presence and frequency: vLLM's order.
     penalized = torch.where(logits > 0, logits / repetition_t, logits * repetition_t)
     logits = torch.where(seen, penalized, logits)
-    return logits - presence_t * (out_counts > 0).to(logits.dtype) - frequency_t * out_counts.to(logits.dtype)
+    return logits - presence_t * (out_counts > 0).to(logits.dtype) - frequency_t * out_counts
 
 
 def top_logprobs(logprobs: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:

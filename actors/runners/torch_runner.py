@@ -11,6 +11,7 @@ import hashlib
 import json
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,13 @@ def _cpu_bf16_is_faster() -> bool:
             a @ b
         timings[dtype] = time.perf_counter() - start
     return timings[torch.bfloat16] < 0.8 * timings[torch.float32]
+
+
+def _weights_identity(model_dir: Path) -> list[object]:
+    """The checkpoint as served: its path and every weight/config file's name, size and mtime
+    (new weights written to the same directory change the fingerprint; no file is read)."""
+    files = sorted(p for p in model_dir.iterdir() if p.suffix in (".safetensors", ".bin", ".json", ".model"))
+    return [str(model_dir.resolve()), [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]]
 
 
 class TorchRunner:
@@ -125,7 +133,7 @@ class TorchRunner:
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         max_len = self._max_model_len or getattr(text_config, "max_position_embeddings", 2048)
         fingerprint_src = json.dumps(
-            [str(self.model_dir.resolve()), str(self.dtype), self.device.type, num_blocks, self.block_size, torch.__version__]
+            [_weights_identity(self.model_dir), str(self.dtype), self.device.type, num_blocks, self.block_size, int(max_len), torch.__version__]
         )
         return ModelInfo(
             max_model_len=int(max_len),
@@ -173,10 +181,14 @@ class TorchRunner:
             self.k_cache,
             self.v_cache,
         )
+        if plan.block_copies:
+            paged_attention.copy_blocks(self.k_cache, self.v_cache, plan.block_copies, self.block_size)
         input_ids = torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.long, device=self.device)
         rows = _LogitRows.plan(seqs)
-        guided = [(i, seqs[r].matcher) for i, r in enumerate(rows.sample_seqs) if seqs[r].matcher is not None]
-        masks: Future[torch.Tensor] | None = self._mask_pool.submit(self._grammar_masks, guided) if guided else None
+        guided = [(i, d.matcher) for i, d in enumerate(rows.draws) if d.matcher is not None]
+        masks: Future[tuple[torch.Tensor, dict[int, str]]] | None = (
+            self._mask_pool.submit(self._grammar_masks, guided) if guided else None
+        )
         outputs = self.model(
             input_ids=input_ids[None, :],
             position_ids=positions[None, :],
@@ -189,49 +201,91 @@ class TorchRunner:
             result.elapsed = time.perf_counter() - started
             return result
         all_logits = outputs.logits[0].float()  # [rows, V], raw model scores
-        logits = all_logits[rows.sample_rows] if rows.sample_rows else all_logits[:0]
-        logprob_rows = rows.logprob_rows(seqs)
+        logprob_rows = rows.logprob_rows()
         logprobs = torch.log_softmax(all_logits[logprob_rows], dim=-1) if logprob_rows else None
-
-        if rows.sample_seqs:
-            penalized = [i for i, r in enumerate(rows.sample_seqs) if seqs[r].sampling.has_penalties]
-            if penalized:
-                sub = [seqs[rows.sample_seqs[i]] for i in penalized]
-                logits[penalized] = apply_penalties(
-                    logits[penalized],
-                    [(s.history or [], s.num_prompt_tokens) for s in sub],
-                    [s.sampling.presence_penalty for s in sub],
-                    [s.sampling.frequency_penalty for s in sub],
-                    [s.sampling.repetition_penalty for s in sub],
-                )
-            if masks is not None:
-                guided_rows = torch.tensor([i for i, _ in guided], dtype=torch.long, device=self.device)
-                allowed = masks.result().to(self.device)
-                logits[guided_rows] = logits[guided_rows].masked_fill(~allowed, float("-inf"))
-            batch = SamplingBatch.build(
-                [
-                    (
-                        seqs[r].sampling.temperature,
-                        seqs[r].sampling.top_k,
-                        seqs[r].sampling.top_p,
-                        seqs[r].seed,
-                        seqs[r].start_pos + len(seqs[r].token_ids),
-                    )
-                    for r in rows.sample_seqs
-                ],
-                self.device,
-            )
-            tokens = sample(logits, batch).tolist()
-            for i, matcher in guided:
-                matcher.consume_token(tokens[i])
-            result.sampled = {seqs[r].request_id: tok for r, tok in zip(rows.sample_seqs, tokens)}
+        if rows.draws:
+            allowed, broken = masks.result() if masks is not None else (None, {})
+            result.sampled, result.failed = self._sample(all_logits, rows.draws, guided, allowed, broken)
         if logprobs is not None:
             result.logprobs = rows.collect_logprobs(seqs, logprobs, result.sampled)
         result.elapsed = time.perf_counter() - started
         return result
 
-    def _grammar_masks(self, guided: list[tuple[int, Any]]) -> torch.Tensor:
-        """Allowed tokens `[G, V]` for each guided row, from its matcher's current state."""
+    def _sample(
+        self,
+        all_logits: torch.Tensor,
+        draws: list["_Draw"],
+        guided: list[tuple[int, Any]],
+        allowed: torch.Tensor | None,
+        broken: dict[int, str],
+    ) -> tuple[dict[str, int], dict[str, str]]:
+        """One token per draw, batched; a request whose part raises fails alone.
+
+        The batched path runs first. If it raises, each draw is redone on its own and only the
+        draws that raise again fail, so one request's bad state never fails its step.
+        """
+        params = [(d.seq.sampling.temperature, d.seq.sampling.top_k, d.seq.sampling.top_p, d.seed, d.position) for d in draws]
+        mask_of = {i: j for j, (i, _) in enumerate(guided)}
+        failed = {draws[i].request_id: f"grammar error: {message}" for i, message in broken.items()}
+        try:
+            tokens: list[int | None] = self._sample_rows(all_logits, draws, params, mask_of, allowed, range(len(draws)))
+        except Exception:
+            tokens = []
+            for i in range(len(draws)):
+                try:
+                    tokens += self._sample_rows(all_logits, draws, params, mask_of, allowed, [i])
+                except Exception as exc:
+                    failed.setdefault(draws[i].request_id, f"sampling failed: {type(exc).__name__}: {exc}")
+                    tokens.append(None)
+        sampled: dict[str, int] = {}
+        for i, (draw, token) in enumerate(zip(draws, tokens)):
+            if token is None or draw.request_id in failed:
+                continue
+            if draw.matcher is not None:
+                try:
+                    accepted = draw.matcher.consume_token(token)
+                except Exception as exc:
+                    accepted, failed[draw.request_id] = True, f"grammar error: {type(exc).__name__}: {exc}"
+                if not accepted:
+                    failed[draw.request_id] = f"grammar error: token {token} rejected: {draw.matcher.get_error()}"
+                if draw.request_id in failed:
+                    continue
+            sampled[draw.request_id] = token
+        return sampled, failed
+
+    def _sample_rows(
+        self,
+        all_logits: torch.Tensor,
+        draws: list["_Draw"],
+        params: list[tuple[float, int, float, int, int]],
+        mask_of: dict[int, int],
+        allowed: torch.Tensor | None,
+        which: range | list[int],
+    ) -> list[int | None]:
+        """Penalties, grammar masks and sampling for the draws `which`, as one batch."""
+        which = list(which)
+        logits = all_logits[[draws[i].row for i in which]]  # a copy: forks of one row get their own
+        penalized = [j for j, i in enumerate(which) if draws[i].seq.sampling.has_penalties]
+        if penalized:
+            sub = [draws[which[j]].seq for j in penalized]
+            logits[penalized] = apply_penalties(
+                logits[penalized],
+                [(s.history or [], s.num_prompt_tokens) for s in sub],
+                [s.sampling.presence_penalty for s in sub],
+                [s.sampling.frequency_penalty for s in sub],
+                [s.sampling.repetition_penalty for s in sub],
+            )
+        masked = [(j, mask_of[i]) for j, i in enumerate(which) if i in mask_of]
+        if masked and allowed is not None:
+            local = torch.tensor([j for j, _ in masked], dtype=torch.long, device=self.device)
+            rows_allowed = allowed[[m for _, m in masked]].to(self.device)
+            logits[local] = logits[local].masked_fill(~rows_allowed, float("-inf"))
+        batch = SamplingBatch.build([params[i] for i in which], self.device)
+        return sample(logits, batch).tolist()
+
+    def _grammar_masks(self, guided: list[tuple[int, Any]]) -> tuple[torch.Tensor, dict[int, str]]:
+        """Allowed tokens `[G, V]` for each guided draw, from its matcher's current state, and
+        the draws whose matcher is broken (they fail; the rest of the step goes on)."""
         import llguidance
         import llguidance.torch
 
@@ -240,26 +294,38 @@ class TorchRunner:
         bitmask = llguidance.torch.allocate_token_bitmask(len(guided), self.vocab_size)
         llguidance.torch.fill_next_token_bitmask_par(self._ll_executor, [(m, j) for j, (_, m) in enumerate(guided)], bitmask)
         allowed = unpack_bitmask(bitmask, self.vocab_size)
-        # A matcher in an error state allows nothing; rather than sample from an empty set,
-        # let that row go unconstrained (its text is then checked by whoever parses it).
-        empty = ~allowed.any(dim=-1)
-        if bool(empty.any()):
-            allowed[empty] = True
-        return allowed
+        broken: dict[int, str] = {}
+        for j, (i, matcher) in enumerate(guided):
+            if matcher.is_error() or not bool(allowed[j].any()):
+                broken[i] = matcher.get_error() or "the grammar allows no next token"
+                allowed[j] = True  # keeps the batched sampling well-defined; the draw is dropped
+        return allowed, broken
+
+
+@dataclass(slots=True)
+class _Draw:
+    """One token to sample: a sequence's own, or a forked sibling's from the same logits row."""
+
+    request_id: str
+    seq: ScheduledSeq  # whose logits, sampling parameters and history
+    row: int  # its row in the kept logits
+    seed: int
+    matcher: Any
+    position: int  # the index of the token being generated
 
 
 class _LogitRows:
     """Which positions of the packed step get logits, and what each row is for.
 
-    A sampling sequence needs its last position. A sequence asking for prompt logprobs needs
-    every position of its chunk (position p's distribution scores prompt token p + 1).
+    A sampling sequence needs its last position (so do its forks). A sequence asking for prompt
+    logprobs needs every position of its chunk (position p's distribution scores token p + 1).
     """
 
     def __init__(self) -> None:
         self.index: list[int] = []  # packed-step positions passed to logits_to_keep
-        self.sample_seqs: list[int] = []  # seq indices that sample, in row order of `logits`
-        self.sample_rows: list[int] = []  # their rows in the kept logits
+        self.draws: list[_Draw] = []
         self.prompt_rows: dict[int, tuple[int, int]] = {}  # seq → (first kept row, count)
+        self._wanted: dict[int, int] = {}
 
     @classmethod
     def plan(cls, seqs: list[ScheduledSeq]) -> "_LogitRows":
@@ -270,55 +336,54 @@ class _LogitRows:
             if s.sampling.prompt_logprobs is not None and s.start_pos < s.num_prompt_tokens:
                 rows.prompt_rows[i] = (len(rows.index), len(s.token_ids))
                 rows.index.extend(range(cursor, end))
-                if s.sample:
-                    rows.sample_seqs.append(i)
-                    rows.sample_rows.append(len(rows.index) - 1)
             elif s.sample:
-                rows.sample_seqs.append(i)
-                rows.sample_rows.append(len(rows.index))
                 rows.index.append(end - 1)
+            if s.sample:
+                row, position = len(rows.index) - 1, s.start_pos + len(s.token_ids)
+                rows.draws.append(_Draw(s.request_id, s, row, s.seed, s.matcher, position))
+                for fork in s.forks or ():
+                    rows.draws.append(_Draw(fork.request_id, s, row, fork.seed, fork.matcher, position))
             cursor = end
         return rows
 
-    def logprob_rows(self, seqs: list[ScheduledSeq]) -> list[int]:
+    def logprob_rows(self) -> list[int]:
         wanted: list[int] = []
-        for i, (first, count) in self.prompt_rows.items():
+        for first, count in self.prompt_rows.values():
             wanted.extend(range(first, first + count))
-        for i, row in zip(self.sample_seqs, self.sample_rows):
-            if seqs[i].sampling.logprobs is not None and i not in self.prompt_rows:
-                wanted.append(row)
+        seen = set(wanted)
+        for d in self.draws:  # forks share their parent's row
+            if d.seq.sampling.logprobs is not None and d.row not in seen:
+                wanted.append(d.row)
+                seen.add(d.row)
         self._wanted = {row: j for j, row in enumerate(wanted)}
         return wanted
 
     def collect_logprobs(
         self, seqs: list[ScheduledSeq], logprobs: torch.Tensor, sampled: dict[str, int]
     ) -> dict[str, list[Logprob]]:
+        """Prompt logprobs, then the sampled token's, per request. One gather for all values."""
         k = max(
             max((s.sampling.logprobs or 0) for s in seqs),
             max((s.sampling.prompt_logprobs or 0) for s in seqs),
         )
         top_ids, top_values = top_logprobs(logprobs, k)
-        out: dict[str, list[Logprob]] = {}
-
-        def entry(row: int, token: int, width: int) -> Logprob:
-            j = self._wanted[row]
-            return Logprob(
-                token_id=token,
-                logprob=float(logprobs[j, token]),
-                top=list(zip(top_ids[j][:width], top_values[j][:width])),
-            )
-
+        wanted: list[tuple[str, int, int, int]] = []  # (request id, kept row, token, width)
         for i, (first, count) in self.prompt_rows.items():
             s = seqs[i]
-            width = s.sampling.prompt_logprobs or 0
-            items = out.setdefault(s.request_id, [])
             history = s.history or []
             for offset in range(count):
                 pos = s.start_pos + offset + 1  # the token this row's distribution scores
                 if pos < s.num_prompt_tokens:
-                    items.append(entry(first + offset, history[pos], width))
-        for i, row in zip(self.sample_seqs, self.sample_rows):
-            s = seqs[i]
-            if s.sampling.logprobs is not None:
-                out.setdefault(s.request_id, []).append(entry(row, sampled[s.request_id], s.sampling.logprobs))
+                    wanted.append((s.request_id, first + offset, history[pos], s.sampling.prompt_logprobs or 0))
+        for d in self.draws:
+            if d.seq.sampling.logprobs is not None and d.request_id in sampled:
+                wanted.append((d.request_id, d.row, sampled[d.request_id], d.seq.sampling.logprobs))
+        if not wanted:
+            return {}
+        js = [self._wanted[row] for _, row, _, _ in wanted]
+        values = logprobs[js, [token for _, _, token, _ in wanted]].tolist()
+        out: dict[str, list[Logprob]] = {}
+        for (request_id, _, token, width), j, value in zip(wanted, js, values):
+            top = list(zip(top_ids[j][:width], top_values[j][:width]))
+            out.setdefault(request_id, []).append(Logprob(token_id=token, logprob=value, top=top))
         return out

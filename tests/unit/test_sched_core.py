@@ -84,12 +84,21 @@ class Driver:
         sampled = {}
         for s in plan.seqs:
             if s.sample:
-                token = self.token(s.request_id, s.start_pos + len(s.token_ids))
-                sampled[s.request_id] = (overrides or {}).get(s.request_id, token)
+                # Forks draw from their parent's last row, each as its own request.
+                for rid in [s.request_id, *(f.request_id for f in s.forks or ())]:
+                    token = self.token(rid, s.start_pos + len(s.token_ids))
+                    sampled[rid] = (overrides or {}).get(rid, token)
         return StepResult(step_id=plan.step_id, sampled=sampled)
 
     def update(self, plan: StepPlan, result: StepResult) -> list[TokenDelta]:
         deltas = self.core.update(plan, result)
+        for s in plan.seqs:
+            for fork in s.forks or ():
+                child = self.core.requests.get(fork.request_id)
+                if child is not None and child.status is SeqStatus.RUNNING:  # took the parent's prompt
+                    self.computed[fork.request_id] = child.num_computed_tokens
+                    self.tables[fork.request_id] = list(child.block_table)
+                    self.preemptions[fork.request_id] = child.num_preemptions
         for d in deltas:
             assert d.request_id not in self.finished, f"{d.request_id} got a token after it finished"
             self.outputs[d.request_id].extend(d.token_ids)
@@ -654,25 +663,98 @@ def test_eos_beats_length_on_the_last_token() -> None:
 # -- n > 1: forks held until the first sequence's prompt is computed --------------------------------------
 
 
-def test_fork_waits_for_parent_prefill_then_shares_its_prompt_blocks() -> None:
+def test_forks_draw_from_the_parents_last_prompt_row_and_share_its_blocks() -> None:
     core = make_core(block_size=4, max_num_batched_tokens=4)
     d = Driver(core)
     prompt = prompt_of(10)
     d.add("p", prompt, max_tokens=3)
-    plan, _ = d.step()  # 4 of 10 prompt tokens
+    d.step()  # 4 of 10 prompt tokens
     d.add("p.1", prompt, max_tokens=3, fork_of="p")
-    assert core.statistics()["waiting"] == 1 and not core.waiting
+    d.add("p.2", prompt, max_tokens=3, fork_of="p")
+    assert core.statistics()["waiting"] == 2 and not core.waiting
     plan, _ = d.step()
-    assert plan_ids(plan) == ["p"]
-    plan, _ = d.step()  # the prompt's last 2 tokens: now the child may go
+    assert plan_ids(plan) == ["p"] and plan.seqs[0].forks is None
+    plan, deltas = d.step()  # the prompt's last 2 tokens: the forks draw their first tokens too
     assert plan_ids(plan) == ["p"] and plan.seqs[0].sample
+    assert [f.request_id for f in plan.seqs[0].forks] == ["p.1", "p.2"]
+    assert sorted(x.request_id for x in deltas) == ["p", "p.1", "p.2"]
+    assert core.num_prefill_tokens == 10  # the prompt was computed once for all three
     p_table = plan.seqs[0].block_table
+    children = [core.requests[c].block_table for c in ("p.1", "p.2")]
+    for table in children:
+        assert table[:2] == p_table[:2]  # full blocks shared...
+        assert table[2] != p_table[2]  # ...the partly filled one is each child's own copy
+    assert [core.blocks.blocks[b].ref_count for b in p_table] == [3, 3, 1]
     plan, _ = d.step()
-    assert plan_ids(plan) == ["p", "p.1"]
-    child = item(plan, "p.1")
-    assert child.start_pos == 8 and child.token_ids == prompt[8:]
-    assert child.block_table[:2] == p_table[:2]
+    assert sorted(plan.block_copies) == sorted((p_table[2], table[2]) for table in children)
+    assert plan_ids(plan) == ["p", "p.1", "p.2"] and all(s.start_pos == 10 for s in plan.seqs)
     d.run()
+    assert {rid: len(d.outputs[rid]) for rid in ("p", "p.1", "p.2")} == {"p": 3, "p.1": 3, "p.2": 3}
+    assert core.num_prefill_tokens == 10
+    assert_drained(core)
+
+
+def test_forks_of_a_block_aligned_prompt_copy_nothing() -> None:
+    core = make_core(block_size=4, max_num_batched_tokens=16)
+    d = Driver(core)
+    d.add("p", prompt_of(8), max_tokens=2)
+    d.add("p.1", prompt_of(8), max_tokens=2, fork_of="p")
+    plan, _ = d.step()
+    assert [f.request_id for f in plan.seqs[0].forks] == ["p.1"]
+    assert core.requests["p.1"].block_table == plan.seqs[0].block_table
+    plan, _ = d.step()
+    assert plan.block_copies == [] and plan_ids(plan) == ["p", "p.1"]
+    d.run()
+    assert core.num_prefill_tokens == 8
+    assert_drained(core)
+
+
+def test_a_fork_without_a_free_block_falls_back_to_the_prefix_cache() -> None:
+    core = make_core(num_blocks=4, block_size=4, max_num_batched_tokens=16)
+    d = Driver(core)
+    for rid in ("p", "p.1", "p.2"):
+        d.add(rid, prompt_of(10), max_tokens=2, fork_of=None if rid == "p" else "p")
+    plan, deltas = d.step()  # 3 blocks for p, 1 reserved for p.1, none left for p.2
+    assert [f.request_id for f in plan.seqs[0].forks] == ["p.1"]
+    assert sorted(x.request_id for x in deltas) == ["p", "p.1"]
+    assert [s.request_id for s in core.waiting] == ["p.2"]
+    d.run()
+    assert all(len(d.outputs[rid]) == 2 for rid in ("p", "p.1", "p.2"))
+    assert_drained(core)
+
+
+def test_a_fork_aborted_during_its_draw_leaks_nothing() -> None:
+    core = make_core(block_size=4, max_num_batched_tokens=16)
+    d = Driver(core)
+    for rid in ("p", "p.1", "p.2"):
+        d.add(rid, prompt_of(10), max_tokens=2, fork_of=None if rid == "p" else "p")
+    plan = d.schedule()
+    assert plan is not None and len(plan.seqs[0].forks) == 2
+    assert core.abort("p.1")
+    deltas = d.update(plan, d.result(plan))
+    assert sorted(x.request_id for x in deltas) == ["p", "p.2"]
+    d.run()
+    assert_drained(core)
+
+
+def test_a_request_that_fails_alone_leaves_its_step_standing() -> None:
+    core = make_core(block_size=4, max_num_batched_tokens=32)
+    d = Driver(core)
+    d.add("a", prompt_of(5), max_tokens=4)
+    d.add("b", prompt_of(6), max_tokens=4)
+    d.add("b.1", prompt_of(6), max_tokens=4, fork_of="b")
+    plan = d.schedule()
+    assert plan is not None
+    result = d.result(plan)
+    for rid in ("a", "b.1"):
+        del result.sampled[rid]
+    result.failed = {"a": "grammar error: x", "b.1": "sampling failed: y"}
+    deltas = {x.request_id: x for x in d.update(plan, result)}
+    assert deltas["a"].finish_reason is FinishReason.ABORT and deltas["a"].error == "grammar error: x"
+    assert deltas["b.1"].finish_reason is FinishReason.ABORT and deltas["b.1"].error == "sampling failed: y"
+    assert deltas["b"].finish_reason is None and deltas["b"].token_ids
+    d.run()
+    assert len(d.outputs["b"]) == 4
     assert_drained(core)
 
 

@@ -1,0 +1,101 @@
+"""One request's fault fails that request only; the rest of its step stands.
+
+Two layers: the real runner on the tiny model, given a plan in which one request's grammar
+state is broken, and the whole server with sampling made to raise whenever a poisoned
+request shares the batch (the batched call fails; the runner redoes its rows one by one).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from actors.runners import torch_runner
+from runtime.messages import ScheduledSeq, StepPlan
+from runtime.sampling import Guide, SamplingParams
+from tests.conftest import Server
+
+POISON_SEED = 1313
+
+
+def test_a_broken_grammar_state_fails_its_request_only(tiny_model_dir: Path) -> None:
+    import llguidance
+    import llguidance.hf
+    from transformers import AutoTokenizer
+
+    from actors.guidance import guide_grammar
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ll_tokenizer = llguidance.hf.from_tokenizer(tokenizer)
+    grammar = guide_grammar(Guide(kind="json_object", param="response_format"))
+    healthy = llguidance.LLMatcher(ll_tokenizer, grammar, log_level=0)
+    broken = llguidance.LLMatcher(ll_tokenizer, grammar, log_level=0)
+    assert not broken.consume_token(tokenizer.encode("x", add_special_tokens=False)[0])  # not JSON: error state
+    assert broken.is_error()
+
+    runner = torch_runner.TorchRunner(tiny_model_dir, dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
+    runner.load()
+    try:
+        greedy = SamplingParams(temperature=0.0, max_tokens=4)
+        seqs = [
+            ScheduledSeq(request_id=rid, token_ids=[5, 6, 7], start_pos=0, block_table=[2 * i], sample=True, sampling=greedy, seed=i, matcher=m)
+            for i, (rid, m) in enumerate([("plain", None), ("guided", healthy), ("broken", broken)])
+        ]
+        result = runner.execute(StepPlan(step_id=0, seqs=seqs))
+    finally:
+        runner.close()
+    assert result.error is None
+    assert set(result.sampled) == {"plain", "guided"}
+    assert set(result.failed) == {"broken"} and result.failed["broken"].startswith("grammar error")
+    # The healthy matcher took its token; the grammar allowed it.
+    assert not healthy.is_error()
+    assert tokenizer.decode([result.sampled["guided"]]).lstrip().startswith(("{", "["))
+
+
+@pytest.fixture
+async def client(server: Server):
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as c:
+        yield c
+
+
+async def test_a_request_whose_sampling_raises_fails_alone(
+    server: Server, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(3)
+    prompts = [[rng.randrange(3, 300) for _ in range(n)] for n in (9, 14, 21)]
+    body = dict(model="tiny", max_tokens=16, temperature=0, ignore_eos=True)
+    expected = [(await client.post("/v1/completions", json={**body, "prompt": p})).json()["choices"][0]["text"] for p in prompts]
+
+    real_sample = torch_runner.sample
+    shared_steps = []
+
+    def sample(logits, batch):  # type: ignore[no-untyped-def]
+        if bool((batch.seed == POISON_SEED).any()):
+            shared_steps.append(len(batch.seed))
+            raise RuntimeError("injected sampling fault")
+        return real_sample(logits, batch)
+
+    monkeypatch.setattr(torch_runner, "sample", sample)
+    results: dict[str, httpx.Response] = {}
+
+    async def send(name: str, payload: dict, delay: float) -> None:
+        await trio.sleep(delay)
+        results[name] = await client.post("/v1/completions", json=payload)
+
+    async with trio.open_nursery() as nursery:
+        for i, p in enumerate(prompts):
+            nursery.start_soon(send, f"ok{i}", {**body, "prompt": p}, 0.0)
+        nursery.start_soon(send, "poison", {**body, "prompt": [7, 8, 9], "temperature": 1.0, "seed": POISON_SEED}, 0.01)
+
+    assert max(shared_steps) > 1, "precondition: the poisoned request shared a step"
+    poison = results["poison"]
+    assert poison.status_code == 500 and "injected sampling fault" in poison.json()["error"]["message"]
+    for i in range(len(prompts)):
+        assert results[f"ok{i}"].status_code == 200
+        assert results[f"ok{i}"].json()["choices"][0]["text"] == expected[i]
+    stats = server.runtime.statistics()  # type: ignore[attr-defined]
+    assert stats["running"] == stats["waiting"] == stats["kv_blocks_used"] == 0
