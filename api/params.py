@@ -23,22 +23,34 @@ def _unsupported(param: str, what: str) -> InvalidRequest:
     return InvalidRequest(f"{what} is not supported by this server yet.", param=param, code="unsupported_parameter")
 
 
+# Seed 004: a stop string has 1 to 32768 characters; a list's strings are non-empty and hold at
+# most 32768 characters together (an empty list is null). No seed limits how many there are.
+STOP_MAX_CHARS = 32 * 1024
+
+
 def _stop_tuple(stop: str | list[str] | None) -> tuple[str, ...]:
     if stop is None:
         return ()
     stops = (stop,) if isinstance(stop, str) else tuple(stop)
-    if len(stops) > 16:
-        raise InvalidRequest("At most 16 stop sequences are allowed.", param="stop")
     if any(s == "" for s in stops):
         raise InvalidRequest("Stop sequences must not be empty.", param="stop")
+    if sum(len(s) for s in stops) > STOP_MAX_CHARS:
+        raise InvalidRequest(f"Stop sequences may hold at most {STOP_MAX_CHARS} characters in all.", param="stop")
     return stops
 
 
-def _common(req: SamplingFields, max_tokens: int | None, *, n_generate: int, logprobs: int | None) -> SamplingParams:
+def _common(
+    req: SamplingFields, max_tokens: int | None, *, n_generate: int, logprobs: int | None, beam: bool = False
+) -> SamplingParams:
+    """Every rule Chat, Completions and beam search share; `beam`: deterministic beam search,
+    where n > 1 needs no temperature."""
     if req.stream_options is not None and not req.stream:
         raise InvalidRequest("stream_options is only allowed when stream is true.", param="stream_options")
-    if req.n > 1 and req.temperature == 0.0:
+    if not beam and req.n > 1 and req.temperature == 0.0:
         raise InvalidRequest("n > 1 needs temperature > 0 (greedy sampling would repeat one answer n times).", param="temperature")
+    if req.top_k == 0:
+        # Seeds 000/001: null or an integer > 0; seed 004: -1 or (0, 2147483647]. 0 is neither.
+        raise InvalidRequest("top_k must be -1 or null (off), or greater than 0.", param="top_k")
     if req.logit_bias:
         raise _unsupported("logit_bias", "logit_bias")
     if req.min_tokens:
@@ -150,38 +162,42 @@ def completion_params(req: CompletionRequest) -> tuple[list[Prompt], SamplingPar
     sampling = _common(req, req.max_tokens, n_generate=best_of, logprobs=logprobs)
     if req.echo and req.logprobs is not None:
         sampling = msgspec.structs.replace(sampling, prompt_logprobs=req.logprobs)
-    prompts = [
-        Prompt(text=p, add_special_tokens=not req.use_raw_prompt, truncate=req.error_behavior == "truncate")
-        if isinstance(p, str)
-        else Prompt(token_ids=p, truncate=req.error_behavior == "truncate")
-        for p in split_prompt(req.prompt)
-    ]
-    return prompts, sampling
+    return _prompts(req), sampling
 
 
 def _beam_params(req: CompletionRequest) -> tuple[list[Prompt], SamplingParams]:
-    """Beam search (seed 004): width = max(best_of, n), returns n; no stop strings, no echo.
+    """Beam search (seed 004): width = max(best_of, n), returns n, ranked by score.
 
+    The shared rules apply (`_common`), and every control is honoured by api/beam.py
+    (stop_token_ids, ignore_eos, the penalties, logprobs, echo, suffix, error_behavior) except
+    these, rejected naming the field: `stop`, which seed 004 says beam search does not take;
+    top_p / top_k other than off, which restrict sampling and a deterministic search does not
+    sample. temperature and seed are accepted (seed 004's own beam example sends temperature 1)
+    and have nothing to act on, as in transformers' generate(num_beams=k, do_sample=False).
     best_of is not checked against n here, as the seed says. `sampling.n` carries the width.
     """
     if req.stop:
-        raise InvalidRequest("use_beam_search cannot be combined with stop.", param="stop")
-    if req.echo:
-        raise _unsupported("echo", "echo with use_beam_search")
+        raise InvalidRequest("use_beam_search cannot be combined with stop (seed 004).", param="stop")
+    if req.top_p is not None and req.top_p != 1.0:
+        raise InvalidRequest("top_p does not apply to beam search, which does not sample.", param="top_p")
+    if req.top_k is not None and req.top_k > 0:
+        raise InvalidRequest("top_k does not apply to beam search, which does not sample.", param="top_k")
     width = max(req.n, req.best_of or 1)
-    sampling = SamplingParams(
-        max_tokens=req.max_tokens if req.max_tokens is not None else 16,
-        temperature=0.0,
-        ignore_eos=req.ignore_eos,
-        skip_special_tokens=req.skip_special_tokens,
-        logprobs=req.logprobs,
-        n=width,
-    )
-    prompts = [
-        Prompt(text=p, add_special_tokens=not req.use_raw_prompt) if isinstance(p, str) else Prompt(token_ids=p)
+    sampling = _common(req, req.max_tokens, n_generate=width, logprobs=req.logprobs, beam=True)
+    sampling = msgspec.structs.replace(sampling, temperature=0.0, top_p=1.0, top_k=0, seed=None)
+    if req.echo and req.logprobs is not None:
+        sampling = msgspec.structs.replace(sampling, prompt_logprobs=req.logprobs)
+    return _prompts(req), sampling
+
+
+def _prompts(req: CompletionRequest) -> list[Prompt]:
+    truncate = req.error_behavior == "truncate"
+    return [
+        Prompt(text=p, add_special_tokens=not req.use_raw_prompt, truncate=truncate)
+        if isinstance(p, str)
+        else Prompt(token_ids=p, truncate=truncate)
         for p in split_prompt(req.prompt)
     ]
-    return prompts, sampling
 
 
 def split_prompt(prompt: str | list[Any]) -> list[str | list[int]]:

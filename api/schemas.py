@@ -16,6 +16,8 @@ from msgspec import Meta
 
 Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
 TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
+# -1 (seed 004) or null means off; otherwise > 0. 0 is rejected in api/params.py, naming top_k
+# (msgspec bounds one interval only).
 TopK = Annotated[int, Meta(ge=-1)]
 Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
 RepetitionPenalty = Annotated[float, Meta(gt=0.0, le=2.0)]
@@ -83,7 +85,8 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
-    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    # Seeds 000/001: "low", "medium" (the default) or "high"; seed 003 has no such field.
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     metadata: dict[str, str] | None = None
     store: bool | None = None

@@ -1,13 +1,30 @@
 """POST /v1/completions: legacy text completions (seeds 000 and 004), streaming or not.
 
-A batch of prompts × n (or best_of) sequences runs as one group; choice `index` is
-prompt_index * n + i. best_of > n returns the n sequences with the highest cumulative
-logprob. echo prepends the prompt (with its logprobs when `logprobs` is set), suffix appends.
+A batch of prompts × n (or best_of) sequences runs as one group. best_of > n returns the n
+sequences with the highest cumulative logprob. echo prepends the prompt (with its logprobs when
+`logprobs` is set), suffix appends. use_beam_search runs api/beam.py instead.
+
+Choice `index` is prompt_index * n + i, a decision between the seeds: 000/001 call
+CompletionChoice.index "the index of the prompt in the request", 004 "the choice's position in
+the list" (its n=2 examples number one prompt's choices 0 and 1), OpenAI prompt_index * n + i.
+With n = 1 all three agree. With n > 1 the prompt index alone would give one prompt's choices
+the same index, which contradicts seed 004's examples and leaves a streaming client (the openai
+SDK yields chunks that carry only `index`) unable to tell the choices apart; prompt_index * n + i
+is 004's position in the list, and the prompt index stays index // n.
+
+`text_offset` counts from the start of the choice's own `text` (the echoed prompt included), so
+text[offset:].startswith(token) for every token. Seed 004's n=2 examples instead continue the
+offsets from one choice to the next (offsets into the concatenation of all choices' texts); we
+do not follow that: it breaks finding a token in its choice's text by its offset, the one use the
+field has (OpenAI and vLLM offsets are per choice), a choice's offsets would change with the
+length of the choices before it, and seed 004's table defines text_offset only as "the position
+offset of the generated text".
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import trio
@@ -20,13 +37,15 @@ from api.errors import json_response
 from api.logprobs import legacy_logprobs
 from api.params import completion_params
 from api.schemas import CompletionRequest
-from api.beam import beam_search
+from api.beam import BeamSearch, fit_prompt, unwrapped_errors
 from api.streaming import Collected, Generation, sse_response, sse_stream
 from api.usage import usage_dict
+from actors.tokenizer import encode_prompt
 from runtime.engine import Runtime
-from runtime.errors import InvalidRequest
-from runtime.messages import Logprob, TextDelta
+from runtime.messages import Logprob, TextDelta, Usage
 from runtime.registry import ModelRegistry
+from runtime.request import Prompt
+from runtime.sampling import SamplingParams
 
 
 def register(app: Quart, models: ModelRegistry) -> None:
@@ -63,34 +82,60 @@ async def respond(models: ModelRegistry, req: CompletionRequest) -> Response:
     return json_response({**head, "choices": choices, "usage": _usage(outs, per_prompt)})
 
 
-async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[Any], sampling: Any):  # type: ignore[no-untyped-def]
-    """Beams are only known at the end: a stream sends them all in one chunk (seed 004)."""
-    choices = []
-    prompt_tokens = completion_tokens = 0
-    for p, prompt in enumerate(prompts):
+async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[Prompt], sampling: SamplingParams) -> Response:
+    """Beam search (api/beam.py), one search per prompt, concurrently. The beams are only known
+    at the end: a stream sends them all in one chunk, usage included (seed 004's example)."""
+    collected: list[list[Collected]] = [[] for _ in prompts]
+
+    async def one(p: int) -> None:
+        prompt = prompts[p]
         ids = prompt.token_ids
         if ids is None:
-            ids = await trio.to_thread.run_sync(lambda: runtime.tokenizer.encode(prompt.text, add_special_tokens=prompt.add_special_tokens))
-        if len(ids) + sampling.max_tokens > runtime.max_model_len:
-            raise InvalidRequest("The prompt plus max_tokens exceeds the context length.", param="max_tokens")
-        beams = await beam_search(runtime, list(ids), sampling.n, sampling.max_tokens, ignore_eos=sampling.ignore_eos)
-        prompt_tokens += len(ids)
-        for i, beam in enumerate(beams[: req.n]):
-            completion_tokens += len(beam.tokens)
-            tokens = beam.tokens[:-1] if beam.finished else beam.tokens
+            ids = await trio.to_thread.run_sync(encode_prompt, runtime.tokenizer, prompt)
+        ids, max_tokens, truncated = fit_prompt(list(ids), sampling.max_tokens, runtime.max_model_len, prompt.truncate)
+        search = BeamSearch(runtime, ids, sampling.n, max_tokens, sampling)
+        beams = (await search.run())[: req.n]
+        for beam in beams:
+            # The EOS or stop token that ended a beam is not part of its text, except a
+            # stop_token_ids hit with include_stop_str_in_output (as the detokenizer does).
+            keep_end = beam.stop_token_id is not None and sampling.include_stop_str_in_output
+            tokens = beam.tokens[:-1] if beam.finished and not keep_end else beam.tokens
             text = runtime.tokenizer.decode(tokens, skip_special_tokens=sampling.skip_special_tokens)
-            logprobs = None
-            if req.logprobs is not None:
-                entries = [Logprob(token_id=e.token_id, logprob=e.logprob, top=e.top[: req.logprobs]) for e in beam.logprobs]
-                logprobs = legacy_logprobs(runtime.tokenizer, list(entries), beam.tokens)
-            choices.append(
-                {"index": p * req.n + i, "text": text + (req.suffix or ""), "logprobs": logprobs,
-                 "finish_reason": beam.finish_reason.value, "stop_reason": None}
+            usage = Usage(
+                prompt_tokens=len(ids),
+                completion_tokens=len(beam.tokens),
+                cached_tokens=search.cached_tokens,
+                truncated_prompt_tokens=truncated,
+                batch_size=beam.batch_size,
+                queue_wait_time=beam.queue_wait_time,
             )
-    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
-    head = {"id": f"cmpl-beam-{int(time.time() * 1000):x}", "object": "text_completion", "created": int(time.time()),
-            "model": runtime.served_name, "system_fingerprint": runtime.fingerprint}
-    body = {**head, "choices": choices, "usage": usage}
+            collected[p].append(
+                Collected(
+                    text=text,
+                    token_ids=beam.tokens,
+                    logprobs=beam.logprobs,
+                    prompt_logprobs=search.prompt_logprobs,
+                    finish_reason=beam.finish_reason,
+                    stop_reason=beam.stop_token_id,
+                    usage=usage,
+                )
+            )
+
+    async with unwrapped_errors(), trio.open_nursery() as nursery:
+        for p in range(len(prompts)):
+            nursery.start_soon(one, p)
+    choices = [
+        _choice(runtime, req, p * req.n + i, out, prompts[p]) for p, outs in enumerate(collected) for i, out in enumerate(outs)
+    ]
+    outs = [out for group in collected for out in group]
+    head = {
+        "id": f"cmpl-beam-{uuid.uuid4().hex[:16]}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": runtime.served_name,
+        "system_fingerprint": runtime.fingerprint,
+    }
+    body = {**head, "choices": choices, "usage": _usage(outs, req.n)}
     if not req.stream:
         return json_response(body)
 

@@ -3,7 +3,9 @@
 Ranges per seeds 000 and 004: temperature [0, 2], top_p (0, 1], repetition_penalty (0, 2],
 presence/frequency penalty [-2, 2], legacy logprobs [0, 5], chat top_logprobs [0, 20],
 n and best_of [1, 128]; best_of >= n, and equal to n when streaming; n > 1 (or best_of > 1)
-needs temperature > 0. Also use_beam_search (seed 004), which today is implemented (api/beam.py).
+needs temperature > 0; top_k -1 / null or > 0; stop strings non-empty and 32768 characters in all
+(seed 004); reasoning_effort low / medium / high (seed 001). Also use_beam_search (seed 004,
+api/beam.py; its controls in test_beam_controls.py).
 """
 
 from __future__ import annotations
@@ -47,6 +49,18 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("/v1/chat/completions", {"top_p": 0}, "top_p"),
     ("/v1/chat/completions", {"repetition_penalty": 0}, "repetition_penalty"),
     ("/v1/chat/completions", {"presence_penalty": 2.5}, "presence_penalty"),
+    # top_k: -1 / null (off) or > 0 (seeds 000/001/004); 0 is neither.
+    ("/v1/completions", {"top_k": 0}, "top_k"),
+    ("/v1/chat/completions", {"top_k": 0}, "top_k"),
+    # stop (seed 004): each string non-empty, at most 32768 characters in all.
+    ("/v1/completions", {"stop": "x" * 32769}, "stop"),
+    ("/v1/completions", {"stop": ["a" * 20000, "b" * 12769]}, "stop"),
+    ("/v1/chat/completions", {"stop": ["a", ""]}, "stop"),
+    # reasoning_effort (seed 001): "low", "medium" or "high".
+    ("/v1/chat/completions", {"reasoning_effort": "minimal"}, "reasoning_effort"),
+    # The output budget past the context is named as the client sent it.
+    ("/v1/chat/completions", {"max_tokens": None, "max_completion_tokens": 100000}, "max_completion_tokens"),
+    ("/v1/chat/completions", {"max_tokens": 100000}, "max_tokens"),
 ]
 
 
@@ -76,8 +90,14 @@ async def test_invalid_controls_get_400_naming_the_field(server: Server, http: h
         {"seed": 2**64 - 1},  # seed 004: uint64, (0, 18446744073709551615]
         {"top_k": 10**6},  # seed 004: a top_k past the vocabulary means the whole vocabulary
         {"top_k": 1, "n": 2},  # greedy through top_k is allowed with n > 1
+        {"stop": [chr(65 + i % 26) * 2 for i in range(40)]},  # no seed limits how many stops
+        {"stop": "x" * 32768},  # seed 004: up to 32768 characters
+        {"stop": ["a" * 16384, "b" * 16384]},
     ],
-    ids=["range-edges", "stream-best_of-eq-n", "logprobs-5-echo", "top_k-off-seed-int64-max", "seed-uint64-max", "top_k-past-vocab", "n2-top_k1"],
+    ids=[
+        "range-edges", "stream-best_of-eq-n", "logprobs-5-echo", "top_k-off-seed-int64-max", "seed-uint64-max",
+        "top_k-past-vocab", "n2-top_k1", "stop-40-strings", "stop-32768-chars", "stop-list-32768-chars",
+    ],
 )
 async def test_boundary_values_are_accepted(server: Server, http: httpx.AsyncClient, fields: dict[str, Any]) -> None:
     r = await http.post("/v1/completions", json={**COMPLETION, **fields})
@@ -112,6 +132,6 @@ async def test_use_beam_search(server: Server, http: httpx.AsyncClient, ref: Ref
     assert len(events) == 1
     assert [c["text"] for c in events[0]["choices"]] == [ref.decode(b) for b in expected[:2]]
 
-    for extra, param in (({"stop": "x"}, "stop"), ({"echo": True}, "echo")):
-        r = await http.post("/v1/completions", json={**body, **extra})
-        assert r.status_code == 400 and r.json()["error"]["param"] == param, (extra, r.text)
+    # Seed 004: beam search does not take stop. (Every other control: test_beam_controls.py.)
+    r = await http.post("/v1/completions", json={**body, "stop": "x"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stop", r.text

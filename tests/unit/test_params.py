@@ -176,7 +176,11 @@ def test_n_greater_than_one() -> None:
 
 def test_stop_sequences() -> None:
     assert rejected(chat, {"messages": USER, "stop": ["a", ""]}).param == "stop"
-    assert rejected(chat, {"messages": USER, "stop": [str(i) for i in range(17)]}).param == "stop"
+    # Seed 004: any number of stops, at most 32768 characters in all.
+    _, sampling = chat({"messages": USER, "stop": [str(i) for i in range(17)]})
+    assert len(sampling.stop) == 17
+    assert rejected(chat, {"messages": USER, "stop": ["x" * 20000, "y" * 12769]}).param == "stop"
+    _, sampling = chat({"messages": USER, "stop": ["x" * 20000, "y" * 12768]})
     _, sampling = chat({"messages": USER, "stop": "END"})
     assert sampling.stop == ("END",)
     _, sampling = chat({"messages": USER, "stop": ["a", "b"]})
