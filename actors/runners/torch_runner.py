@@ -361,12 +361,9 @@ class _LogitRows:
     def collect_logprobs(
         self, seqs: list[ScheduledSeq], logprobs: torch.Tensor, sampled: dict[str, int]
     ) -> dict[str, list[Logprob]]:
-        """Prompt logprobs, then the sampled token's, per request. One gather for all values."""
-        k = max(
-            max((s.sampling.logprobs or 0) for s in seqs),
-            max((s.sampling.prompt_logprobs or 0) for s in seqs),
-        )
-        top_ids, top_values = top_logprobs(logprobs, k)
+        """Prompt logprobs, then the sampled token's, per request. One gather for all values;
+        top-k once per distinct width, over the rows that asked for it (a beam re-asking for a
+        wide k must not make every other row pay for it)."""
         wanted: list[tuple[str, int, int, int]] = []  # (request id, kept row, token, width)
         for i, (first, count) in self.prompt_rows.items():
             s = seqs[i]
@@ -382,8 +379,17 @@ class _LogitRows:
             return {}
         js = [self._wanted[row] for _, row, _, _ in wanted]
         values = logprobs[js, [token for _, _, token, _ in wanted]].tolist()
+        tops: dict[tuple[int, int], list[tuple[int, float]]] = {}  # (row, width) -> top entries
+        by_width: dict[int, list[int]] = {}
+        for (_, _, _, width), j in zip(wanted, js):
+            if width > 0 and j not in by_width.setdefault(width, []):
+                by_width[width].append(j)
+        for width, rows in by_width.items():
+            ids, vals = top_logprobs(logprobs[rows], width)
+            for j, row_ids, row_vals in zip(rows, ids, vals):
+                tops[(j, width)] = list(zip(row_ids, row_vals))
         out: dict[str, list[Logprob]] = {}
         for (request_id, _, token, width), j, value in zip(wanted, js, values):
-            top = list(zip(top_ids[j][:width], top_values[j][:width]))
+            top = tops.get((j, width), [])
             out.setdefault(request_id, []).append(Logprob(token_id=token, logprob=value, top=top))
         return out
