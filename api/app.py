@@ -2,7 +2,15 @@
 
 Owns: app configuration (no response timeout: a long stream must never be cut, ANCHORS E2),
 body decoding with msgspec, the error handlers that turn any `ServingError` into the API's
-error JSON, and route registration. Imports quart/quart_trio, msgspec, api and runtime.
+error JSON (and unknown routes, wrong methods, oversized bodies into the error shape of the
+surface the request addressed: Azure's for Azure's paths or any `api-version` request), route
+registration, and the ASGI stack, outermost first:
+
+    EdgeMiddleware (request id, access log, metrics)
+      -> AuthMiddleware (API key, then load shedding via api.edge.Admission, then rate limits)
+        -> the Quart app (routing, body decoding, handlers)
+
+Imports quart/quart_trio, msgspec, api and runtime.
 """
 
 from __future__ import annotations
@@ -13,11 +21,11 @@ import msgspec
 from quart import current_app, request
 from quart_trio import QuartTrio
 
-from api.edge import EdgeMiddleware, note_model, note_route
-from api.errors import error_body, error_response, from_decode_error, json_response
+from api.edge import Admission, EdgeMiddleware, note_model, note_route
+from api.errors import error_response, from_decode_error, json_response, surface_error
 from runtime.metrics import ServerMetrics
 from runtime.registry import ModelRegistry
-from runtime.errors import InvalidRequest, ServingError
+from runtime.errors import ServingError
 from runtime.logging import get_logger
 
 log = get_logger("api")
@@ -62,8 +70,9 @@ def create_app(models: ModelRegistry, platform_config: Any = None) -> QuartTrio:
     if app.config["LOG_PROMPTS"]:
         for runtime in models:
             runtime.on_finish.append(_log_output)
-    platform.install(app, models, platform_config)  # auth + rate limits, Databricks, Azure
-    app.asgi_app = EdgeMiddleware(app.asgi_app, metrics, models)  # type: ignore[method-assign]
+    admission = app.extensions["admission"] = Admission(models)
+    platform.install(app, models, platform_config, admission)  # auth, shedding, rate limits, Databricks, Azure
+    app.asgi_app = EdgeMiddleware(app.asgi_app, metrics, models, app.url_map)  # type: ignore[method-assign]
 
     @app.before_request
     async def _note_route() -> None:
@@ -83,30 +92,44 @@ def create_app(models: ModelRegistry, platform_config: Any = None) -> QuartTrio:
 
     @app.errorhandler(404)
     async def _not_found(exc: Exception):  # type: ignore[no-untyped-def]
-        return json_response(error_body(f"No route {request.method} {request.path}.", "invalid_request_error", None, "not_found"), 404)
+        from api.routes.azure import is_azure
+
+        message = f"No route {request.method} {request.path}."
+        if is_azure(request.path, request.query_string):  # seed 003: "route not supported by the model"
+            message = f"The route {request.method} {request.path} is not supported by this deployment; its routes are POST /chat/completions and GET /info."
+        return _surface_error(404, message)
 
     @app.errorhandler(405)
     async def _not_allowed(exc: Exception):  # type: ignore[no-untyped-def]
-        return json_response(error_body(f"{request.method} is not allowed on {request.path}.", "invalid_request_error", None, "method_not_allowed"), 405)
+        allowed = sorted(set(getattr(exc, "valid_methods", None) or ()) - {"OPTIONS", "HEAD"})
+        use = f"; use {', '.join(allowed)}" if allowed else ""
+        headers = {"Allow": ", ".join(allowed)} if allowed else {}
+        return _surface_error(405, f"{request.method} is not allowed on {request.path}{use}.", headers)
 
     @app.errorhandler(413)
     async def _too_large(exc: Exception):  # type: ignore[no-untyped-def]
-        return error_response(InvalidRequest(f"The request body is larger than {MAX_BODY_BYTES} bytes.", code="body_too_large"))
+        return _surface_error(413, f"The request body is larger than {MAX_BODY_BYTES} bytes.")
 
     @app.errorhandler(Exception)
     async def _unexpected(exc: Exception):  # type: ignore[no-untyped-def]
         from werkzeug.exceptions import HTTPException
 
         if isinstance(exc, HTTPException):
-            return json_response(error_body(exc.description or exc.name, "invalid_request_error", None, None), exc.code or 400)
+            return _surface_error(exc.code or 400, exc.description or exc.name)
         log.exception("unhandled_error", path=request.path)
-        return json_response(error_body("Internal server error.", "server_error", None, None), 500)
+        return _surface_error(500, "Internal server error.")
 
     for module in (chat, completions, embeddings, responses, models_routes, health):
         module.register(app, models)
     metrics_routes.register(app, metrics)
     openapi.register(app)
     return app
+
+
+def _surface_error(status: int, message: str, headers: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    """An error raised outside a view, in the shape of the surface the request addressed."""
+    body, extra = surface_error(request.path, status, message, request.query_string)
+    return json_response(body, status, {**(headers or {}), **extra})
 
 
 def _log_output(ctx: Any, finish: Any, now: float) -> None:

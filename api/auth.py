@@ -12,7 +12,14 @@ A request is admitted when its key has a request left and tokens for the request
 when it ends the charge is corrected to the `usage` the response reported (non-streaming
 bodies, and streams with a usage chunk), so a bucket may go negative and later requests wait.
 Refusals are 429 with Retry-After. Admission is the only check: an admitted request is never
-cut. Errors are shaped for the surface the path belongs to (OpenAI, Azure ML, Databricks).
+cut. Errors are shaped for the surface the request belongs to (OpenAI, Azure ML, Databricks:
+api/errors.py `surface_error`).
+
+Order, for every request: the key check first (no key, no information: a request without a
+valid key gets its 401 whatever the server's load), then load shedding (api/edge.py
+`Admission`: a generation request while every runtime able to take it is full gets a fast 429
+without its body being read), then the per-key limits (which may read the body to estimate
+tokens), then the app.
 
 Imports trio, msgspec, structlog and api.
 """
@@ -30,6 +37,7 @@ from typing import Any
 import msgspec
 import trio
 
+from api.errors import surface_error
 from api.platform_config import PlatformConfig
 from runtime.logging import get_logger
 
@@ -137,9 +145,10 @@ class RateLimiter:
 
 
 class AuthMiddleware:
-    def __init__(self, app: Any, config: PlatformConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, app: Any, config: PlatformConfig, clock: Callable[[], float] = time.monotonic, admission: Any = None) -> None:
         self.app = app
         self.config = config
+        self.admission = admission  # api.edge.Admission, or None: no load shedding here
         # Digests, so every comparison is of 32 bytes: compare_digest's time then tells
         # neither a key's content nor its length.
         self._keys = [hashlib.sha256(key.encode()).digest() for key in config.api_keys]
@@ -174,9 +183,13 @@ class AuthMiddleware:
                 if scope["type"] == "websocket":
                     await send({"type": "websocket.close", "code": 1008})
                     return
-                await _reject(send, path, 401, "Missing or invalid API key: send `Authorization: Bearer <key>`.")
+                await _reject(send, scope, 401, "Missing or invalid API key: send `Authorization: Bearer <key>`.")
                 return
             who = f"key#{index + 1}"
+        if scope["type"] == "http" and self.admission is not None and self.admission.overloaded(scope):
+            log.info("shed", path=path)
+            await self.admission.refuse(scope, receive, send)
+            return
         if not self.limiter.enabled or scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -190,7 +203,7 @@ class AuthMiddleware:
             with trio.move_on_after(BODY_TIMEOUT) as timer:
                 body, messages = await _read_body(receive)
             if timer.cancelled_caught:
-                await _reject(send, path, 408, "The request body was not received in time.")
+                await _reject(send, scope, 408, "The request body was not received in time.")
                 return
             prompt, generate = estimate_tokens(body)
             replay = _replaying(messages, receive)
@@ -201,7 +214,7 @@ class AuthMiddleware:
             limit = self.config.requests_per_minute if which == "requests" else self.config.tokens_per_minute
             whose = "this client address" if who.startswith("client:") else "this key"
             message = f"Rate limit of {limit} {which} per minute reached for {whose}; retry after {math.ceil(wait)}s."
-            await _reject(send, path, 429, message, retry_after=wait)
+            await _reject(send, scope, 429, message, retry_after=wait)
             return
         if not estimate:
             await self.app(scope, replay, send)
@@ -323,27 +336,16 @@ class _UsageMeter:
         return prompt + generate
 
 
-# -- errors, in the shape of the surface a path belongs to -----------------------------------
-
-_REASONS = {401: "Unauthorized", 408: "Request Timeout", 429: "Too Many Requests"}
-_DATABRICKS_CODES = {401: "UNAUTHENTICATED", 408: "BAD_REQUEST", 429: "REQUEST_LIMIT_EXCEEDED"}
-_OPENAI = {401: ("invalid_request_error", "invalid_api_key"), 408: ("invalid_request_error", "timeout"), 429: ("rate_limit_error", "rate_limit_exceeded")}
+# -- errors, in the shape of the surface a request belongs to --------------------------------
 
 
-def error_for_path(path: str, status: int, message: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """(body, extra headers) for an error on `path`, in that surface's shape."""
-    if path in ("/chat/completions", "/info"):
-        from api.routes.azure import azure_error
-
-        return azure_error(status, message)
-    if path.startswith(("/serving-endpoints/", "/api/2.0/")):
-        return {"error_code": _DATABRICKS_CODES[status], "message": message}, {}
-    type_, code = _OPENAI[status]
-    return {"error": {"message": message, "type": type_, "param": None, "code": code}}, {}
+def error_for_path(path: str, status: int, message: str, query: bytes | str = b"") -> tuple[dict[str, Any], dict[str, str]]:
+    """(body, extra headers) for an error on `path` (and query string), in that surface's shape."""
+    return surface_error(path, status, message, query)
 
 
-async def _reject(send: Any, path: str, status: int, message: str, retry_after: float | None = None) -> None:
-    body, headers = error_for_path(path, status, message)
+async def _reject(send: Any, scope: dict[str, Any], status: int, message: str, retry_after: float | None = None) -> None:
+    body, headers = error_for_path(scope.get("path", ""), status, message, scope.get("query_string", b""))
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     if retry_after is not None:

@@ -5,7 +5,14 @@ methods and path parameters) and the msgspec request structs (`msgspec.json.sche
 emits JSON Schema 2020-12, which OpenAPI 3.1 uses as is). A POST route's body schema is the
 struct its view passes to `decode_body`, found by looking at the names the view's code uses,
 so a new route is published with no edit here; `register_body` covers views that decode
-some other way. Imports msgspec, quart and api.
+some other way (a PUT, or a body that is one of several structs: `anyOf`).
+
+Also published: the Bearer security scheme (every operation but /health and /metrics needs it
+when the server has keys; 401 documented on each), 429 on every protected operation (rate
+limits; and overload on generation routes), Azure's `api-version` query parameter and its
+`extra-parameters` / `azureml-model-deployment` headers on Azure's routes, and each surface's
+own error body (OpenAI, Azure ML with `x-ms-error-code`, Databricks). Imports msgspec, quart
+and api.
 """
 
 from __future__ import annotations
@@ -20,7 +27,10 @@ from quart import Quart
 
 from api.errors import json_response
 
-REQUEST_BODIES: dict[str, type] = {}  # explicit entries win over what introspection finds
+# (method, rule) -> a struct, or a tuple of structs (anyOf); entries win over introspection
+REQUEST_BODIES: dict[tuple[str, str], type | tuple[type, ...]] = {}
+OPEN_RULES = frozenset({"/health", "/metrics"})  # as api.auth.OPEN_PATHS
+SECURITY_SCHEME = "bearerAuth"
 
 _PARAM = re.compile(r"<(?:[a-z]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
 _HIDDEN = {"static"}
@@ -37,9 +47,31 @@ class ErrorResponse(msgspec.Struct):
     error: ErrorDetail
 
 
-def register_body(path: str, schema: type) -> None:
-    """Publish `schema` as the JSON request body of POST `path`."""
-    REQUEST_BODIES[path] = schema
+class AzureErrorDetail(msgspec.Struct):
+    loc: list[str]
+    value: str
+
+
+class AzureError(msgspec.Struct, kw_only=True):
+    """Seed 003's UnauthorizedError / NotFoundError / TooManyRequestsError, and
+    UnprocessableContentError (with `code` and `detail`)."""
+
+    error: str
+    message: str
+    status: int
+    code: str | None = None
+    detail: list[AzureErrorDetail] | None = None
+
+
+class DatabricksError(msgspec.Struct):
+    error_code: str
+    message: str
+
+
+def register_body(path: str, schema: type | tuple[type, ...], method: str = "POST") -> None:
+    """Publish `schema` (or any of a tuple of schemas) as the JSON request body of `method path`
+    (`path` as the app's rule spells it, e.g. /api/2.0/serving-endpoints/<name>/config)."""
+    REQUEST_BODIES[(method.upper(), path)] = schema
 
 
 def body_schema(view: Callable[..., Any]) -> type | None:
@@ -55,57 +87,106 @@ def body_schema(view: Callable[..., Any]) -> type | None:
 
 
 def build_document(app: Quart) -> dict[str, Any]:
+    from api.routes.azure import API_VERSIONS, AZURE_PATHS, EXTRA_MODES
+
     routes = [(rule.rule, sorted(rule.methods - {"HEAD", "OPTIONS"}), rule.endpoint) for rule in app.url_map.iter_rules()]
     routes = [r for r in routes if r[2] not in _HIDDEN]
-    bodies: dict[str, type] = {}
+    bodies: dict[tuple[str, str], tuple[type, ...]] = {}
     for rule, methods, endpoint in routes:
-        schema = REQUEST_BODIES.get(rule) or body_schema(app.view_functions[endpoint])
-        if "POST" in methods and schema is not None:
-            bodies[rule] = schema
-    body_paths = sorted(bodies)
-    types = [bodies[p] for p in body_paths] + [ErrorResponse]
+        for method in methods:
+            schema = REQUEST_BODIES.get((method, rule))
+            if schema is None and method == "POST":
+                schema = body_schema(app.view_functions[endpoint])
+            if schema is not None:
+                bodies[(method, rule)] = schema if isinstance(schema, tuple) else (schema,)
+    body_keys = sorted(bodies)
+    types: list[Any] = [t for key in body_keys for t in bodies[key]] + [ErrorResponse, AzureError, DatabricksError]
     refs, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
-    body_refs = dict(zip(body_paths, refs))
-    error_ref = refs[-1]
+    body_refs: dict[tuple[str, str], dict[str, Any]] = {}
+    i = 0
+    for key in body_keys:
+        group = refs[i : i + len(bodies[key])]
+        i += len(group)
+        body_refs[key] = group[0] if len(group) == 1 else {"anyOf": list(group)}
+    error_refs = {"openai": refs[-3], "azure": refs[-2], "databricks": refs[-1]}
 
     paths: dict[str, dict[str, Any]] = {}
     for rule, methods, endpoint in sorted(routes):
         path = _PARAM.sub(r"{\1}", rule)
+        azure = rule in AZURE_PATHS
+        surface = "azure" if azure else "databricks" if rule.startswith(("/serving-endpoints/", "/api/2.0/")) else "openai"
         for method in methods:
             op: dict[str, Any] = {
                 "operationId": f"{endpoint}_{method.lower()}".replace(".", "_"),
-                "responses": _responses(rule, method, error_ref),
+                "responses": _responses(rule, method, error_refs[surface], azure),
             }
-            params = _PARAM.findall(rule)
+            params: list[dict[str, Any]] = [
+                {"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in _PARAM.findall(rule)
+            ]
+            if azure:
+                params += [
+                    {"name": "api-version", "in": "query", "required": True, "description": "Azure API version.",
+                     "schema": {"type": "string", "enum": list(API_VERSIONS)}},
+                    {"name": "azureml-model-deployment", "in": "header", "required": False,
+                     "description": "The served model (deployment) to route to; default: the body's model, else the default chat model.",
+                     "schema": {"type": "string"}},
+                ]
+                if method == "POST":
+                    params.append({
+                        "name": "extra-parameters", "in": "header", "required": False,
+                        "description": "What happens to body fields outside Azure's request table: pass-through (to the engine), ignore (dropped), error (400; the default).",
+                        "schema": {"type": "string", "enum": list(EXTRA_MODES), "default": "error"},
+                    })
             if params:
-                op["parameters"] = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params]
-            if method == "POST" and rule in body_refs:
-                op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body_refs[rule]}}}
+                op["parameters"] = params
+            if (method, rule) in body_refs:
+                op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body_refs[(method, rule)]}}}
+            if rule in OPEN_RULES:
+                op["security"] = []  # open even on a server with API keys
             paths.setdefault(path, {})[method.lower()] = op
     return {
         "openapi": "3.1.0",
-        "info": {"title": "Switchyard", "version": _version(), "description": "OpenAI-compatible LLM serving."},
+        "info": {"title": "Switchyard", "version": _version(), "description": "OpenAI-compatible LLM serving, with Databricks serving endpoints and the Azure ML chat route."},
+        "security": [{SECURITY_SCHEME: []}],
         "paths": paths,
-        "components": {"schemas": components},
+        "components": {
+            "schemas": components,
+            "securitySchemes": {
+                SECURITY_SCHEME: {
+                    "type": "http", "scheme": "bearer",
+                    "description": "Authorization: Bearer <key>, when the server is configured with API keys (none: an open server).",
+                }
+            },
+        },
     }
 
 
-def _responses(rule: str, method: str, error_ref: dict[str, Any]) -> dict[str, Any]:
-    error = {"content": {"application/json": {"schema": error_ref}}}
+def _responses(rule: str, method: str, error_ref: dict[str, Any], azure: bool = False) -> dict[str, Any]:
+    def error(description: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"description": description, "content": {"application/json": {"schema": error_ref}}}
+        if azure:
+            out["headers"] = {"x-ms-error-code": {"description": "The error's code, e.g. Unauthorized, NotFound, UnprocessableContent, TooManyRequests.", "schema": {"type": "string"}}}
+        return out
+
     ok: dict[str, Any] = {"description": "OK"}
     if rule == "/metrics":
         ok["content"] = {"text/plain": {"schema": {"type": "string"}}}
-    elif method == "POST" and rule.startswith("/v1/"):
+    elif method == "POST" and (rule.startswith("/v1/") or rule == "/chat/completions" or rule.endswith("/invocations")):
         ok["content"] = {"application/json": {"schema": {"type": "object"}}, "text/event-stream": {"schema": {"type": "string"}}}
     else:
         ok["content"] = {"application/json": {"schema": {"type": "object"}}}
     out: dict[str, Any] = {"200": ok}
-    if method == "POST":
-        out["400"] = {"description": "Invalid request", **error}
-        out["429"] = {"description": "Overloaded: retry after the Retry-After header's seconds", **error}
-    if "<" in rule or method == "POST":
-        out["404"] = {"description": "Unknown model", **error}
-    out["503"] = {"description": "Engine unavailable or shutting down", **error}
+    if method in ("POST", "PUT") or azure:
+        out["400"] = error("Invalid request" + (" (or a missing / unsupported api-version)" if azure else ""))
+    if rule not in OPEN_RULES:
+        out["401"] = error("Missing or invalid API key (servers configured with keys)")
+    if "<" in rule or method == "POST" or azure:
+        out["404"] = error("Unknown model, endpoint or deployment" + (", or a route the model does not support" if azure else ""))
+    if azure and method == "POST":
+        out["422"] = error("Unprocessable content: detail[] names each field (loc) and its value")
+    if rule not in OPEN_RULES:
+        out["429"] = error("Rate limit reached, or (generation routes) every request slot taken: retry after the Retry-After header's seconds")
+    out["503"] = error("Engine unavailable or shutting down")
     return out
 
 

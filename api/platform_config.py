@@ -1,17 +1,29 @@
-"""`PlatformConfig`: the knobs of the platform surface (API keys, per-key limits, state).
+"""`PlatformConfig`: the knobs of the platform surface (API keys, per-key limits, state,
+endpoints declared in the config file).
 
-Owns: the settings of api/auth.py (Bearer keys, requests and tokens per minute per key) and
-where api/endpoints_store.py keeps serving-endpoint definitions. Built from the flags that
-`add_arguments` defines (`from_args`: flags over the environment), or from the environment alone
-(`from_env`, what `create_app` uses when given no config):
+Owns: the settings of api/auth.py (Bearer keys, requests and tokens per minute per key),
+where api/endpoints_store.py keeps serving-endpoint definitions, and the endpoints a config
+file declares. Built from three layers, later ones winning (keys add up across all three):
 
-    SWITCHYARD_API_KEYS        comma-separated Bearer keys; none: an open server
-    SWITCHYARD_RATE_LIMIT_RPM  requests per minute per key
-    SWITCHYARD_RATE_LIMIT_TPM  tokens (prompt + completion) per minute per key
-    SWITCHYARD_STATE_DIR       directory of serving_endpoints.sqlite3 (default: the model store)
+1. the config file's `[platform]` table (`file_settings`):
+       api_keys_env = ["TEAM_A_KEY", "TEAM_B_KEY"]  # names of environment variables holding keys
+       api_keys = ["sk-..."]                          # literal keys (allowed, warned: prefer _env)
+       requests_per_minute = 600
+       tokens_per_minute = 200000
+       state_dir = "/var/lib/switchyard"
+   A variable named in api_keys_env that is unset or empty stops the server (no silent open
+   server); one may hold several keys, comma-separated. Unknown keys are refused;
+2. the environment:
+       SWITCHYARD_API_KEYS        comma-separated Bearer keys; none anywhere: an open server
+       SWITCHYARD_RATE_LIMIT_RPM  requests per minute per key
+       SWITCHYARD_RATE_LIMIT_TPM  tokens (prompt + completion) per minute per key
+       SWITCHYARD_STATE_DIR       directory of serving_endpoints.sqlite3 (default: the model store)
+3. the CLI flags `add_arguments` defines (`from_args`).
+`from_env` alone is what `create_app` uses when given no config.
 
 Keys are never shown: `repr()` prints how many there are, not what they are.
-Imports the standard library and runtime.model_store.
+Imports the standard library and runtime.model_store (api.serving_endpoints for the
+[[endpoints]] tables, when a file has them).
 """
 
 from __future__ import annotations
@@ -21,8 +33,16 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ENDPOINTS_DB = "serving_endpoints.sqlite3"
+PLATFORM_KEYS = ("api_keys_env", "api_keys", "requests_per_minute", "tokens_per_minute", "state_dir")
+ENDPOINT_KEYS = ("name", "served", "description", "tags")
+SERVED_KEYS = ("model", "name", "version", "traffic_percentage", "traffic")
+
+
+class ConfigError(ValueError):
+    """A config file (or the settings it names) that cannot be served; the message says where."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +51,8 @@ class PlatformConfig:
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
     state_dir: str | None = None
+    # api.serving_endpoints.CreateEndpointRequest per [[endpoints]] table of the config file
+    endpoints: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if any(not key or key != key.strip() for key in self.api_keys):
@@ -43,7 +65,7 @@ class PlatformConfig:
     def __repr__(self) -> str:
         return (
             f"PlatformConfig(api_keys=<{len(self.api_keys)} keys>, requests_per_minute={self.requests_per_minute}, "
-            f"tokens_per_minute={self.tokens_per_minute}, state_dir={self.state_dir!r})"
+            f"tokens_per_minute={self.tokens_per_minute}, state_dir={self.state_dir!r}, endpoints={[e.name for e in self.endpoints]})"
         )
 
     @property
@@ -55,19 +77,32 @@ class PlatformConfig:
         return store_root() / ENDPOINTS_DB
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *, api_keys: Iterable[str] = (), **overrides: object) -> PlatformConfig:
-        """The environment's settings; `api_keys` (e.g. repeated --api-key) add to the env's keys,
-        and any other keyword given (not None) replaces the env's value."""
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        api_keys: Iterable[str] = (),
+        file: Mapping[str, Any] | None = None,
+        endpoints: Iterable[Any] = (),
+        **overrides: object,
+    ) -> PlatformConfig:
+        """The environment's settings over `file` (a `file_settings` dict); `api_keys` (e.g.
+        repeated --api-key) add to the file's and the env's keys, and any other keyword given
+        (not None) replaces both."""
         env = os.environ if environ is None else environ
-        keys = [k.strip() for k in env.get("SWITCHYARD_API_KEYS", "").split(",") if k.strip()]
+        file = dict(file or {})
+        keys = list(file.pop("api_keys", ()))
+        keys += [k for k in _split(env.get("SWITCHYARD_API_KEYS", "")) if k not in keys]
         keys += [k for k in api_keys if k not in keys]
-        settings: dict[str, object] = {
+        settings: dict[str, object] = dict(file)
+        from_environment = {
             "requests_per_minute": _int(env.get("SWITCHYARD_RATE_LIMIT_RPM")),
             "tokens_per_minute": _int(env.get("SWITCHYARD_RATE_LIMIT_TPM")),
             "state_dir": env.get("SWITCHYARD_STATE_DIR") or None,
         }
+        settings.update({k: v for k, v in from_environment.items() if v is not None})
         settings.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(api_keys=tuple(keys), **settings)  # type: ignore[arg-type]
+        return cls(api_keys=tuple(keys), endpoints=tuple(endpoints), **settings)  # type: ignore[arg-type]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,11 +118,140 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--state-dir", default=None, help=f"where serving-endpoint definitions persist ({ENDPOINTS_DB}); default: the model store")
 
 
-def from_args(args: argparse.Namespace) -> PlatformConfig:
-    """Flags from `add_arguments` over the environment: keys add up, the rest override."""
+def from_args(args: argparse.Namespace, file: Mapping[str, Any] | None = None, endpoints: Iterable[Any] = ()) -> PlatformConfig:
+    """Flags from `add_arguments` over the environment over the config file's `file_settings`:
+    keys add up, the rest override."""
     return PlatformConfig.from_env(
-        api_keys=args.api_key, requests_per_minute=args.rate_limit_rpm, tokens_per_minute=args.rate_limit_tpm, state_dir=args.state_dir
+        api_keys=args.api_key, file=file, endpoints=endpoints,
+        requests_per_minute=args.rate_limit_rpm, tokens_per_minute=args.rate_limit_tpm, state_dir=args.state_dir,
     )
+
+
+def file_settings(table: Any, environ: Mapping[str, str] | None = None, source: str = "config") -> dict[str, Any]:
+    """The `[platform]` table of a config file → keyword settings for `from_env(file=...)`.
+    Raises ConfigError (naming `source` and the key) on anything it does not understand."""
+    env = os.environ if environ is None else environ
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{source}: [platform] must be a table")
+    unknown = sorted(set(table) - set(PLATFORM_KEYS))
+    if unknown:
+        raise ConfigError(f"{source}: [platform] has unknown keys {unknown}; known: {list(PLATFORM_KEYS)}")
+    settings: dict[str, Any] = {}
+    keys: list[str] = []
+    for name in _strings(table.get("api_keys_env", []), source, "api_keys_env"):
+        value = _split(env.get(name, ""))
+        if not value:
+            raise ConfigError(f"{source}: [platform].api_keys_env names {name}, which is not set (or empty) in the environment")
+        keys += [k for k in value if k not in keys]
+    literal = _strings(table.get("api_keys", []), source, "api_keys")
+    if literal:
+        from runtime.logging import get_logger
+
+        get_logger("config").warning("api_keys_in_config_file", source=source, count=len(literal), hint="prefer api_keys_env")
+    keys += [k for k in literal if k not in keys]
+    if keys:
+        settings["api_keys"] = tuple(keys)
+    for name in ("requests_per_minute", "tokens_per_minute"):
+        if name in table:
+            value = table[name]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{source}: [platform].{name} must be a whole number of at least 1")
+            settings[name] = value
+    if "state_dir" in table:
+        if not isinstance(table["state_dir"], str) or not table["state_dir"]:
+            raise ConfigError(f"{source}: [platform].state_dir must be a directory path")
+        settings["state_dir"] = table["state_dir"]
+    return settings
+
+
+def endpoint_specs(tables: Any, source: str = "config") -> list[Any]:
+    """The `[[endpoints]]` tables of a config file → api.serving_endpoints.CreateEndpointRequest,
+    checked for shape here (the served models are checked when the server has them):
+
+        [[endpoints]]
+        name = "chat-ab"
+        served = [
+          { model = "tiny-a", name = "a", traffic_percentage = 70 },
+          { model = "tiny-b", name = "b", traffic_percentage = 30 },
+        ]
+
+    `model` is a served model's name; `name` (default: the model's) is the served entity's
+    name within the endpoint, what responses report in `served-model-name`; `traffic` is
+    accepted for `traffic_percentage`. One served entity needs no percentage; several need one
+    each, whole numbers summing to 100."""
+    from api.serving_endpoints import (
+        CreateEndpointRequest, EndpointConfigInput, RouteInput, ServedEntityInput, TrafficConfigInput,
+    )
+
+    if not isinstance(tables, list):
+        raise ConfigError(f"{source}: endpoints must be an array of tables ([[endpoints]])")
+    specs = []
+    for i, table in enumerate(tables):
+        where = f"{source}: endpoints[{i}]"
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{where} must be a table")
+        unknown = sorted(set(table) - set(ENDPOINT_KEYS))
+        if unknown:
+            raise ConfigError(f"{where} has unknown keys {unknown}; known: {list(ENDPOINT_KEYS)}")
+        name = table.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{where} needs a name")
+        where = f"{source}: endpoints[{i}] ({name!r})"
+        served = table.get("served")
+        if not isinstance(served, list) or not served:
+            raise ConfigError(f"{where} needs served = [{{ model = \"...\" }}, ...]")
+        entities, routes = [], []
+        for j, item in enumerate(served):
+            if not isinstance(item, Mapping):
+                raise ConfigError(f"{where}: served[{j}] must be a table")
+            unknown = sorted(set(item) - set(SERVED_KEYS))
+            if unknown:
+                raise ConfigError(f"{where}: served[{j}] has unknown keys {unknown}; known: {list(SERVED_KEYS)}")
+            model = item.get("model")
+            if not isinstance(model, str) or not model:
+                raise ConfigError(f"{where}: served[{j}] needs model = \"<a served model's name>\"")
+            entity = item.get("name", model)
+            version = item.get("version")
+            if not isinstance(entity, str) or (version is not None and not isinstance(version, (str, int))):
+                raise ConfigError(f"{where}: served[{j}].name and .version must be strings")
+            if "traffic" in item and "traffic_percentage" in item:
+                raise ConfigError(f"{where}: served[{j}] gives both traffic and traffic_percentage")
+            percent = item.get("traffic_percentage", item.get("traffic"))
+            if percent is not None:
+                if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
+                    raise ConfigError(f"{where}: served[{j}].traffic_percentage must be a whole number from 0 to 100")
+                routes.append(RouteInput(served_entity_name=entity, traffic_percentage=percent))
+            entities.append(ServedEntityInput(entity_name=model, name=entity, entity_version=None if version is None else str(version)))
+        if routes and len(routes) != len(entities):
+            raise ConfigError(f"{where}: give every served entity a traffic_percentage, or none (one entity only)")
+        if len(entities) > 1 and not routes:
+            raise ConfigError(f"{where}: several served entities need a traffic_percentage each")
+        if routes and sum(r.traffic_percentage for r in routes) != 100:
+            raise ConfigError(f"{where}: traffic percentages sum to {sum(r.traffic_percentage for r in routes)}, not 100")
+        description = table.get("description")
+        tags = table.get("tags")
+        if description is not None and not isinstance(description, str):
+            raise ConfigError(f"{where}: description must be a string")
+        if tags is not None and (not isinstance(tags, Mapping) or not all(isinstance(v, str) for v in tags.values())):
+            raise ConfigError(f"{where}: tags must be a table of strings")
+        config = EndpointConfigInput(served_entities=entities, traffic_config=TrafficConfigInput(routes=routes) if routes else None)
+        specs.append(CreateEndpointRequest(
+            name=name, config=config, description=description,
+            tags=[{"key": k, "value": v} for k, v in tags.items()] if tags else None,
+        ))
+    return specs
+
+
+def _strings(value: Any, source: str, name: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{source}: [platform].{name} must be a list of non-empty strings")
+    return value
+
+
+def _split(text: str) -> list[str]:
+    return [k.strip() for k in text.split(",") if k.strip()]
 
 
 def _int(text: str | None) -> int | None:

@@ -1,8 +1,21 @@
 """The `switchyard` command: CLI → RuntimeConfig → trio.run(Runtime + Hypercorn).
 
-Owns: argument parsing, logging set-up, hosting the app on Hypercorn in the runtime's nursery,
-and the shutdown order on SIGINT/SIGTERM: stop admitting, drain in-flight requests up to the
-deadline, abort the rest, then stop the actors.
+Owns: argument parsing, the TOML config file, logging set-up, hosting the app on Hypercorn in
+the runtime's nursery, and the shutdown order on SIGINT/SIGTERM: stop admitting, drain
+in-flight requests up to the deadline, abort the rest, then stop the actors.
+
+The config file (`--config`) has three top-level entries, all optional; anything else in it is
+refused with an error naming it (a misspelt table must not be ignored):
+
+    [[models]]      one served model each: model (path or built-in name), name, task (chat,
+                    completions, embeddings), dtype, kv_cache_gib, num_kv_blocks, max_pending,
+                    ... (MODEL_KEYS); each table overrides the CLI's settings. Without any
+                    [[models]], the CLI's model (and the default embedding model) are served.
+    [[endpoints]]   serving endpoints over those models, with traffic splits
+                    (api.platform_config.endpoint_specs); applied at every start.
+    [platform]      API keys (by environment variable name: api_keys_env), rate limits,
+                    state_dir (api.platform_config.file_settings). The environment and the CLI
+                    flags override it; keys from all three add up.
 """
 
 from __future__ import annotations
@@ -13,7 +26,9 @@ import signal
 import sys
 import tomllib
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import msgspec
 import trio
@@ -52,12 +67,12 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
     p.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads")
     p.add_argument("--drain-timeout", type=float, default=30.0, help="on SIGTERM, seconds in-flight requests get to finish")
     p.add_argument("--log-level", default="info")
-    p.add_argument("--config", default=None, help="a TOML file listing served models ([[models]] tables); see README")
+    p.add_argument("--config", default=None, help="a TOML file: [[models]], [[endpoints]] and [platform] tables; see README")
     p.add_argument("--no-embeddings", action="store_true", help="do not also serve the default embedding model")
     p.add_argument("--log-prompts", action="store_true", help="log request bodies and generated text (off: never logged)")
     platform_config.add_arguments(p)
     args = parser.parse_args(argv)
-    _CLI_EXTRAS.update(config=args.config, no_embeddings=args.no_embeddings, platform=platform_config.from_args(args))
+    _CLI_EXTRAS.update(config=args.config, no_embeddings=args.no_embeddings, args=args)
     return RuntimeConfig(
         model=args.model,
         served_name=args.served_name,
@@ -178,26 +193,67 @@ MODEL_KEYS = {
 }
 
 
-def model_configs(base: RuntimeConfig, config_path: str | None, with_embeddings: bool) -> list[RuntimeConfig]:
-    """Every served model: the [[models]] of a TOML file (each table overrides the CLI's
+CONFIG_TABLES = ("models", "endpoints", "platform")
+
+
+@dataclass
+class ConfigFile:
+    path: str
+    models: list[dict[str, Any]] = field(default_factory=list)
+    endpoints: list[Any] = field(default_factory=list)  # api.serving_endpoints.CreateEndpointRequest
+    platform: dict[str, Any] = field(default_factory=dict)  # keyword settings for PlatformConfig
+
+
+def read_config_file(path: str, environ: Any = None) -> ConfigFile:
+    """Parse and check a config file; SystemExit naming the file and the entry on any error."""
+    try:
+        with open(path, "rb") as f:
+            document = tomllib.load(f)
+    except OSError as exc:
+        raise SystemExit(f"--config {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SystemExit(f"{path}: not valid TOML: {exc}") from None
+    unknown = [name for name in document if name not in CONFIG_TABLES]
+    if unknown:
+        raise SystemExit(
+            f"{path}: unknown top-level entries {unknown}; a config file has [[models]], [[endpoints]] and [platform] "
+            "(API keys and rate limits go in [platform])"
+        )
+    tables = document.get("models", [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise SystemExit(f"{path}: models must be an array of tables ([[models]])")
+    for i, table in enumerate(tables):
+        unknown_keys = set(table) - MODEL_KEYS - {"name"}
+        if unknown_keys:
+            raise SystemExit(f"{path}: models[{i}] has unknown keys {sorted(unknown_keys)}")
+        if table.get("task", "chat") not in ("chat", "completions", "embeddings"):
+            raise SystemExit(f"{path}: models[{i}].task must be chat, completions or embeddings")
+    try:
+        endpoints = platform_config.endpoint_specs(document.get("endpoints", []), path)
+        settings = platform_config.file_settings(document.get("platform", {}), environ, path)
+    except platform_config.ConfigError as exc:
+        raise SystemExit(str(exc)) from None
+    names = [t.get("name") for t in tables]
+    if tables and all(isinstance(n, str) for n in names):  # every served name is known now
+        for spec in endpoints:
+            for entity in spec.config.served_entities or ():
+                if entity.entity_name not in names:
+                    raise SystemExit(f"{path}: endpoint {spec.name!r} serves {entity.entity_name!r}, which no [[models]] table names ({names})")
+    return ConfigFile(path=path, models=tables, endpoints=endpoints, platform=settings)
+
+
+def model_configs(base: RuntimeConfig, config: str | ConfigFile | None, with_embeddings: bool) -> list[RuntimeConfig]:
+    """Every served model: the [[models]] of a config file (each table overrides the CLI's
     settings), else the CLI's model plus the default embedding model."""
-    if config_path is None:
+    if isinstance(config, str):
+        config = read_config_file(config)
+    if config is None or not config.models:
         configs = [base]
         if with_embeddings:
             configs.append(msgspec.structs.replace(base, model=None, served_name=None, task="embeddings", dtype="float32"))
         return configs
-    with open(config_path, "rb") as f:
-        document = tomllib.load(f)
-    tables = document.get("models") or []
-    if not tables:
-        raise SystemExit(f"{config_path}: no [[models]] table")
     configs = []
-    for i, table in enumerate(tables):
-        unknown = set(table) - MODEL_KEYS - {"name"}
-        if unknown:
-            raise SystemExit(f"{config_path}: models[{i}] has unknown keys {sorted(unknown)}")
-        if table.get("task", "chat") not in ("chat", "completions", "embeddings"):
-            raise SystemExit(f"{config_path}: models[{i}].task must be chat, completions or embeddings")
+    for table in config.models:
         fields = {k: v for k, v in table.items() if k in MODEL_KEYS}
         if "name" in table:
             fields["served_name"] = table["name"]
@@ -205,14 +261,30 @@ def model_configs(base: RuntimeConfig, config_path: str | None, with_embeddings:
     return configs
 
 
-def main(argv: list[str] | None = None) -> None:
+def load(argv: list[str] | None = None) -> tuple[list[RuntimeConfig], platform_config.PlatformConfig]:
+    """The command line (and its config file) → the served models and the platform settings."""
     config = parse_args(argv)
     configure_logging(config.log_level)
-    configs = model_configs(config, _CLI_EXTRAS.get("config"), not _CLI_EXTRAS.get("no_embeddings", False))
+    path = _CLI_EXTRAS.get("config")
+    file = read_config_file(path) if isinstance(path, str) else None  # type: ignore[arg-type]
+    configs = model_configs(config, file, not _CLI_EXTRAS.get("no_embeddings", False))
     try:
-        trio.run(partial(serve_runtime, configs[0], extra_models=configs[1:], platform=_CLI_EXTRAS.get("platform")))
+        platform = platform_config.from_args(
+            _CLI_EXTRAS["args"], file.platform if file else None, file.endpoints if file else ()  # type: ignore[arg-type]
+        )
+    except ValueError as exc:
+        raise SystemExit(f"switchyard: {exc}") from None
+    return configs, platform
+
+
+def main(argv: list[str] | None = None) -> None:
+    configs, platform = load(argv)
+    try:
+        trio.run(partial(serve_runtime, configs[0], extra_models=configs[1:], platform=platform))
     except KeyboardInterrupt:
         pass
+    except platform_config.ConfigError as exc:  # e.g. an [[endpoints]] table naming no served model
+        raise SystemExit(f"switchyard: {exc}") from None
     # Clean stop: every response is sent and the device threads are joined. Skip interpreter
     # finalization, which with torch and models loaded takes seconds (measured 3-8 s here)
     # and would eat into an orchestrator's grace period after the drain deadline.

@@ -10,7 +10,9 @@ Owns: the endpoint definitions and their rules, apart from HTTP (api/databricks.
 - changes swap one immutable `Endpoint` for another, so a request that already chose its
   model keeps it: an update or a delete never touches in-flight requests, and needs no
   restart. Each change is written to the store before it is applied (and shielded from
-  cancellation in between), so what the API acknowledged is what a restart loads.
+  cancellation in between), so what the API acknowledged is what a restart loads;
+- endpoints declared in the config file (`check_declared` at start-up, `apply_declared` once
+  the store is loaded) go through the same rules and the same store.
 
 Imports msgspec, trio, api and runtime.
 """
@@ -307,6 +309,47 @@ class ServingEndpoints:
             await self._commit(endpoint)
         log.info("endpoint_updated", endpoint=name, config_version=endpoint.config_version, served=_summary(endpoint))
         return endpoint
+
+    def check_declared(self, specs: Any) -> list[tuple[CreateEndpointRequest, tuple[ServedEntity, ...]]]:
+        """Validate the config file's endpoints against the served models, before serving.
+        Raises api.platform_config.ConfigError naming the endpoint and what is wrong with it."""
+        from api.platform_config import ConfigError
+
+        checked: list[tuple[CreateEndpointRequest, tuple[ServedEntity, ...]]] = []
+        seen: set[str] = set()
+        for req in specs:
+            where = f"[[endpoints]] {req.name!r}"
+            if not NAME.match(req.name):
+                raise ConfigError(f"{where}: an endpoint name has 1-63 letters, digits, - or _")
+            if req.name in seen:
+                raise ConfigError(f"{where}: declared twice")
+            if self._builtin(req.name) is not None:
+                raise ConfigError(f"{where}: a served model already has that name (every model is an endpoint under its own name)")
+            seen.add(req.name)
+            try:
+                served = build_served(req.config, self.models)
+            except InvalidRequest as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+            checked.append((req, served))
+        return checked
+
+    async def apply_declared(self, declared: list[tuple[CreateEndpointRequest, tuple[ServedEntity, ...]]]) -> None:
+        """Make the store agree with the config file's endpoints (see api/platform.py)."""
+        for req, served in declared:
+            tags = tuple((t.get("key", ""), t.get("value", "")) for t in req.tags or ())
+            async with self._lock:
+                current = self._defined.get(req.name)
+                if current is not None and (current.served, current.tags, current.description) == (served, tags, req.description):
+                    continue
+                now = _now_ms()
+                if current is None:
+                    endpoint = Endpoint(name=req.name, id=uuid.uuid4().hex, served=served, created_ms=now, updated_ms=now, tags=tags, description=req.description)
+                else:
+                    endpoint = msgspec.structs.replace(
+                        current, served=served, tags=tags, description=req.description, config_version=current.config_version + 1, updated_ms=now
+                    )
+                await self._commit(endpoint)
+            log.info("endpoint_declared", endpoint=req.name, config_version=endpoint.config_version, served=_summary(endpoint))
 
     async def delete(self, name: str) -> None:
         async with self._lock:

@@ -14,6 +14,10 @@ that the server is idle once the load stops (no live request in /metrics).
     .venv/bin/python -m ops.soak --url http://127.0.0.1:8000 --pid 12345 --duration 300
 
 Bounded: --duration (default 10 minutes) plus the server's start; every request has a timeout.
+A server with API keys: `--api-key KEY`, or (better: command lines are visible to other users)
+the SWITCHYARD_API_KEY environment variable; it is sent as `Authorization: Bearer <key>` and
+never printed. With --spawn, a key given this way is also handed to the spawned server (as
+SWITCHYARD_API_KEYS) unless its environment already has keys.
 Imports trio, httpx, psutil and ops.locust.prompts.
 """
 
@@ -121,7 +125,8 @@ async def run(args: argparse.Namespace, url: str, pid: int) -> dict:
     samples: list[tuple[float, int]] = []
     tally = Tally()
     limits = httpx.Limits(max_connections=args.concurrency + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=args.request_timeout, limits=limits) as http:
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    async with httpx.AsyncClient(base_url=url, timeout=args.request_timeout, limits=limits, headers=headers) as http:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sample_memory, proc, args.interval, deadline, start, samples)
             for i in range(args.concurrency):
@@ -157,7 +162,10 @@ def spawn(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:  # type: ig
     url = f"http://127.0.0.1:{args.port}"
     cmd = [sys.executable, "-m", "api.serve", "serve", "--port", str(args.port), *args.server_args]
     log = open(args.server_log, "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    env = dict(os.environ)
+    if args.api_key and not env.get("SWITCHYARD_API_KEYS"):
+        env["SWITCHYARD_API_KEYS"] = args.api_key
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     end = time.monotonic() + args.start_timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
@@ -190,6 +198,10 @@ def main() -> None:
     p.add_argument("--tolerance", type=float, default=0.05)
     p.add_argument("--model", default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--api-key", default=os.environ.get("SWITCHYARD_API_KEY"),
+        help="Bearer key for a server with API keys (default: $SWITCHYARD_API_KEY; prefer the variable)",
+    )
     args = p.parse_args()
     if args.warmup >= args.duration:
         p.error("--warmup must be shorter than --duration")

@@ -4,15 +4,25 @@ Owns the Azure surface over the shared chat logic (`api.routes.chat.respond`):
 - `api-version` is required and must be one Azure names (the seed's, and the
   azure-ai-inference SDK's default); anything else is a 400 naming it;
 - the `extra-parameters` header decides what happens to body fields outside Azure's request
-  table: `pass-through` hands them on (fields our schema knows, like top_k or ignore_eos, are
-  honoured; the rest are ignored and logged by name), `ignore` drops them, `error` (the
-  default) rejects them with a 400 naming each;
+  table (`AZURE_FIELDS`):
+    `error` (and no header): a 400 naming each extra field, with a `detail[]` entry per field;
+    `ignore`: they are dropped before the request is read, as if never sent;
+    `pass-through`: the whole body goes on to the engine, decoded by the same schema as
+      POST /v1/chat/completions (`api.schemas.ChatCompletionRequest`). So every field that
+      schema knows takes effect exactly as it does there: top_k, repetition_penalty,
+      ignore_eos, min_tokens, stop_token_ids, logprobs, n, max_completion_tokens, ... (and is
+      validated there: a bad value is a 422 naming it). A field no schema knows cannot reach
+      the model, so it is ignored, and the names (never the values) are logged
+      (`extra_parameters_ignored`);
 - `azureml-model-deployment` picks the served model (else the body's `model`, else the
   default chat model); a model that cannot chat (an embedder) is a 404 NotFoundError, as the
   seed's "route not supported by the model";
 - text content parts are read, image parts are refused as 422 on a text-only model;
 - every error is the seed's body, {"error", "message", "status"} (422 adds "code" and
-  "detail": [{"loc", "value"}]), with the `x-ms-error-code` header.
+  "detail": [{"loc", "value"}]), with the `x-ms-error-code` header. `is_azure` says which
+  requests belong to this surface (Azure's paths, or anything sent with `api-version`), so
+  that errors raised outside these views (401, 429, shed requests, unknown routes, wrong
+  methods) take the same shape (api/errors.py `surface_error`, api/app.py).
 GET /info (the SDK's get_model_info) describes the chosen model. Imports quart, msgspec, api
 and runtime.
 """
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import re
 from http import HTTPStatus
+from urllib.parse import parse_qsl
 from typing import Any
 
 import msgspec
@@ -43,6 +54,8 @@ AZURE_FIELDS = frozenset(
      "stream", "temperature", "tool_choice", "tools", "top_p", "model"}
 )
 EXTRA_MODES = ("pass-through", "ignore", "error")
+# The Azure AI model inference routes: errors on these paths are Azure's, whatever the query.
+AZURE_PATHS = frozenset({"/chat/completions", "/info", "/embeddings", "/images/embeddings", "/completions"})
 IMAGE_PARTS = ("image", "image_url", "input_image")
 _CODES = {400: "BadRequest", 401: "Unauthorized", 404: "NotFound", 408: "RequestTimeout", 413: "PayloadTooLarge",
           422: "UnprocessableContent", 429: "TooManyRequests", 500: "InternalServerError", 503: "ServiceUnavailable"}
@@ -66,6 +79,19 @@ def azure_error(status: int, message: str, detail: list[dict[str, Any]] | None =
         body["code"] = code
         body["detail"] = detail or []
     return body, {"x-ms-error-code": code}
+
+
+def is_azure(path: str, query: bytes | str | Any = b"") -> bool:
+    """Whether a request belongs to the Azure surface: one of Azure's paths, or any path
+    called with an `api-version` query parameter (how Azure clients address every route).
+    `query`: the raw query string (ASGI's bytes, or str) or a mapping of query arguments."""
+    if path in AZURE_PATHS:
+        return True
+    if isinstance(query, bytes):
+        query = query.decode("latin-1")
+    if isinstance(query, str):
+        return "api-version" in query and any(k == "api-version" for k, _ in parse_qsl(query, keep_blank_values=True))
+    return "api-version" in query
 
 
 def _value_at(fields: Any, loc: list[str]) -> str:
@@ -145,12 +171,15 @@ def _apply_extra_parameters(fields: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in fields.items() if k in AZURE_FIELDS}
     unknown = [name for name in extras if name not in ChatCompletionRequest.__struct_fields__]
     if unknown:
-        log.info("extra_parameters_ignored", names=unknown)
+        log.info("extra_parameters_ignored", names=[name[:64] for name in unknown[:32]], count=len(unknown))
     return fields
 
 
 def _refuse_images(fields: dict[str, Any], runtime: Runtime) -> None:
-    for i, message in enumerate(fields.get("messages") or ()):
+    messages = fields.get("messages")
+    if not isinstance(messages, list):
+        return  # not a list at all: decoding names it (422), below
+    for i, message in enumerate(messages):
         content = message.get("content") if isinstance(message, dict) else None
         for j, part in enumerate(content if isinstance(content, list) else ()):
             if isinstance(part, dict) and part.get("type") in IMAGE_PARTS:

@@ -17,7 +17,12 @@ Always bounded: pass --run-time and --users; the host must be loopback.
         --users 8 --spawn-rate 2 --run-time 60s --csv /tmp/sy ChatUser CompletionsUser
 
 Environment: SWITCHYARD_MODEL (the `model` field; default: omitted, the server's default),
-SWITCHYARD_EMBED_MODEL (for EmbeddingsUser), LOCUST_SEED (prompt draws; default 0).
+SWITCHYARD_EMBED_MODEL (for EmbeddingsUser), LOCUST_SEED (prompt draws; default 0),
+SWITCHYARD_API_KEY (a server with API keys: sent as `Authorization: Bearer <key>` on every
+request; also settable as --api-key on locust's command line; never printed).
+
+    SWITCHYARD_API_KEY=sk-... .venv/bin/locust -f ops/locust/locustfile.py --headless \\
+        --host http://127.0.0.1:8000 --users 8 --spawn-rate 2 --run-time 60s ChatUser
 """
 
 from __future__ import annotations
@@ -40,6 +45,19 @@ EMBED_MODEL = os.environ.get("SWITCHYARD_EMBED_MODEL")
 _seeds = count(int(os.environ.get("LOCUST_SEED", "0")))
 
 
+@events.init_command_line_parser.add_listener
+def _add_arguments(parser, **_kwargs):  # type: ignore[no-untyped-def]
+    parser.add_argument(
+        "--api-key", env_var="SWITCHYARD_API_KEY", default="", is_secret=True, include_in_web_ui=False,
+        help="Bearer key for a server with API keys (default: $SWITCHYARD_API_KEY)",
+    )
+
+
+def api_key(environment) -> str:  # type: ignore[no-untyped-def]
+    parsed = getattr(environment, "parsed_options", None)
+    return (getattr(parsed, "api_key", None) if parsed is not None else None) or os.environ.get("SWITCHYARD_API_KEY", "")
+
+
 @events.init.add_listener
 def _loopback_only(environment, **_kwargs):  # type: ignore[no-untyped-def]
     host = urlsplit(environment.host or "").hostname
@@ -60,6 +78,9 @@ class _Base(HttpUser):
 
     def on_start(self) -> None:
         self.rng = random.Random(next(_seeds))
+        key = api_key(self.environment)
+        if key:
+            self.client.headers["Authorization"] = f"Bearer {key}"
 
     def _post(self, name: str, path: str, body: dict) -> None:
         with self.client.post(path, json=body, name=name, catch_response=True) as resp:

@@ -101,3 +101,31 @@ async def test_instruction_is_prepended(server: Server) -> None:
     a = torch.tensor(with_instruction["data"][0]["embedding"])
     b = torch.tensor(plain["data"][0]["embedding"])
     assert torch.nn.functional.cosine_similarity(a, b, dim=0) > 1 - 1e-6
+
+
+async def test_a_local_sentence_transformers_directory_is_served_like_minilm(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Any local encoder in the sentence-transformers layout (here tests/embeddings/tiny_bert.py,
+    what the fuzz test serves) pools as its modules.json says: equal to a direct forward."""
+    import httpx
+
+    from tests.embeddings.tiny_bert import build_tiny_bert
+
+    model_dir = build_tiny_bert(tmp_path / "tiny-bert")
+    monkeypatch.setenv("SWITCHYARD_STATE_DIR", str(tmp_path))
+    config = RuntimeConfig(model=str(model_dir), served_name="tiny-embed", task="embeddings", dtype="float32", num_threads=1, port=0)
+    async with trio.open_nursery() as nursery:
+        srv = await start_server(nursery, config)
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=60) as http:
+            r = await http.post("/v1/embeddings", json={"input": TEXTS[:3]})
+            assert r.status_code == 200, r.text
+            got = torch.tensor([d["embedding"] for d in r.json()["data"]])
+        srv.stop.set()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModel.from_pretrained(model_dir, dtype=torch.float32).eval()
+    batch = tok(TEXTS[:3], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    expected = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+    assert got.shape == (3, 32)
+    assert torch.all(torch.nn.functional.cosine_similarity(got, expected, dim=-1) > 1 - 1e-5)

@@ -194,6 +194,26 @@ async def test_requests_per_minute_per_key(tiny_model_dir: Path, monkeypatch: py
         # The other key has its own budget.
         r = await http.post("/v1/chat/completions", json=CHAT, headers=auth(OTHER_KEY))
         assert r.status_code == 200
+        # Refused before the app routed them, they are still counted under their route template.
+        r = await http.post("/serving-endpoints/tiny/invocations", json=CHAT, headers=auth("sk-wrong"))
+        assert r.status_code == 401
+        assert (await http.get("/no/such/route")).status_code == 429  # limited like any request
+        metrics = (await http.get("/metrics")).text
+        counted = {
+            (labels["route"], labels["status"]): value
+            for labels, value in _samples(metrics, "switchyard_http_requests_total")
+        }
+        assert counted[("/v1/chat/completions", "429")] + counted[("/serving-endpoints/<name>/invocations", "429")] == 7
+        assert counted[("/v1/models", "429")] == 1 and counted[("/chat/completions", "429")] == 1
+        assert counted[("/api/2.0/serving-endpoints", "429")] == 1
+        assert counted[("/serving-endpoints/<name>/invocations", "401")] == 1
+        assert counted[("unmatched", "429")] == 1  # no route has that path: the label stays bounded
+
+
+def _samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [(s.labels, s.value) for family in text_string_to_metric_families(text) for s in family.samples if s.name == name]
 
 
 async def test_tokens_per_minute_charge_real_usage(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

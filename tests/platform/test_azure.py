@@ -127,3 +127,78 @@ async def test_azure_ai_inference_client(tiny_model_dir: Path, monkeypatch: pyte
                 wrong.complete(messages=messages)
 
         await trio.to_thread.run_sync(run)
+
+
+async def test_pass_through_hands_engine_fields_on(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`pass-through`: fields outside Azure's table that the chat schema knows take effect (the
+    same as on /v1/chat/completions); unknown ones are ignored, logged by name only."""
+    import structlog
+
+    body = {"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 12}
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, client(srv) as http:
+
+        async def text(extra: dict, mode: str = "pass-through") -> str:
+            r = await http.post(URL, json={**body, **extra}, headers={"extra-parameters": mode})
+            assert r.status_code == 200, r.text
+            return r.json()["choices"][0]["message"]["content"]  # type: ignore[no-any-return]
+
+        greedy = await text({"temperature": 0})
+        # top_k=1 makes sampling at temperature 1 greedy, whatever the seed ...
+        sampled = [await text({"temperature": 1.0, "top_k": 1, "seed": seed}) for seed in (1, 2, 3)]
+        assert sampled == [greedy] * 3
+        # ... and without it (`ignore` drops it) the seeds draw other texts.
+        dropped = [await text({"temperature": 1.0, "top_k": 1, "seed": seed}, "ignore") for seed in (1, 2, 3)]
+        assert any(t != greedy for t in dropped)
+        # repetition_penalty changes the greedy text; dropped, it does not.
+        assert await text({"temperature": 0, "repetition_penalty": 2.0}) != greedy
+        assert await text({"temperature": 0, "repetition_penalty": 2.0}, "ignore") == greedy
+        # A bad value of a known extension is the seed's 422, naming it.
+        r = await http.post(URL, json={**body, "top_k": "many"}, headers={"extra-parameters": "pass-through"})
+        assert_azure_error(r, 422, "UnprocessableContent")
+        assert r.json()["detail"][0]["loc"] == ["body", "top_k"]
+        # Unknown to every schema: ignored, and logged by name (never by value).
+        with structlog.testing.capture_logs() as logs:
+            assert await text({"temperature": 0, "made_up_knob": "secret-value-4711"}) == greedy
+        ignored = [e for e in logs if e["event"] == "extra_parameters_ignored"]
+        assert ignored and ignored[0]["names"] == ["made_up_knob"]
+        assert "secret-value-4711" not in repr(logs)
+
+
+async def test_no_body_gives_a_server_error(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`messages` of the wrong type (it was enumerated as a list: a 500) and other odd bodies."""
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, client(srv) as http:
+        for messages in (3, True, "hello", {"role": "user"}, None, 2.5, [3], [None], [[{"type": "image_url"}]]):
+            for mode in ("error", "ignore", "pass-through"):
+                r = await http.post(URL, json={"messages": messages}, headers={"extra-parameters": mode})
+                err = assert_azure_error(r, 422, "UnprocessableContent")
+                assert err["detail"][0]["loc"][:2] == ["body", "messages"], (messages, err)
+        for raw in (b"[]", b"3", b"null", b'"x"', b"{}", b"", b"\xff"):
+            r = await http.post(URL, content=raw)
+            assert 400 <= r.status_code < 500 and r.headers["x-ms-error-code"], (raw, r.status_code, r.text)
+
+
+async def test_unknown_routes_and_wrong_methods_in_azure_shape(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    version = "?api-version=2024-04-01-preview"
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, client(srv) as http:
+        # Azure's routes this server does not serve: the seed's 404 NotFoundError.
+        for path in ("/embeddings", "/images/embeddings", "/completions", "/v1/nothing-here"):
+            err = assert_azure_error(await http.post(path + version, json={"input": "x"}), 404, "NotFound")
+            assert "not supported" in err["message"] and "/chat/completions" in err["message"]
+        assert_azure_error(await http.post("/embeddings", json={"input": "x"}), 404, "NotFound")  # an Azure path, even bare
+        # Wrong methods: 405 with Allow, in Azure's shape, with or without api-version.
+        for method, path, allowed in (("GET", "/chat/completions", "POST"), ("PUT", "/chat/completions" + version, "POST"),
+                                      ("POST", "/info" + version, "GET"), ("DELETE", "/info", "GET")):
+            r = await http.request(method, path)
+            err = assert_azure_error(r, 405, "MethodNotAllowed")
+            assert r.headers["allow"] == allowed and method in err["message"]
+        # Other surfaces keep their own shapes.
+        r = await http.get("/v1/nothing-here")
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found" and "x-ms-error-code" not in r.headers
+        r = await http.get("/v1/chat/completions")
+        assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed" and r.headers["allow"] == "POST"
+        r = await http.get("/api/2.0/serving-endpoints/x/nothing")
+        assert r.status_code == 404 and r.json()["error_code"] == "ENDPOINT_NOT_FOUND"
+    # And a 401 on an unknown Azure route is Azure's too.
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, keys=(KEY,)) as srv, client(srv) as http:
+        assert_azure_error(await http.post("/embeddings" + version, json={}), 401, "Unauthorized")
+        assert_azure_error(await http.get("/anything" + version), 401, "Unauthorized")

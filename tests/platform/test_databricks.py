@@ -94,7 +94,7 @@ async def test_endpoint_management_and_ab_split(tiny_model_dir: Path, monkeypatc
         assert [e["name"] for e in listed] == ["tiny-a", "tiny-b", "ab-test"]  # built-ins first
         assert (await http.get("/api/2.0/serving-endpoints/ab-test")).json()["id"] == created["id"]
 
-        # ~100 real requests land by the split (the draw itself is tested with 1,000 above).
+        # ~100 real requests land by the split (1,000 of them: test_traffic_split_over_1000_http_requests).
         counts: Counter[str] = Counter()
         models: dict[str, str] = {}
 
@@ -154,6 +154,36 @@ async def test_endpoint_management_and_ab_split(tiny_model_dir: Path, monkeypatc
         assert (await http.delete("/api/2.0/serving-endpoints/tiny-a")).status_code == 400
         r = await http.post("/serving-endpoints/ab-test/invocations", json=CHAT)
         assert r.status_code == 404
+
+
+async def test_traffic_split_over_1000_http_requests(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 5: 1,000 requests through HTTP to a 70/30 endpoint land within a binomial bound
+    (4 sigma: 700 +- 58), and each is served by the model its entity names."""
+    n, sigmas = 1000, 4.0
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b")) as srv:
+        limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=60, limits=limits) as http:
+            assert (await http.post("/api/2.0/serving-endpoints", json=AB)).status_code == 200
+            counts: Counter[str] = Counter()
+            served_by: dict[str, set[str]] = {"a": set(), "b": set()}
+            todo = iter(range(n))
+
+            async def worker() -> None:
+                for _ in todo:
+                    r = await http.post("/serving-endpoints/ab-test/invocations", json={"prompt": "Hi", "max_tokens": 1})
+                    assert r.status_code == 200, r.text
+                    entity = r.headers["served-model-name"]
+                    counts[entity] += 1
+                    served_by[entity].add(r.json()["model"])
+
+            with trio.fail_after(120):
+                async with trio.open_nursery() as nursery:
+                    for _ in range(32):
+                        nursery.start_soon(worker)
+    assert sum(counts.values()) == n and set(counts) == {"a", "b"}, counts
+    bound = sigmas * math.sqrt(n * 0.7 * 0.3)  # 57.97
+    assert abs(counts["a"] - 700) <= bound, f"{counts['a']} of {n} went to the 70% entity (700 +- {bound:.0f})"
+    assert served_by == {"a": {"tiny-a"}, "b": {"tiny-b"}}
 
 
 async def test_endpoint_definitions_survive_a_restart(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

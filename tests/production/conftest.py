@@ -58,9 +58,9 @@ def sse_payloads(raw: str) -> list[str]:
     return [event[6:] for event in raw.split("\n\n") if event.startswith("data: ")]
 
 
-async def serves_normally(base_url: str, check: Callable[[dict], bool] | None = None) -> None:
-    """One ordinary completion succeeds: the server is alive and well."""
-    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+async def serves_normally(base_url: str, check: Callable[[dict], bool] | None = None, headers: dict[str, str] | None = None) -> None:
+    """One ordinary completion succeeds: the server is alive and well (`headers`: e.g. a key)."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=30, headers=headers) as http:
         r = await http.post("/v1/completions", json={"prompt": "The quick", "max_tokens": 4, "temperature": 0, "ignore_eos": True})
         assert r.status_code == 200, r.text
         body = r.json()
