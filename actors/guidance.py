@@ -1,9 +1,12 @@
 """Grammar compilation for constrained decoding (llguidance). No torch, no trio.
 
-Owns: turning a `Guide` into an llguidance matcher for one request. Compiling is done once per
-distinct guide and cached; each request gets a cheap `deep_copy()` of the compiled template.
-Runs in the tokenizer actor's worker thread, so neither the event loop nor the device step
-ever waits on a compilation. An invalid guide raises InvalidRequest naming `guide.param`.
+Owns: turning a `Guide` into an llguidance matcher for one request, and `JSON_OPTIONS`, the one
+definition of how guided JSON is laid out (api/grammars.py validates and inlines schemas with
+it). Compiling is done once per distinct guide and cached; each request gets a cheap
+`deep_copy()` of the compiled template. Runs in the tokenizer actor's worker threads (several
+at once: llguidance releases the GIL while it compiles), so neither the event loop nor the
+device step ever waits on a compilation. An invalid guide raises InvalidRequest naming
+`guide.param`.
 """
 
 from __future__ import annotations
@@ -18,19 +21,30 @@ import llguidance
 from runtime.errors import InvalidRequest
 from runtime.sampling import Guide
 
-# Compact JSON: a small model given free whitespace can wander into endless newlines.
-_JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False}
+# Guided JSON is written the way the model is shown JSON: the tool-call format, the fallback
+# tool prompt and the rendered history all use `json.dumps`'s ", " and ": " (as chat
+# templates' `tojson` does), and no other whitespace, since a small model given free
+# whitespace can wander into endless newlines. A schema that sets its own "x-guidance"
+# options keeps them.
+JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 _CACHE_SIZE = 256
+
+
+def json_schema_grammar(schema: str | dict[str, Any]) -> str:
+    """The llguidance grammar for a JSON schema, laid out as JSON_OPTIONS says.
+
+    Raises ValueError / TypeError when `schema` is not a JSON object; it does not check the
+    schema itself (LLMatcher.validate_grammar does)."""
+    return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
 
 
 def guide_grammar(guide: Guide) -> str:
     """The llguidance grammar text for a guide (raises InvalidRequest on malformed input)."""
     try:
         if guide.kind == "json_object":
-            return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=_JSON_OPTIONS)
+            return json_schema_grammar({"type": "object"})
         if guide.kind == "json_schema":
-            schema = json.loads(guide.definition) if guide.definition else {}
-            return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=_JSON_OPTIONS)
+            return json_schema_grammar(guide.definition or "{}")
         if guide.kind == "lark":
             return llguidance.LLMatcher.grammar_from_lark(guide.definition)
         if guide.kind == "regex":
@@ -51,27 +65,51 @@ def validate_guide(guide: Guide) -> str | None:
 
 
 class GuideCompiler:
+    """Compiled guides for one model's vocabulary. Thread-safe: several threads may compile
+    at once; two asking for the same uncompiled guide compile it once (the second waits)."""
+
     def __init__(self, hf_tokenizer: Any, vocab_size: int) -> None:
         self._hf_tokenizer = hf_tokenizer
         self._vocab_size = vocab_size
         self._tokenizer: llguidance.LLTokenizer | None = None
         self._templates: OrderedDict[tuple[str, str], llguidance.LLMatcher] = OrderedDict()
-        self._lock = threading.Lock()
+        self._compiling: dict[tuple[str, str], threading.Lock] = {}
+        self._lock = threading.Lock()  # guards _templates and _compiling
+        self._tokenizer_lock = threading.Lock()
 
-    def matcher(self, guide: Guide) -> llguidance.LLMatcher:
+    def cached(self, guide: Guide) -> llguidance.LLMatcher | None:
+        """A fresh matcher when the guide is already compiled, else None (never compiles)."""
         key = (guide.kind, guide.definition)
         with self._lock:
             template = self._templates.get(key)
-            if template is not None:
-                self._templates.move_to_end(key)
-                return template.deep_copy()
-        template = llguidance.LLMatcher(self._ll_tokenizer(), guide_grammar(guide), log_level=0)
-        if template.is_error():
-            raise InvalidRequest(f"Invalid {guide.kind}: {template.get_error()}", param=guide.param)
+            if template is None:
+                return None
+            self._templates.move_to_end(key)
+        return template.deep_copy()
+
+    def matcher(self, guide: Guide) -> llguidance.LLMatcher:
+        """A fresh matcher for the guide, compiling it first if need be (slow: call it off the loop)."""
+        key = (guide.kind, guide.definition)
+        hit = self.cached(guide)
+        if hit is not None:
+            return hit
         with self._lock:
-            self._templates[key] = template
-            while len(self._templates) > _CACHE_SIZE:
-                self._templates.popitem(last=False)
+            lock = self._compiling.setdefault(key, threading.Lock())
+        with lock:
+            hit = self.cached(guide)  # compiled by the thread we waited for
+            if hit is not None:
+                return hit
+            try:
+                template = llguidance.LLMatcher(self._ll_tokenizer(), guide_grammar(guide), log_level=0)
+                if template.is_error():
+                    raise InvalidRequest(f"Invalid {guide.kind}: {template.get_error()}", param=guide.param)
+                with self._lock:
+                    self._templates[key] = template
+                    while len(self._templates) > _CACHE_SIZE:
+                        self._templates.popitem(last=False)
+            finally:
+                with self._lock:
+                    self._compiling.pop(key, None)
         return template.deep_copy()
 
     def warm(self) -> None:
@@ -79,9 +117,10 @@ class GuideCompiler:
         self._ll_tokenizer()
 
     def _ll_tokenizer(self) -> llguidance.LLTokenizer:
-        if self._tokenizer is None:
-            import llguidance.hf
+        with self._tokenizer_lock:
+            if self._tokenizer is None:
+                import llguidance.hf
 
-            # ~0.4 s for a 49k vocabulary, once per model.
-            self._tokenizer = llguidance.hf.from_tokenizer(self._hf_tokenizer, n_vocab=self._vocab_size)
-        return self._tokenizer
+                # ~0.4 s for a 49k vocabulary, once per model.
+                self._tokenizer = llguidance.hf.from_tokenizer(self._hf_tokenizer, n_vocab=self._vocab_size)
+            return self._tokenizer

@@ -1,8 +1,13 @@
 """The tokenizer actor: prompts in, token ids out.
 
 Owns: chat-template rendering, encoding, and the context-length rules (a prompt that does not
-fit, or `max_tokens` past the context, fails the request with a 400 naming the field). Encoding
-runs in a worker thread (behind a limiter) so a long prompt never blocks the event loop.
+fit, or `max_tokens` past the context, fails the request with a 400 naming the field, unless
+the prompt asks to be truncated: a text or token prompt keeps its tail, a message prompt drops
+its oldest messages). Encoding runs in a worker thread, one request at a time and in arrival
+order, so a long prompt never blocks the event loop. A request whose grammar is not compiled
+yet is handed to a compile task instead (at most `compile_concurrency` at once, also in worker
+threads) and reaches the scheduler when its matcher is ready, so one slow compilation holds up
+neither the requests behind it that need none (they keep their order) nor other compilations.
 Imports trio, runtime and (through the tokenizer object) transformers.
 """
 
@@ -26,16 +31,58 @@ def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
     if prompt.token_ids is not None:
         return list(prompt.token_ids)
     if prompt.messages is not None:
-        try:
-            text = tokenizer.apply_chat_template(
-                prompt.messages, tokenize=False, add_generation_prompt=True, **prompt.chat_template_kwargs
-            )
-        except Exception as exc:  # jinja raises on messages the template rejects
-            raise InvalidRequest(f"The chat template rejected these messages: {exc}", param="messages") from exc
-        # The rendered template already holds BOS and role markers.
-        return tokenizer.encode(text, add_special_tokens=False)
+        return _encode_messages(tokenizer, prompt.messages, prompt.chat_template_kwargs)
     assert prompt.text is not None
     return tokenizer.encode(prompt.text, add_special_tokens=prompt.add_special_tokens)
+
+
+def _encode_messages(tokenizer: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> list[int]:
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+    except Exception as exc:  # jinja raises on messages the template rejects
+        raise InvalidRequest(f"The chat template rejected these messages: {exc}", param="messages") from exc
+    # The rendered template already holds BOS and role markers.
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def fit_messages(tokenizer: Any, prompt: Prompt, limit: int) -> tuple[list[int], int, int]:
+    """A message prompt encoded in at most `limit` tokens by dropping its oldest messages
+    (the Responses API's `truncation: "auto"`). Returns (ids, messages dropped, tokens the
+    whole prompt had).
+
+    Leading system messages (instructions, the tools block) and the last message always stay.
+    The kept part starts at a message that can open a conversation: not a `tool` result, whose
+    call would be gone. Encodings are searched by bisection, so a long history costs a few
+    renderings, not one per message. When even the shortest candidate does not fit, it is
+    returned as it is and the caller's context-length check refuses it.
+    """
+    assert prompt.messages is not None
+    messages, kwargs = prompt.messages, prompt.chat_template_kwargs
+    ids = _encode_messages(tokenizer, messages, kwargs)
+    if len(ids) <= limit:
+        return ids, 0, len(ids)
+    head = 0
+    while head < len(messages) - 1 and messages[head].get("role") in ("system", "developer"):
+        head += 1
+    starts = [i for i in range(head + 1, len(messages)) if messages[i].get("role") != "tool"]
+    if not starts:
+        return ids, 0, len(ids)
+    best: tuple[list[int], int] | None = None
+    lo, hi = 0, len(starts) - 1
+    while lo <= hi:  # the fewest dropped messages that fit (fewer kept messages never encode longer)
+        mid = (lo + hi) // 2
+        kept = messages[:head] + messages[starts[mid] :]
+        try:
+            candidate = _encode_messages(tokenizer, kept, kwargs)
+        except InvalidRequest:  # the template refuses this cut (say, an assistant turn first)
+            candidate = None
+        if candidate is not None and len(candidate) <= limit:
+            best, hi = (candidate, starts[mid] - head), mid - 1
+        else:
+            lo = mid + 1
+    if best is None:  # the shortest candidate, for the caller to refuse
+        best = _encode_messages(tokenizer, messages[:head] + messages[starts[-1] :], kwargs), starts[-1] - head
+    return best[0], best[1], len(ids)
 
 
 class TokenizerActor:
@@ -47,6 +94,7 @@ class TokenizerActor:
         scheduler: trio.MemorySendChannel[Any],
         guides: GuideCompiler | None = None,
         task: str = "generate",
+        compile_concurrency: int = 2,
     ) -> None:
         self.task = task
         self.tokenizer = tokenizer
@@ -54,39 +102,66 @@ class TokenizerActor:
         self.guides = guides
         self.inbox = inbox
         self.scheduler = scheduler
-        self._limiter = trio.CapacityLimiter(1)
+        self._limiter = trio.CapacityLimiter(1)  # encoding: one request at a time, in order
+        self._compile_limiter = trio.CapacityLimiter(compile_concurrency)
         self._rng = random.Random()
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         if self.guides is not None:
             await trio.to_thread.run_sync(self.guides.warm)
         task_status.started()
-        async with self.inbox, self.scheduler:
+        # The nursery closes before the channels do: compilations still running at the end
+        # send their requests first.
+        async with self.inbox, self.scheduler, trio.open_nursery() as compiles:
             async for ctx in self.inbox:
                 if ctx.aborted:
                     continue
                 try:
                     ids, matcher = await trio.to_thread.run_sync(self._prepare, ctx, limiter=self._limiter)
                     request = self._admit(ctx, ids)
-                    request.matcher = matcher
-                    forks = [self._fork(request, i, sibling) for i, sibling in enumerate(ctx.siblings, start=1)]
-                except InvalidRequest as exc:
-                    for c in (ctx, *ctx.siblings):
-                        c.mailbox.fail(exc)
+                except Exception as exc:
+                    self._fail(ctx, exc)
                     continue
-                except Exception as exc:  # a tokenizer bug must fail one request, not the actor
-                    log.exception("tokenize_failed", request_id=ctx.request_id)
-                    for c in (ctx, *ctx.siblings):
-                        c.mailbox.fail(InvalidRequest(f"Could not tokenize the prompt: {exc}", param="prompt"))
+                guide = ctx.sampling.guide
+                if guide is not None and matcher is None:  # not compiled yet: not in this line
+                    compiles.start_soon(self._compile_and_send, ctx, request, guide)
                     continue
-                # Checked again right before each send: an abort that landed while we were
-                # encoding must not reach the scheduler as a new request. send_nowait, with no
-                # checkpoint in between, so a request and its siblings (n > 1) reach the
-                # scheduler together and the step that finishes the prompt can fork them all;
-                # the channel's bound (see Runtime.run) means it never refuses.
-                for c, r in ((ctx, request), *zip(ctx.siblings, forks)):
-                    if not c.aborted:
-                        self.scheduler.send_nowait(r)
+                request.matcher = matcher
+                self._send(ctx, request)
+
+    async def _compile_and_send(self, ctx: RequestContext, request: TokenizedRequest, guide: Any) -> None:
+        assert self.guides is not None
+        async with self._compile_limiter:
+            if all(c.aborted for c in (ctx, *ctx.siblings)):
+                return
+            try:
+                request.matcher = await trio.to_thread.run_sync(self.guides.matcher, guide)
+            except Exception as exc:
+                self._fail(ctx, exc)
+                return
+        self._send(ctx, request)
+
+    def _send(self, ctx: RequestContext, request: TokenizedRequest) -> None:
+        try:
+            forks = [self._fork(request, i, sibling) for i, sibling in enumerate(ctx.siblings, start=1)]
+        except Exception as exc:
+            self._fail(ctx, exc)
+            return
+        # Checked again right before each send: an abort that landed while we were encoding
+        # (or compiling) must not reach the scheduler as a new request. send_nowait, with no
+        # checkpoint in between, so a request and its siblings (n > 1) reach the scheduler
+        # together and the step that finishes the prompt can fork them all; the channel's
+        # bound (see Runtime.run) means it never refuses.
+        for c, r in ((ctx, request), *zip(ctx.siblings, forks)):
+            if not c.aborted:
+                self.scheduler.send_nowait(r)
+
+    def _fail(self, ctx: RequestContext, exc: Exception) -> None:
+        if not isinstance(exc, InvalidRequest):  # a tokenizer bug must fail one request, not the actor
+            log.exception("tokenize_failed", request_id=ctx.request_id)
+            exc = InvalidRequest(f"Could not tokenize the prompt: {exc}", param="prompt")
+        for c in (ctx, *ctx.siblings):
+            c.mailbox.fail(exc)
 
     def _fork(self, first: TokenizedRequest, index: int, sibling: RequestContext) -> TokenizedRequest:
         sibling.num_prompt_tokens = len(first.prompt_token_ids)
@@ -104,16 +179,29 @@ class TokenizerActor:
         )
 
     def _prepare(self, ctx: RequestContext) -> tuple[list[int], Any]:
-        """Worker thread: encode the prompt and compile the request's grammar, if any."""
+        """Worker thread: encode the prompt; the request's matcher when its grammar is already
+        compiled (None: no grammar, or one still to compile)."""
         if self.task == "embed":
             return self._encode_for_embedding(ctx), None
-        ids = encode_prompt(self.tokenizer, ctx.prompt)
+        prompt = ctx.prompt
+        if prompt.messages is not None and prompt.truncate:
+            ids, dropped, full = fit_messages(self.tokenizer, prompt, self.max_model_len - self._room(ctx))
+            if dropped:
+                ctx.num_truncated_tokens = max(0, full - len(ids))
+                log.info("prompt_truncated", request_id=ctx.request_id, messages_dropped=dropped, tokens=len(ids))
+        else:
+            ids = encode_prompt(self.tokenizer, prompt)
         guide = ctx.sampling.guide
         if guide is None:
             return ids, None
         if self.guides is None:
             raise InvalidRequest("Constrained decoding is not available for this model.", param=guide.param)
-        return ids, self.guides.matcher(guide)
+        return ids, self.guides.cached(guide)
+
+    def _room(self, ctx: RequestContext) -> int:
+        """The tokens a truncated prompt leaves for the output: max_tokens, else some."""
+        wanted = ctx.sampling.max_tokens or min(256, self.max_model_len // 4)
+        return min(wanted, self.max_model_len - 1)
 
     def _encode_for_embedding(self, ctx: RequestContext) -> list[int]:
         # Like sentence-transformers: inputs past the model's max_seq_length are cut at the end
@@ -137,10 +225,9 @@ class TokenizerActor:
             return TokenizedRequest(
                 request_id=ctx.request_id, prompt_token_ids=ids, sampling=ctx.sampling, max_tokens=0, seed=0, arrival_time=ctx.arrival_time
             )
-        if ctx.prompt.truncate:
+        if ctx.prompt.truncate and ctx.prompt.messages is None:
             # error_behavior "truncate": keep the tail, leaving room for what is to be generated.
-            wanted = ctx.sampling.max_tokens or min(256, self.max_model_len // 4)
-            keep = max(1, self.max_model_len - min(wanted, self.max_model_len - 1))
+            keep = max(1, self.max_model_len - self._room(ctx))
             if len(ids) > keep:
                 ctx.num_truncated_tokens = len(ids) - keep
                 ids = ids[-keep:]

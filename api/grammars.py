@@ -4,7 +4,10 @@ Owns: the `Guide` for structured outputs (Chat `response_format`, Responses `tex
 for tool calls (the Lark grammar of the tool-call format in `api/tools.py`, with each function's
 JSON schema inlined as `%json {...}` and each custom tool's grammar embedded), and checking
 every schema and grammar a client sends by compiling it with llguidance, so a bad one is a 400
-naming the field instead of a failure inside the engine. Imports llguidance, runtime.
+naming the field instead of a failure inside the engine. Validation is cached by the text of
+the schema or grammar (an agent sends the same tools on every turn). Imports llguidance,
+runtime and `actors.guidance` (the engine's compiler, so the edge checks exactly what the
+engine will compile, with the same `JSON_OPTIONS`).
 
 Grammars are llguidance's Lark dialect. A client's Lark grammar is embedded by renaming all of
 its rules and terminals into a namespace of its own (`namespace_lark`), so several tools'
@@ -20,15 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import llguidance
 
+from actors.guidance import JSON_OPTIONS, json_schema_grammar
 from runtime.errors import InvalidRequest
 from runtime.sampling import Guide
 
 if TYPE_CHECKING:
     from api.tools import Tool, ToolSet
 
-# Compact JSON inside tool calls: a small model given free whitespace can wander off into
-# endless newlines. A schema that sets its own "x-guidance" options keeps them.
-_JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False}
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
@@ -40,9 +41,10 @@ def _grammar_error(grammar: str) -> str:
     return llguidance.LLMatcher.validate_grammar(grammar)
 
 
+@functools.lru_cache(maxsize=512)
 def _schema_error(schema_json: str) -> str:
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema_json, defaults=_JSON_OPTIONS)
+        grammar = json_schema_grammar(schema_json)
     except (ValueError, TypeError) as exc:
         return str(exc)
     return _grammar_error(grammar)
@@ -140,12 +142,20 @@ def _call_body(i: int, tool: Tool) -> str:
     end = _lit("\n</tool_call>")
     if tool.kind == "function":
         head = _lit(f'>\n{{"name": "{tool.name}", "arguments": ')
-        schema = tool.parameters if tool.parameters is not None else NO_PARAMETERS
-        return f"{head} %json {_inline_schema(schema)} {_lit('}')} {end}"
+        return f"{head} %json {_inline_schema(arguments_schema(tool.parameters))} {_lit('}')} {end}"
     head = _lit(f' name="{tool.name}">\n')
     if tool.syntax is None:  # free text up to the closing tag
         return f"{head} swy_input_{i}"
     return f"{head} swy_g{i}_start {end}"
+
+
+def arguments_schema(parameters: dict[str, Any] | None) -> dict[str, Any]:
+    """The schema a function's arguments are forced to follow, always an object schema: the
+    empty object without parameters, and "type": "object" added to a schema that has no type
+    (api/tools.py refuses any other type)."""
+    if parameters is None:
+        return NO_PARAMETERS
+    return parameters if "type" in parameters else {**parameters, "type": "object"}
 
 
 def _embedded_grammar(i: int, tool: Tool) -> str:
@@ -161,7 +171,7 @@ def _embedded_grammar(i: int, tool: Tool) -> str:
 
 def _inline_schema(schema: dict[str, Any]) -> str:
     schema = dict(schema)
-    schema.setdefault("x-guidance", _JSON_OPTIONS)
+    schema.setdefault("x-guidance", JSON_OPTIONS)
     return json.dumps(schema)
 
 

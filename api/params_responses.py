@@ -10,6 +10,15 @@ server serves text-only models) and `input_file` unless it is a text file sent i
 `file_data` (a data URI: text/*, JSON, XML, YAML, CSV...), whose text is then put in the
 prompt inside `<file name="...">...</file>`. A `reasoning` input item is accepted and skipped:
 its `encrypted_content` is opaque and these models do not reason in hidden tokens.
+
+Log probabilities: `top_logprobs` (0-20, seed 001: "the number of most likely tokens to return
+at each token position") or `include: ["message.output_text.logprobs"]` asks for them; either
+turns on `SamplingParams.logprobs` (with top_logprobs alternatives, 0 without it).
+
+`truncation: "auto"` sets `Prompt.truncate` on the message prompt: the tokenizer actor then drops
+the oldest input items (never the system / instructions message, never the last item) until
+the prompt and the output fit the context (actors/tokenizer.py). "disabled" (the default) makes
+a prompt that does not fit a 400.
 """
 
 from __future__ import annotations
@@ -34,7 +43,9 @@ REFUSED = {
     "service_tier": "Service tiers are not selectable on this server.",
     "previous_response_id": "Responses are not stored, so previous_response_id cannot be resolved; send the whole conversation in input.",
 }
+LOGPROBS = "message.output_text.logprobs"
 INCLUDABLE = {
+    LOGPROBS,
     "reasoning.encrypted_content",  # accepted; there are no reasoning items to carry it
     "message.input_image.image_url",
     "computer_call_output.output.image_url",
@@ -53,6 +64,7 @@ class ResponsesParams:
     sampling: SamplingParams
     toolset: ToolSet | None
     echo: dict[str, Any]  # the request settings a Response repeats
+    logprobs: bool = False  # output_text carries token logprobs
 
 
 def responses_params(req: ResponsesRequest, template_tools: bool = False) -> ResponsesParams:
@@ -64,13 +76,16 @@ def responses_params(req: ResponsesRequest, template_tools: bool = False) -> Res
     messages, kwargs = render_conversation(input_messages(req.input, req.instructions), toolset, template_tools)
     if req.reasoning is not None and req.reasoning.effort is not None:
         kwargs.setdefault("reasoning_effort", req.reasoning.effort)
+    logprobs = req.top_logprobs is not None or LOGPROBS in (req.include or ())
     sampling = SamplingParams(
         max_tokens=req.max_output_tokens,
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
         guide=guide,
+        logprobs=(req.top_logprobs or 0) if logprobs else None,
     )
-    return ResponsesParams(Prompt(messages=messages, chat_template_kwargs=kwargs), sampling, toolset, _echo(req, toolset, text_format))
+    prompt = Prompt(messages=messages, chat_template_kwargs=kwargs, truncate=req.truncation == "auto")
+    return ResponsesParams(prompt, sampling, toolset, _echo(req, toolset, text_format), logprobs)
 
 
 def _refuse(req: ResponsesRequest) -> None:
@@ -78,7 +93,21 @@ def _refuse(req: ResponsesRequest) -> None:
         if getattr(req, name) is not None:
             raise InvalidRequest(why, param=name, code="unsupported_parameter")
     if req.prompt is not None:
-        raise InvalidRequest("Stored prompt templates are not supported; send the prompt in input.", param="prompt", code="unsupported_parameter")
+        # Seed 001 lists `prompt` ("a reference to a prompt template and its variables") among
+        # the request fields, not among the four that must be a 400. But it is only a
+        # reference: {id, version, variables} names a template kept in a prompt store, and
+        # this server has none (nor does it store responses or conversations), so there is
+        # nothing to substitute the variables into. Generating without the template would
+        # answer a different prompt than the client sent, silently; a 400 that says why is
+        # the honest answer until a store exists.
+        named = isinstance(req.prompt.get("id"), str)
+        raise InvalidRequest(
+            f"Prompt templates are kept in a prompt store, which this server does not have, so "
+            f"{'prompt ' + repr(req.prompt['id']) if named else 'a prompt reference'} cannot be resolved; "
+            "send the prompt's text in instructions and input.",
+            param="prompt.id" if named else "prompt",
+            code="unsupported_parameter",
+        )
     if req.stream_options is not None and not req.stream:
         raise InvalidRequest("stream_options is only allowed when stream is true.", param="stream_options")
     if req.metadata is not None:
@@ -88,8 +117,6 @@ def _refuse(req: ResponsesRequest) -> None:
             if len(key) > 64 or len(value) > 512:
                 raise InvalidRequest("metadata keys are at most 64 characters and values at most 512.", param=f"metadata.{key}")
     for i, what in enumerate(req.include or []):
-        if what == "message.output_text.logprobs":
-            raise InvalidRequest("Log probabilities are not supported on this endpoint yet.", param=f"include[{i}]", code="unsupported_parameter")
         if what not in INCLUDABLE:
             raise InvalidRequest(f"Unknown include value {what!r}.", param=f"include[{i}]")
 
@@ -113,7 +140,10 @@ def _echo(req: ResponsesRequest, toolset: ToolSet | None, text_format: dict[str,
         text["verbosity"] = req.text.verbosity
     reasoning = None
     if req.reasoning is not None:
-        reasoning = {k: v for k, v in (("effort", req.reasoning.effort), ("summary", req.reasoning.summary), ("encrypted_content", req.reasoning.encrypted_content)) if v is not None}
+        r = req.reasoning
+        reasoning = {"effort": r.effort, "generate_summary": r.generate_summary, "summary": r.summary}
+        if r.encrypted_content is not None:
+            reasoning["encrypted_content"] = r.encrypted_content
     return {
         "instructions": req.instructions,
         "max_output_tokens": req.max_output_tokens,

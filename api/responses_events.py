@@ -12,6 +12,12 @@ define them) and their increasing `sequence_number`:
       → response.output_item.done
     → response.completed | response.incomplete | (error → response.failed)
 
+A failed Response carries `error` as seed 001's Error table has it: `type`, `code` and `message`
+(required) and `param` (null unless one request field caused it); the `error` event repeats
+code, message and param. Log probabilities, when asked for, come per text delta in the shape
+of the SDK's `ResponseOutputText.Logprob` (token, logprob, bytes, top_logprobs) on the part,
+and without `bytes` (as `ResponseTextDeltaEvent.Logprob` has them) on the delta and done events.
+
 The builder also keeps the Response object itself up to date, so a non-streaming request
 runs the same builder and returns `builder.response`: both paths agree by construction.
 No I/O, no clock reads except `completed_at`; ids come from `new_id`. Imports the stdlib only.
@@ -60,18 +66,24 @@ class ResponsesEventBuilder:
         events.append(self._response_event(f"response.{status}"))
         return events
 
-    def fail(self, message: str, code: str = "server_error") -> list[Event]:
-        """The request failed mid-way: an error event, then response.failed."""
+    def fail(self, message: str, code: str = "server_error", type_: str = "server_error", param: str | None = None) -> list[Event]:
+        """The request failed mid-way: an error event, then response.failed.
+
+        `code` must be one of the SDK's `ResponseError.code` values ("server_error" for any
+        failure inside the engine)."""
         events = self._close_item(complete=False)
-        events.append(self._event("error", code=code, message=message, param=None))
+        events.append(self._event("error", code=code, message=message, param=param))
         self.response["status"] = "failed"
-        self.response["error"] = {"code": code, "message": message}
+        self.response["error"] = {"type": type_, "code": code, "message": message, "param": param}
+        self.response["completed_at"] = None
         events.append(self._response_event("response.failed"))
         return events
 
     # -- output ----------------------------------------------------------------------------
 
-    def text(self, delta: str) -> list[Event]:
+    def text(self, delta: str, logprobs: list[dict[str, Any]] | None = None) -> list[Event]:
+        """Text for the current message (opened if need be). `logprobs`: the tokens that made
+        this text, in the output_text part's shape (token, logprob, bytes, top_logprobs)."""
         if not delta:
             return []
         events: list[Event] = []
@@ -80,7 +92,8 @@ class ResponsesEventBuilder:
             events += self._open_message()
         part = self._item["content"][0]  # type: ignore[index]
         part["text"] += delta
-        events.append(self._event("response.output_text.delta", **self._where(), content_index=0, delta=delta, logprobs=[]))
+        part["logprobs"] += logprobs or []
+        events.append(self._event("response.output_text.delta", **self._where(), content_index=0, delta=delta, logprobs=_event_logprobs(logprobs or [])))
         return events
 
     def call_start(self, kind: str, name: str, call_id: str) -> list[Event]:
@@ -132,7 +145,7 @@ class ResponsesEventBuilder:
         events: list[Event] = []
         if item["type"] == "message":
             part = item["content"][0]
-            events.append(self._event("response.output_text.done", **where, content_index=0, text=part["text"], logprobs=[]))
+            events.append(self._event("response.output_text.done", **where, content_index=0, text=part["text"], logprobs=_event_logprobs(part["logprobs"])))
             events.append(self._event("response.content_part.done", **where, content_index=0, part=copy.deepcopy(part)))
         elif item["type"] == "function_call":
             events.append(self._event("response.function_call_arguments.done", **where, arguments=item["arguments"]))
@@ -153,3 +166,11 @@ class ResponsesEventBuilder:
         payload = {"type": name, "sequence_number": self._seq, **fields}
         self._seq += 1
         return name, payload
+
+
+def _event_logprobs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Part-shaped logprobs as the delta and done events type them (no `bytes`)."""
+    return [
+        {"token": e["token"], "logprob": e["logprob"], "top_logprobs": [{"token": t["token"], "logprob": t["logprob"]} for t in e["top_logprobs"]]}
+        for e in entries
+    ]

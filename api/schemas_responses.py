@@ -28,7 +28,7 @@ class TextConfig(msgspec.Struct, kw_only=True):
 
 
 class ReasoningConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
-    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
     encrypted_content: str | None = None  # opaque: echoed back untouched

@@ -18,9 +18,18 @@ teach. A custom tool's input is plain text, never JSON, so it has a form of its 
     *** Begin Patch ...
     </tool_call>
 
-Several calls are separated by a newline. When the chat template takes `tools`
-(`apply_chat_template(..., tools=...)`), function tools go to it; otherwise, and for custom
-tools always, a system-prompt block (`tools_block`) describes the tools and this format.
+Several calls are separated by a newline. JSON is shown and forced with `json.dumps`'s ", " and
+": " separators and no other whitespace (`actors.guidance.JSON_OPTIONS`): the history's
+arguments are re-serialized that way, so the model never sees a layout it may not write.
+
+A call names a tool the model may call now, or it is not a call: `<tool_call>` text that names
+an undeclared (or, under tool_choice, disallowed) tool is left in the output as plain text,
+never turned into a function_call the client would try to dispatch. The grammar makes such text
+impossible while enforcement holds; this is the fallback when it does not.
+
+When the chat template takes `tools` (`apply_chat_template(..., tools=...)`), function tools go
+to it; otherwise, and for custom tools always, a system-prompt block (`tools_block`) describes
+the tools and this format.
 Tool results go back to the model as `tool` messages (template) or as
 `<tool_response>...</tool_response>` blocks in a user message (fallback).
 """
@@ -147,7 +156,19 @@ def _function(spec: dict[str, Any], param: str) -> Tool:
     name = _name(spec, param)
     parameters = spec.get("parameters")
     if parameters is not None:
-        grammars.check_json_schema(parameters, f"{param}.parameters", f"tool {name!r}")
+        where = f"{param}.parameters"
+        # Arguments are a JSON object (seed 001: "uno schema JSON valido oggetto"; the call
+        # format writes `"arguments": {...}`), so the schema must describe one. A schema
+        # without "type" is read as an object schema (the grammar adds the type).
+        if not isinstance(parameters, dict):
+            raise InvalidRequest(f"tool {name!r}: parameters must be a JSON schema object.", param=where, code="invalid_schema")
+        if parameters.get("type", "object") != "object":
+            raise InvalidRequest(
+                f"tool {name!r}: parameters must be an object schema (\"type\": \"object\"), not type {parameters['type']!r}.",
+                param=where,
+                code="invalid_schema",
+            )
+        grammars.check_json_schema(grammars.arguments_schema(parameters), where, f"tool {name!r}")
         properties = parameters.get("properties") or {}
         if len(properties) > MAX_PROPERTIES:
             raise InvalidRequest(
@@ -230,7 +251,7 @@ def tools_block(toolset: ToolSet, functions: bool = True) -> str:
             lines.append(tool.description)
         if tool.kind == "function":
             schema = tool.parameters if tool.parameters is not None else grammars.NO_PARAMETERS
-            lines.append(f"Arguments: a JSON object matching this JSON schema: {json.dumps(schema)}")
+            lines.append(f"Arguments: a JSON object matching this JSON schema: {canonical_json(schema)}")
         elif tool.syntax is not None:
             lines.append(f"Input: plain text matching this {tool.syntax} grammar:\n{tool.definition}")
         else:
@@ -305,12 +326,23 @@ def _assistant(message: dict[str, Any], template_tools: bool) -> dict[str, Any]:
         if template_tools:
             calls.append({"type": "function", "id": call.get("id"), "function": {"name": function.get("name"), "arguments": _as_object(arguments)}})
         else:
-            texts.append(format_call("function", function.get("name", ""), arguments if isinstance(arguments, str) else json.dumps(arguments)))
+            texts.append(format_call("function", function.get("name", ""), canonical_json(arguments)))
     out = {k: v for k, v in message.items() if k != "tool_calls"}
     out["content"] = "\n".join(texts)
     if calls:
         out["tool_calls"] = calls
     return out
+
+
+def canonical_json(value: Any) -> str:
+    """JSON as the model is shown it and forced to write it (", " and ": ", nothing else);
+    a string is re-serialized when it is JSON and kept as it is otherwise."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _as_object(arguments: Any) -> Any:
@@ -338,7 +370,8 @@ class ToolCall:
     complete: bool = False
 
 
-# Parser events: ("text", str) | ("start", ToolCall) | ("delta", ToolCall, str) | ("done", ToolCall)
+# Parser events: ("text", str, start) | ("start", ToolCall) | ("delta", ToolCall, str) | ("done", ToolCall);
+# `start`: where the text begins in everything fed to the parser (for matching it to tokens).
 Event = tuple[Any, ...]
 _HERMES_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
 _NAMED_HEAD = re.compile(r'\s+name\s*=\s*"([^"]*)"\s*$')
@@ -349,21 +382,29 @@ class ToolCallParser:
     turn out to be the start of a call (a partial `<tool_call`) or the end of one.
 
     Arguments stream as they are generated when the call is in the usual shape (name first);
-    otherwise the call is parsed whole once it is closed. Whitespace between calls is dropped.
+    otherwise the call is parsed whole once it is closed. Whitespace between calls, and at the
+    start of text that follows a call, is dropped. A text event carries where its text starts
+    in everything fed so far (so a caller can tell which tokens made it), a call only names
+    tools the model may call now (anything else stays text).
     """
 
     def __init__(self, toolset: ToolSet) -> None:
         self.toolset = toolset
         self.calls: list[ToolCall] = []
-        self._buf = ""
+        self._names = {t.name for t in toolset.callable()}
+        self._buf = ""  # always a suffix of everything fed
+        self._fed = 0  # characters fed so far
         self._state = "text"  # text | header | raw | hermes | args | tail
         self._call: ToolCall | None = None
         self._scan = _JsonScanner()
         self._hold = False
         self._ws = ""  # whitespace before a `<tool_call`: dropped if it is a call
+        self._head = ""  # the `<tool_call ...>` header of the call being read
+        self._after_call = False  # the next text follows a call: its leading whitespace goes
 
     def feed(self, text: str) -> list[Event]:
         self._buf += text
+        self._fed += len(text)
         events: list[Event] = []
         while self._step(events):
             pass
@@ -373,13 +414,11 @@ class ToolCallParser:
         """Flush at the end of output; a call cut off (e.g. by max tokens) stays incomplete."""
         events: list[Event] = []
         buf, self._buf = self._buf, ""
-        if self._state == "header":
-            buf = self._ws + buf
-        if self._state == "text" or self._state == "header":
-            if buf and not (self.calls and not buf.strip()):
-                events.append(("text", buf))
+        if self._state in ("text", "header"):
+            ws = self._ws if self._state == "header" else ""
+            self._text(events, ws + buf, self._fed - len(buf) - len(ws), final=True)
         elif self._state == "hermes":
-            events += self._whole_hermes(buf, complete=False)
+            events += self._whole_hermes(buf, complete=False, start=self._fed - len(buf))
         elif self._call is not None:
             if self._state in ("raw", "args") and buf:
                 self._delta(events, buf)
@@ -390,23 +429,34 @@ class ToolCallParser:
         self._state, self._call = "text", None
         return events
 
+    def _text(self, events: list[Event], text: str, start: int, final: bool = False) -> int:
+        """Emit text that starts at `start`, minus the whitespace that follows a call (and, at
+        the end, whitespace after calls). Returns how many characters of `text` it used."""
+        lead = len(text) - len(text.lstrip()) if self._after_call else 0
+        body = text[lead:]
+        if not body or (final and self.calls and not body.strip()):
+            return len(text) if final else lead
+        events.append(("text", body, start + lead))
+        self._after_call = False
+        return len(text)
+
     # One transition; False when more input is needed.
     def _step(self, events: list[Event]) -> bool:
         buf = self._buf
+        base = self._fed - len(buf)  # where buf starts
         if self._state == "text":
             at = buf.find(OPEN)
             if at < 0:
                 keep = _partial_suffix(buf, OPEN)
                 body = buf[: len(buf) - keep]
-                emit = body.rstrip() if body.strip() else ""  # trailing whitespace waits
-                if emit:
-                    events.append(("text", emit))
-                self._buf = buf[len(emit) :]
+                if body.strip():  # trailing whitespace waits: it may come before a call
+                    used = self._text(events, body.rstrip(), base)
+                    self._buf = buf[used:]
                 return False
             before = buf[:at]
             if before.strip():
-                events.append(("text", before.rstrip()))
-            self._ws = before[len(before.rstrip()) :] if before.strip() else before
+                self._text(events, before.rstrip(), base)
+            self._ws = before[len(before.rstrip()) :]
             self._buf, self._state = buf[at:], "header"
             return True
         if self._state == "header":
@@ -417,10 +467,11 @@ class ToolCallParser:
                 return False
             head = buf[len(OPEN) : end]
             if head.strip() == "":
+                self._head = buf[: end + 1]
                 self._buf, self._state = buf[end + 1 :], "hermes"
                 return True
             m = _NAMED_HEAD.match(head)
-            if m is None:
+            if m is None or m.group(1) not in self._names:
                 return self._not_a_call(events)
             if len(buf) == end + 1:
                 return False  # wait for the newline that follows the header
@@ -433,12 +484,18 @@ class ToolCallParser:
         if self._state == "hermes":
             m = _HERMES_HEAD.match(buf)
             if m is not None:
+                name = json.loads(f'"{m.group(1)}"')
+                if name not in self._names:  # the header was text after all; so is the rest
+                    head = self._ws + self._head
+                    self._text(events, head, base - len(head))
+                    self._ws, self._state = "", "text"
+                    return True
                 self._buf, self._state = buf[m.end() :], "args"
-                self._start(events, json.loads(f'"{m.group(1)}"'), named=False)
+                self._start(events, name, named=False)
                 return True
             if CLOSE in buf:
                 at = buf.index(CLOSE)
-                events += self._whole_hermes(buf[:at], complete=True)
+                events += self._whole_hermes(buf[:at], complete=True, start=base)
                 self._buf, self._state = buf[at + len(CLOSE) :], "text"
                 return True
             return False
@@ -484,10 +541,11 @@ class ToolCallParser:
 
     def _start(self, events: list[Event], name: str, named: bool) -> None:
         tool = self.toolset.get(name)
-        kind = tool.kind if tool is not None else ("custom" if named else "function")
-        self._call = ToolCall(kind, name)
+        assert tool is not None and name in self._names, "only callable tools start a call"
+        self._call = ToolCall(tool.kind, name)
         self._scan = _JsonScanner()
-        self._hold = kind == "custom" and not named  # a custom input written as JSON: decode at the end
+        self._hold = tool.kind == "custom" and not named  # a custom input written as JSON: decode at the end
+        self._ws = ""
         self.calls.append(self._call)
         events.append(("start", self._call))
 
@@ -510,17 +568,22 @@ class ToolCallParser:
         call.complete = True
         events.append(("done", call))
         self._call = None
+        self._after_call = True
 
-    def _whole_hermes(self, body: str, complete: bool) -> list[Event]:
-        """A call not in the streaming-friendly shape: parse it whole, or give it back as text."""
+    def _whole_hermes(self, body: str, complete: bool, start: int) -> list[Event]:
+        """A call not in the streaming-friendly shape: parse it whole, or give it back as text
+        (also when it names a tool that may not be called). `start`: where `body` starts."""
         try:
             obj = json.loads(body)
             name = obj["name"]
             arguments = obj.get("arguments", obj.get("parameters", {}))
-            assert isinstance(name, str)
+            assert isinstance(name, str) and name in self._names
         except (ValueError, KeyError, TypeError, AssertionError):
-            return [("text", OPEN + ">" + body + (CLOSE if complete else ""))]
-        events: list[Event] = []
+            events: list[Event] = []
+            head = self._ws + self._head
+            self._text(events, head + body + (CLOSE if complete else ""), start - len(head))
+            return events
+        events = []
         self._start(events, name, named=False)
         self._hold = False
         call = self._call
@@ -530,10 +593,13 @@ class ToolCallParser:
         call.complete = complete
         events.append(("done", call))
         self._call = None
+        self._after_call = True
         return events
 
     def _not_a_call(self, events: list[Event]) -> bool:
-        events.append(("text", self._ws + OPEN))
+        base = self._fed - len(self._buf)
+        self._text(events, self._ws + OPEN, base - len(self._ws))
+        self._ws = ""
         self._buf, self._state = self._buf[len(OPEN) :], "text"
         return True
 

@@ -13,13 +13,20 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from api.streaming import Collected
-from runtime.messages import FinishReason, TextDelta, Usage
+from runtime.errors import RequestFailed
+from runtime.messages import FinishReason, Logprob, TextDelta, Usage
 
 
 class Script:
-    def __init__(self, pieces: list[str], finish: FinishReason = FinishReason.STOP) -> None:
+    """`pieces`: the text of each delta. With `logprobs`, piece i comes with one token whose
+    logprob is -i (so a test can tell which pieces' tokens ended up where). With `fail_at`,
+    the engine fails the request before piece `fail_at` (0: before the first token)."""
+
+    def __init__(self, pieces: list[str], finish: FinishReason = FinishReason.STOP, logprobs: bool = False, fail_at: int | None = None) -> None:
         self.pieces = pieces
         self.finish = finish
+        self.logprobs = logprobs
+        self.fail_at = fail_at
         self.calls: list[tuple[Any, Any]] = []  # (prompt, sampling) per request
 
     def __call__(self, runtime: Any, prompts: list[Any], sampling: Any, n: int = 1) -> ScriptedGeneration:
@@ -39,15 +46,20 @@ class ScriptedGeneration:
         self.n = n
 
     async def start(self) -> ScriptedGeneration:
+        if self.script.fail_at == 0:
+            raise RequestFailed("grammar error: scripted failure before the first token")
         return self
 
     async def deltas(self) -> AsyncIterator[tuple[int, TextDelta]]:
         pieces = self.script.pieces
         for index in range(self.n):
             for i, piece in enumerate(pieces):
+                if i == self.script.fail_at:
+                    raise RequestFailed("grammar error: scripted failure")
                 last = i == len(pieces) - 1
                 usage = Usage(prompt_tokens=7, completion_tokens=len(pieces)) if last else None
-                yield index, TextDelta(text=piece, token_ids=[1], finish_reason=self.script.finish if last else None, usage=usage)
+                logprobs = [Logprob(token_id=10 + i % 200, logprob=-float(i), top=[(11, -0.5)])] if self.script.logprobs else None
+                yield index, TextDelta(text=piece, token_ids=[1], logprobs=logprobs, finish_reason=self.script.finish if last else None, usage=usage)
 
     async def collect(self) -> list[Collected]:
         outs = [Collected() for _ in range(self.n)]
@@ -67,10 +79,7 @@ def guide_accepts(tokenizer: Any, guide: Any, text: str) -> bool:
     import llguidance
     import llguidance.hf
 
-    try:
-        from actors.guidance import guide_grammar  # how the engine compiles it
-    except ImportError:
-        guide_grammar = _grammar
+    from actors.guidance import guide_grammar  # how the engine compiles it
 
     key = id(tokenizer)
     if key not in _tokenizers:
@@ -80,11 +89,3 @@ def guide_accepts(tokenizer: Any, guide: Any, text: str) -> bool:
     ids = tokenizer.encode(text, add_special_tokens=False)
     return matcher.consume_tokens(ids) and matcher.is_accepting()
 
-
-def _grammar(guide: Any) -> str:
-    import llguidance
-
-    if guide.kind == "lark":
-        return guide.definition
-    schema = guide.definition if guide.kind == "json_schema" else '{"type": "object"}'
-    return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})

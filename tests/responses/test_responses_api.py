@@ -155,7 +155,8 @@ async def test_text_file_input_is_read(client: openai.OpenAI) -> None:
         ({"top_logprobs": 21}, "top_logprobs"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
         ({"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
-        ({"include": ["message.output_text.logprobs"]}, "include[0]"),
+        ({"include": ["message.output_text.logprobs", "output_text.everything"]}, "include[1]"),
+        ({"prompt": {"id": "pmpt_1", "variables": {"x": "y"}}}, "prompt.id"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}]}, "input[0].content[0]"),
         ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]}, "input[0].content[0].file_id"),
         (
@@ -169,6 +170,8 @@ async def test_text_file_input_is_read(client: openai.OpenAI) -> None:
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"tools": [{"type": "function", "name": "bad name!"}]}, "tools[0].name"),
         ({"tools": [{"type": "function", "name": "f", "parameters": {"type": "nope"}}]}, "tools[0].parameters"),
+        ({"tools": [{"type": "function", "name": "f", "parameters": {"type": "string"}}]}, "tools[0].parameters"),
+        ({"tools": [{"type": "function", "name": "f", "parameters": {"type": ["object", "null"]}}]}, "tools[0].parameters"),
         (
             {"tools": [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(16)}}}]},
             "tools[0].parameters.properties",

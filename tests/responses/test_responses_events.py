@@ -100,6 +100,25 @@ def test_failure() -> None:
     assert names[-2:] == ["error", "response.failed"]
     response = Response.model_validate(b.response)
     assert response.status == "failed" and response.error.message == "device error" and response.error.code == "server_error"
+    # Seed 001's Error: type, code and message required, param when a field caused it.
+    assert b.response["error"] == {"type": "server_error", "code": "server_error", "message": "device error", "param": None}
+    assert events[-2][1]["code"] == "server_error" and events[-2][1]["param"] is None
+
+
+def test_logprobs_on_the_part_and_the_events() -> None:
+    """The part holds the SDK's ResponseOutputText.Logprob (with bytes); the delta and done
+    events hold their own Logprob shape (no bytes), strictly valid both."""
+    entry = {"token": "Hi", "logprob": -0.25, "bytes": [72, 105], "top_logprobs": [{"token": "Yo", "logprob": -2.0, "bytes": [89, 111]}]}
+    b = builder()
+    events = b.start() + b.text("Hi", [entry]) + b.text("!", []) + b.finish("completed", USAGE)
+    for _, payload in events:
+        EVENT.validate_python(payload, strict=True)
+    delta = next(p for n, p in events if n == "response.output_text.delta")
+    assert delta["logprobs"] == [{"token": "Hi", "logprob": -0.25, "top_logprobs": [{"token": "Yo", "logprob": -2.0}]}]
+    done = next(p for n, p in events if n == "response.output_text.done")
+    assert done["logprobs"] == delta["logprobs"]
+    response = Response.model_validate(b.response, strict=True)
+    assert [lp.model_dump() for lp in response.output[0].content[0].logprobs] == [entry]
 
 
 def test_delta_outside_a_call_is_a_bug() -> None:

@@ -58,7 +58,7 @@ def script(monkeypatch: pytest.MonkeyPatch, text: str, step: int = 3, finish: Fi
 
 
 async def test_forced_function_call(client: openai.OpenAI, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = script(monkeypatch, format_call("function", "get_weather", '{"city":"Paris"}'))
+    s = script(monkeypatch, format_call("function", "get_weather", '{"city": "Paris"}'))
     resp = await in_thread(
         client.responses.create, model="tiny", input="Weather in Paris?", tools=[WEATHER], tool_choice={"type": "function", "name": "get_weather"}
     )
@@ -72,7 +72,7 @@ async def test_forced_function_call(client: openai.OpenAI, server: Server, monke
 
 
 async def test_streamed_function_call_events(client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
-    script(monkeypatch, "Let me check.\n" + format_call("function", "get_weather", '{"city":"Paris"}'), step=2)
+    script(monkeypatch, "Let me check.\n" + format_call("function", "get_weather", '{"city": "Paris"}'), step=2)
 
     def run() -> tuple[list[Any], Any]:
         with client.responses.stream(model="tiny", input="Weather?", tools=[WEATHER]) as stream:
@@ -110,7 +110,7 @@ async def test_custom_tool_with_grammar(client: openai.OpenAI, server: Server, m
 
 
 async def test_parallel_calls_and_multi_turn(client: openai.OpenAI, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    text = format_call("function", "get_weather", '{"city":"Paris"}') + "\n" + format_call("function", "get_weather", '{"city":"Rome"}')
+    text = format_call("function", "get_weather", '{"city": "Paris"}') + "\n" + format_call("function", "get_weather", '{"city": "Rome"}')
     s = script(monkeypatch, text)
     resp = await in_thread(client.responses.create, model="tiny", input="Paris and Rome?", tools=[WEATHER], tool_choice="required")
     assert [json.loads(c.arguments)["city"] for c in resp.output] == ["Paris", "Rome"]
@@ -129,7 +129,7 @@ async def test_parallel_calls_and_multi_turn(client: openai.OpenAI, server: Serv
 
 
 async def test_not_parallel_means_one_call(client: openai.OpenAI, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    one = format_call("function", "get_weather", '{"city":"Paris"}')
+    one = format_call("function", "get_weather", '{"city": "Paris"}')
     s = script(monkeypatch, one)
     await in_thread(client.responses.create, model="tiny", input="x", tools=[WEATHER], tool_choice="required", parallel_tool_calls=False)
     guide = s.calls[0][1].guide
@@ -145,7 +145,7 @@ async def test_call_cut_by_max_tokens_is_incomplete(client: openai.OpenAI, monke
 
 async def test_json_schema_output(client: openai.OpenAI, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"], "additionalProperties": False}
-    s = script(monkeypatch, '{"answer":4}')
+    s = script(monkeypatch, '{"answer": 4}')
     resp = await in_thread(
         client.responses.create, model="tiny", input="2+2?", text={"format": {"type": "json_schema", "name": "sum", "schema": schema, "strict": True}}
     )
@@ -153,7 +153,7 @@ async def test_json_schema_output(client: openai.OpenAI, server: Server, monkeyp
     assert resp.text.format.type == "json_schema" and resp.text.format.name == "sum"
     guide = s.calls[0][1].guide
     assert guide.kind == "json_schema" and json.loads(guide.definition) == schema and guide.param == "text.format"
-    assert guide_accepts(server.runtime.tokenizer, guide, s.text) and not guide_accepts(server.runtime.tokenizer, guide, '{"answer":"4"}')
+    assert guide_accepts(server.runtime.tokenizer, guide, s.text) and not guide_accepts(server.runtime.tokenizer, guide, '{"answer": "4"}')
     script(monkeypatch, "{}")
     await in_thread(client.responses.create, model="tiny", input="json", text={"format": {"type": "json_object"}})
 
@@ -164,7 +164,7 @@ CHAT_WEATHER = {"type": "function", "function": {k: v for k, v in WEATHER.items(
 
 
 async def test_chat_tool_call(client: openai.OpenAI, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = script(monkeypatch, format_call("function", "get_weather", '{"city":"Paris"}'))
+    s = script(monkeypatch, format_call("function", "get_weather", '{"city": "Paris"}'))
     resp = await in_thread(
         client.chat.completions.create,
         model="tiny",
@@ -195,7 +195,7 @@ async def test_chat_tool_call(client: openai.OpenAI, server: Server, monkeypatch
 
 
 async def test_chat_tool_call_streaming(client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
-    script(monkeypatch, "Checking.\n" + format_call("function", "get_weather", '{"city":"Paris"}'), step=2)
+    script(monkeypatch, "Checking.\n" + format_call("function", "get_weather", '{"city": "Paris"}'), step=2)
 
     def stream() -> list[Any]:
         return list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], tools=[CHAT_WEATHER], stream=True))
@@ -210,7 +210,7 @@ async def test_chat_tool_call_streaming(client: openai.OpenAI, monkeypatch: pyte
 
 
 async def test_chat_response_format_json_schema(client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = script(monkeypatch, '{"a":1}')
+    s = script(monkeypatch, '{"a": 1}')
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     await in_thread(
         client.chat.completions.create,

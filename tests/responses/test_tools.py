@@ -152,12 +152,12 @@ def test_required_function_grammar(tokenizer: Any, ll_tokenizer: Any) -> None:
     guide = tool_guide(toolset, None)
     assert guide is not None and guide.kind == "lark" and guide.param == "tools"
     g = guide.definition
-    weather = format_call("function", "get_weather", '{"city":"Paris"}')
+    weather = format_call("function", "get_weather", '{"city": "Paris"}')
     assert accepts(tokenizer, ll_tokenizer, g, weather)
     assert accepts(tokenizer, ll_tokenizer, g, weather + "\n" + format_call("custom", "calc", "1 + (2 - 3)"))
     assert accepts(tokenizer, ll_tokenizer, g, format_call("custom", "note", "anything\nat all"))
     assert not accepts(tokenizer, ll_tokenizer, g, "plain text")
-    assert not accepts(tokenizer, ll_tokenizer, g, format_call("function", "get_weather", '{"town":"Paris"}'))
+    assert not accepts(tokenizer, ll_tokenizer, g, format_call("function", "get_weather", '{"town": "Paris"}'))
     assert not accepts(tokenizer, ll_tokenizer, g, format_call("function", "get_weather", "{}"))
     assert not accepts(tokenizer, ll_tokenizer, g, format_call("custom", "calc", "1 +"))
     assert not accepts(tokenizer, ll_tokenizer, g, format_call("function", "unknown", "{}"))
@@ -168,7 +168,7 @@ def test_auto_grammar_allows_text_but_forces_started_calls(tokenizer: Any, ll_to
     assert toolset is not None
     guide = tool_guide(toolset, None)
     assert guide is not None
-    weather = format_call("function", "get_weather", '{"city":"Paris"}')
+    weather = format_call("function", "get_weather", '{"city": "Paris"}')
     assert accepts(tokenizer, ll_tokenizer, guide.definition, "Hello, no tools needed.")
     assert accepts(tokenizer, ll_tokenizer, guide.definition, "Let me look.\n" + weather)
     assert not accepts(tokenizer, ll_tokenizer, guide.definition, weather + "\n" + weather)  # parallel_tool_calls false
@@ -176,7 +176,7 @@ def test_auto_grammar_allows_text_but_forces_started_calls(tokenizer: Any, ll_to
 
 @pytest.mark.parametrize("choice", ["required", "auto"])
 def test_max_tool_calls_bounds_the_grammar(tokenizer: Any, ll_tokenizer: Any, choice: str) -> None:
-    weather = format_call("function", "get_weather", '{"city":"Paris"}')
+    weather = format_call("function", "get_weather", '{"city": "Paris"}')
     for max_calls in (1, 2, 3):
         toolset = build_toolset([WEATHER], choice, True, max_calls)
         assert toolset is not None
@@ -194,8 +194,8 @@ def test_auto_with_json_schema_text(tokenizer: Any, ll_tokenizer: Any) -> None:
     text = format_guide("json_schema", {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, "text.format")
     guide = tool_guide(toolset, text)
     assert guide is not None
-    assert accepts(tokenizer, ll_tokenizer, guide.definition, '{"a":1}')
-    assert accepts(tokenizer, ll_tokenizer, guide.definition, format_call("function", "get_weather", '{"city":"x"}'))
+    assert accepts(tokenizer, ll_tokenizer, guide.definition, '{"a": 1}')
+    assert accepts(tokenizer, ll_tokenizer, guide.definition, format_call("function", "get_weather", '{"city": "x"}'))
     assert not accepts(tokenizer, ll_tokenizer, guide.definition, "free text")
 
 
@@ -300,3 +300,167 @@ def test_json_schema_guide() -> None:
     assert info.value.param == "response_format.json_schema.schema"
 
 
+
+
+# -- calls only to callable tools; text after calls; text offsets ---------------------------
+
+
+@pytest.mark.parametrize("step", [1, 3, 1000])
+@pytest.mark.parametrize(
+    "call",
+    [
+        format_call("function", "launch_missiles", '{"now": true}'),
+        format_call("custom", "rm_rf", "/"),
+        '<tool_call>\n{"arguments": {"now": true}, "name": "launch_missiles"}\n</tool_call>',
+        '<tool_call>\n{"name": "launch_missiles", "arguments": {"now": tr',  # cut off
+    ],
+)
+def test_a_call_to_an_undeclared_tool_stays_text(step: int, call: str) -> None:
+    text = "Hmm. " + call
+    assert parse(text, step) == [("text", text)]
+
+
+def test_a_declared_but_disallowed_tool_stays_text() -> None:
+    toolset = build_toolset([WEATHER, NOTE], {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "custom", "name": "note"}]}, None)
+    assert toolset is not None
+    weather = format_call("function", "get_weather", '{"city": "Oslo"}')
+    parser = ToolCallParser(toolset)
+    events = parser.feed(weather + "\n" + format_call("custom", "note", "hi")) + parser.finish()
+    assert "".join(e[1] for e in events if e[0] == "text") == weather
+    assert [c.name for c in parser.calls] == ["note"]
+
+
+@pytest.mark.parametrize("step", [1, 2, 7, 1000])
+def test_text_after_a_call_starts_at_its_first_character(step: int) -> None:
+    weather = format_call("function", "get_weather", '{"city": "Oslo"}')
+    assert parse(weather + "\n\n  Done.\n", step) == [
+        ("start", "function", "get_weather"),
+        ("delta", '{"city": "Oslo"}'),
+        ("done", "function", "get_weather", True),
+        ("text", "Done."),  # (whitespace at the very end, after calls, is dropped too)
+    ]
+    assert parse(weather + "\n \n", step)[-1] == ("done", "function", "get_weather", True)  # only whitespace after: none
+
+
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_text_events_say_where_their_text_starts(step: int) -> None:
+    weather = format_call("function", "get_weather", '{"city": "Oslo"}')
+    text = "Let me see. " + weather + "\nIt is <tool_calls> time " + format_call("custom", "nope", "x") + "\n" + format_call("custom", "note", "n") + "\nBye "
+    parser = ToolCallParser(build_toolset([WEATHER, NOTE], "auto", True))  # type: ignore[arg-type]
+    events = []
+    for i in range(0, len(text), step):
+        events += parser.feed(text[i : i + step])
+    events += parser.finish()
+    texts = [(e[1], e[2]) for e in events if e[0] == "text"]
+    assert texts and all(text[start : start + len(t)] == t for t, start in texts)
+    assert "".join(t for t, _ in texts) == "Let me see.It is <tool_calls> time " + format_call("custom", "nope", "x") + "Bye"
+
+
+# -- function parameters must describe an object ---------------------------------------------
+
+
+@pytest.mark.parametrize("parameters", [{"type": "string"}, {"type": "array", "items": {}}, {"type": ["object", "null"]}, "object", ["x"]])
+def test_parameters_must_be_an_object_schema(parameters: Any) -> None:
+    for tool, param in (
+        ({"type": "function", "name": "f", "parameters": parameters}, "tools[0].parameters"),
+        ({"type": "function", "function": {"name": "f", "parameters": parameters}}, "tools[0].function.parameters"),
+    ):
+        with pytest.raises(InvalidRequest) as info:
+            build_toolset([tool], None, None)
+        assert info.value.param == param and "'f'" in str(info.value)
+
+
+def test_parameters_without_a_type_are_an_object(tokenizer: Any, ll_tokenizer: Any) -> None:
+    tool = {"type": "function", "name": "f", "parameters": {"properties": {"n": {"type": "integer"}}, "required": ["n"]}}
+    toolset = build_toolset([tool], "required", True)
+    assert toolset is not None and toolset.tools[0].openai()["parameters"] == tool["parameters"]  # echoed as sent
+    guide = tool_guide(toolset, None)
+    assert guide is not None
+    assert accepts(tokenizer, ll_tokenizer, guide.definition, format_call("function", "f", '{"n": 3}'))
+    assert not accepts(tokenizer, ll_tokenizer, guide.definition, format_call("function", "f", "3"))
+
+
+# -- JSON as shown is JSON as forced ----------------------------------------------------------
+
+
+def test_json_options_are_defined_once() -> None:
+    import actors.guidance
+    import api.grammars
+
+    assert api.grammars.JSON_OPTIONS is actors.guidance.JSON_OPTIONS
+    assert not hasattr(api.grammars, "_JSON_OPTIONS") and not hasattr(actors.guidance, "_JSON_OPTIONS")
+
+
+def test_the_prompt_shows_json_the_way_the_grammar_forces_it(tokenizer: Any, ll_tokenizer: Any) -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "array", "items": {"type": "integer"}}}, "required": ["city", "days"]}
+    toolset = build_toolset([{"type": "function", "name": "forecast", "parameters": schema}], "required", False)
+    assert toolset is not None
+    guide = tool_guide(toolset, None)
+    assert guide is not None
+    # The client's compact arguments are shown re-serialized, in the layout the grammar forces.
+    compact = '{"city":"Oslo","days":[1,2]}'
+    history = [
+        {"role": "user", "content": "Forecast?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "forecast", "arguments": compact}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    messages, _ = render_conversation(history, toolset, template_tools=False)
+    shown_call = messages[2]["content"]
+    assert shown_call == format_call("function", "forecast", '{"city": "Oslo", "days": [1, 2]}')
+    assert accepts(tokenizer, ll_tokenizer, guide.definition, shown_call)
+    assert not accepts(tokenizer, ll_tokenizer, guide.definition, format_call("function", "forecast", compact))
+    # The format example and the schema in the tools block use the same separators.
+    block = messages[0]["content"]
+    assert json.dumps(schema) in block and '{"ARGUMENT": "VALUE"}' in block
+    # Structured outputs follow the same layout.
+    text = format_guide("json_schema", schema, "text.format")
+    assert text is not None and text.kind == "json_schema"
+    from actors.guidance import guide_grammar
+
+    assert accepts(tokenizer, ll_tokenizer, guide_grammar(text), '{"city": "Oslo", "days": [1, 2]}')
+    assert not accepts(tokenizer, ll_tokenizer, guide_grammar(text), compact)
+
+
+def test_schema_validation_is_cached_by_schema_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    import api.grammars
+
+    calls: list[str] = []
+    real = api.grammars.json_schema_grammar
+
+    def counting(schema: Any) -> str:
+        calls.append(schema)
+        return real(schema)
+
+    monkeypatch.setattr(api.grammars, "json_schema_grammar", counting)
+    schema = {"type": "object", "properties": {"unique_to_this_test": {"type": "string"}}}
+    for _ in range(3):
+        build_toolset([{"type": "function", "name": "f", "parameters": schema}], None, None)
+        format_guide("json_schema", schema, "text.format")
+    assert len(calls) == 1
+
+
+def test_tool_outputs_reach_a_tool_capable_template(tokenizer: Any) -> None:
+    """function_call_output and custom_tool_call_output, through input_messages and the
+    template path, end up in the encoded prompt (the fallback path: test_responses_wire.py)."""
+    from actors.tokenizer import encode_prompt
+    from api.params_responses import input_messages
+    from runtime.request import Prompt
+
+    items = [
+        {"role": "user", "content": "Weather, and a note?"},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Oslo"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": {"sky": "HAIL-3C"}},
+        {"type": "custom_tool_call", "call_id": "c2", "name": "note", "input": "remember the milk"},
+        {"type": "custom_tool_call_output", "call_id": "c2", "output": "NOTE-SAVED-77"},
+    ]
+    toolset = build_toolset([WEATHER, NOTE], "auto", True)
+    original = tokenizer.chat_template
+    tokenizer.chat_template = TOOL_TEMPLATE
+    try:
+        messages, kwargs = render_conversation(input_messages(items, None), toolset, template_tools=True)
+        text = tokenizer.decode(encode_prompt(tokenizer, Prompt(messages=messages, chat_template_kwargs=kwargs)))
+    finally:
+        tokenizer.chat_template = original
+    assert 'CALL get_weather {"city": "Oslo"}' in text and format_call("custom", "note", "remember the milk") in text
+    assert '{"sky": "HAIL-3C"}' in text and "NOTE-SAVED-77" in text
+    assert text.index("remember the milk") < text.index("NOTE-SAVED-77")
