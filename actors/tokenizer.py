@@ -245,8 +245,8 @@ class TokenizerActor:
         elif max_tokens > room:
             raise InvalidRequest(
                 f"This model's maximum context length is {self.max_model_len} tokens; the prompt has "
-                f"{num_prompt} and max_tokens asks for {max_tokens} more.",
-                param="max_tokens",
+                f"{num_prompt} and {ctx.sampling.max_tokens_param} asks for {max_tokens} more.",
+                param=ctx.sampling.max_tokens_param,
                 code="context_length_exceeded",
             )
         ctx.num_prompt_tokens = num_prompt

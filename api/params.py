@@ -89,6 +89,8 @@ def chat_params(req: ChatCompletionRequest, template_tools: bool = False) -> tup
     sampling = _common(req, max_tokens, n_generate=req.n, logprobs=logprobs)
     if guide is not None:
         sampling = msgspec.structs.replace(sampling, guide=guide)
+    if req.max_completion_tokens is not None:  # it wins over max_tokens: errors name it
+        sampling = msgspec.structs.replace(sampling, max_tokens_param="max_completion_tokens")
     messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
     messages, tool_kwargs = render_conversation(messages, toolset, template_tools)
     kwargs: dict[str, Any] = {**(req.chat_template_kwargs or {}), **tool_kwargs}

@@ -79,6 +79,7 @@ def responses_params(req: ResponsesRequest, template_tools: bool = False) -> Res
     logprobs = req.top_logprobs is not None or LOGPROBS in (req.include or ())
     sampling = SamplingParams(
         max_tokens=req.max_output_tokens,
+        max_tokens_param="max_output_tokens",
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
         guide=guide,

@@ -33,6 +33,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     max_tokens: int | None = None
+    max_tokens_param: str = "max_tokens"  # the field the client set it with, for error messages
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0

@@ -17,7 +17,6 @@ from api.streaming import Collected, Generation, sse_stream
 from api.tools import ChatDeltas, ToolSet, chat_message_parts, template_takes_tools
 from api.usage import usage_dict
 from runtime.engine import Runtime
-from runtime.errors import InvalidRequest
 from runtime.messages import TextDelta, Usage
 from runtime.registry import ModelRegistry
 
@@ -34,10 +33,7 @@ async def respond(models: ModelRegistry, req: ChatCompletionRequest) -> Response
     prompt, sampling = chat_params(req, template_tools=template_takes_tools(runtime.tokenizer))
     toolset = chat_tools(req)
     toolset = toolset if toolset is not None and toolset.callable() else None
-    try:
-        gen = await Generation(runtime, [prompt], sampling, sampling.n).start()
-    except InvalidRequest as exc:
-        raise _sent_field(exc, req) from None
+    gen = await Generation(runtime, [prompt], sampling, sampling.n).start()
     head = {
         "id": f"chatcmpl-{gen.request_id}",
         "created": int(time.time()),
@@ -49,15 +45,6 @@ async def respond(models: ModelRegistry, req: ChatCompletionRequest) -> Response
     outs = await gen.collect()
     choices = [_choice(runtime, i, out, req.logprobs, toolset) for i, out in enumerate(outs)]
     return json_response({**head, "object": "chat.completion", "choices": choices, "usage": chat_usage(outs)})
-
-
-def _sent_field(exc: InvalidRequest, req: ChatCompletionRequest) -> InvalidRequest:
-    """The engine checks the output budget against the context as `max_tokens`; a client that
-    sent max_completion_tokens (which wins over max_tokens, api/params.py) is told that name."""
-    if exc.param != "max_tokens" or req.max_completion_tokens is None:
-        return exc
-    message = str(exc).replace("max_tokens", "max_completion_tokens")
-    return InvalidRequest(message, param="max_completion_tokens", code=exc.code)
 
 
 def _choice(runtime: Runtime, index: int, out: Collected, want_logprobs: bool, toolset: ToolSet | None = None) -> dict[str, Any]:

@@ -209,3 +209,11 @@ async def test_raw_sse_framing(server: Server) -> None:
         assert name.startswith("event: ") and data.startswith("data: ")
         assert f'"type":"{name[7:]}"' in data
     assert "[DONE]" not in body
+
+
+async def test_context_overflow_names_max_output_tokens(server: Server) -> None:
+    async with httpx.AsyncClient(base_url=server.base_url) as http:
+        resp = await http.post("/v1/responses", json={"model": "tiny", "input": "hello", "max_output_tokens": 100000})
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"] == "max_output_tokens" and "max_output_tokens" in error["message"]
