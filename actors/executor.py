@@ -1,4 +1,4 @@
-"""The device executor actor: runs each plan on the runner's dedicated OS thread.
+"""The device executor actor: runs each plan on its device's dedicated OS thread.
 
 Owns: the runner's life cycle (load, warm-up, close, all on one thread) and turning a runner
 exception into a failed step (`StepResult.error`) instead of a dead actor. It also keeps the
@@ -15,7 +15,7 @@ import trio
 from actors.runners.base import ModelInfo, Runner
 from runtime.logging import get_logger
 from runtime.messages import StepPlan, StepResult
-from runtime.thread_bridge import DedicatedThread
+from runtime.thread_bridge import device_threads
 
 log = get_logger("executor")
 
@@ -26,18 +26,20 @@ class ExecutorActor:
         runner: Runner,
         plans: trio.MemoryReceiveChannel[StepPlan],
         results: trio.MemorySendChannel[StepResult],
+        device: str = "auto",
     ) -> None:
         self.runner = runner
         self.plans = plans
         self.results = results
-        self.thread = DedicatedThread("switchyard-device")
+        self.device = device
+        # Shared with every other model on this device (runtime/thread_bridge.py says why).
+        self.thread = device_threads.acquire(device)
         self.step_started: float | None = None  # perf_counter of the step in flight
         self.num_failed_steps = 0
         self.busy_seconds = 0.0
         self.on_step: list[Callable[[StepPlan, float, bool], None]] = []  # (plan, elapsed, failed), for metrics
 
     async def run(self, task_status: trio.TaskStatus[ModelInfo] = trio.TASK_STATUS_IGNORED) -> None:
-        self.thread.start()
         try:
             info = await self.thread.run(self.runner.load)
             await self.thread.run(self.runner.warmup)
@@ -50,7 +52,7 @@ class ExecutorActor:
                 try:
                     await self.thread.run(self.runner.close)
                 finally:
-                    await self.thread.stop()
+                    await device_threads.release(self.device)
 
     async def _execute(self, plan: StepPlan) -> StepResult:
         self.step_started = started = time.perf_counter()

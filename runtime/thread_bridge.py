@@ -1,8 +1,16 @@
-"""One dedicated OS thread for blocking work, bridged to trio.
+"""One dedicated OS thread for blocking work, bridged to trio; one per device, shared.
 
-Owns: `DedicatedThread`. Every call runs on the same thread, in order. That matters for torch:
-the current device and stream, inference mode, compiled graphs and the intra-op thread pool
-settings are per thread, and `trio.to_thread` gives no thread affinity (ANCHORS E4).
+Owns: `DedicatedThread` and `DeviceThreads`. Every call runs on the same thread, in order. That
+matters for torch: the current device and stream, inference mode, compiled graphs and the
+intra-op thread pool settings are per thread, and `trio.to_thread` gives no thread affinity
+(ANCHORS E4).
+
+Why one thread per device, shared by every model on it: each OS thread that runs torch ops
+gets its own OpenMP team, and once libgomp manages more threads than there are CPUs it makes
+every team sleep instead of spin between parallel regions. A decode step is thousands of small
+regions: serving the embedding model beside the chat model on its own thread (an idle one!)
+made every chat decode step 1.9x slower on this 2-core machine (41.8 -> 78.5 ms at batch 1).
+Models on one device share its compute anyway; sharing its thread keeps one team.
 
 Results come back through `TrioToken.run_sync_soon`, so the worker never blocks on the event
 loop. A call whose awaiting task was cancelled still runs to completion on the thread (a step
@@ -72,3 +80,29 @@ class DedicatedThread:
                 token.run_sync_soon(deliver, result)
             except trio.RunFinishedError:
                 return
+
+
+class DeviceThreads:
+    """The `DedicatedThread` of each device, shared by every runner on it: started by its first
+    user, stopped when its last one releases it."""
+
+    def __init__(self) -> None:
+        self._threads: dict[str, DedicatedThread] = {}
+        self._users: dict[str, int] = {}
+
+    def acquire(self, device: str) -> DedicatedThread:
+        if device not in self._threads:
+            self._threads[device] = DedicatedThread(f"switchyard-device-{device}")
+            self._users[device] = 0
+        self._users[device] += 1
+        return self._threads[device]
+
+    async def release(self, device: str) -> None:
+        self._users[device] -= 1
+        if self._users[device] == 0:
+            thread = self._threads.pop(device)
+            del self._users[device]
+            await thread.stop()
+
+
+device_threads = DeviceThreads()

@@ -186,9 +186,8 @@ class TorchRunner:
         input_ids = torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.long, device=self.device)
         rows = _LogitRows.plan(seqs)
         guided = [(i, d.matcher) for i, d in enumerate(rows.draws) if d.matcher is not None]
-        masks: Future[tuple[torch.Tensor, dict[int, str]]] | None = (
-            self._mask_pool.submit(self._grammar_masks, guided) if guided else None
-        )
+        bitmask = self._bitmask(len(guided)) if guided else None
+        masks: Future[dict[int, str]] | None = self._mask_pool.submit(self._fill_masks, guided, bitmask) if guided else None
         outputs = self.model(
             input_ids=input_ids[None, :],
             position_ids=positions[None, :],
@@ -204,7 +203,7 @@ class TorchRunner:
         logprob_rows = rows.logprob_rows()
         logprobs = torch.log_softmax(all_logits[logprob_rows], dim=-1) if logprob_rows else None
         if rows.draws:
-            allowed, broken = masks.result() if masks is not None else (None, {})
+            allowed, broken = self._allowed(guided, bitmask, masks.result()) if masks is not None else (None, {})
             result.sampled, result.failed = self._sample(all_logits, rows.draws, guided, allowed, broken)
         if logprobs is not None:
             result.logprobs = rows.collect_logprobs(seqs, logprobs, result.sampled)
@@ -283,21 +282,36 @@ class TorchRunner:
         batch = SamplingBatch.build([params[i] for i in which], self.device)
         return sample(logits, batch).tolist()
 
-    def _grammar_masks(self, guided: list[tuple[int, Any]]) -> tuple[torch.Tensor, dict[int, str]]:
-        """Allowed tokens `[G, V]` for each guided draw, from its matcher's current state, and
-        the draws whose matcher is broken (they fail; the rest of the step goes on)."""
+    # Grammar masks: llguidance fills a packed bitmask on the helper thread while the forward
+    # runs (it releases the GIL and runs no torch kernel). Allocating and unpacking the mask are
+    # torch ops and stay on the device thread: torch work on a second long-lived thread would
+    # give it an OpenMP team of its own (runtime/thread_bridge.py says why that is slow).
+
+    def _bitmask(self, rows: int) -> torch.Tensor:
+        import llguidance.torch
+
+        return llguidance.torch.allocate_token_bitmask(rows, self.vocab_size)
+
+    def _fill_masks(self, guided: list[tuple[int, Any]], bitmask: torch.Tensor) -> dict[int, str]:
+        """Helper thread: each guided draw's allowed tokens into `bitmask`; the draws whose
+        matcher is broken (they fail; the rest of the step goes on)."""
         import llguidance
         import llguidance.torch
 
         if self._ll_executor is None:
             self._ll_executor = llguidance.LLExecutor(num_threads=1)
-        bitmask = llguidance.torch.allocate_token_bitmask(len(guided), self.vocab_size)
         llguidance.torch.fill_next_token_bitmask_par(self._ll_executor, [(m, j) for j, (_, m) in enumerate(guided)], bitmask)
+        return {i: matcher.get_error() for i, matcher in guided if matcher.is_error()}
+
+    def _allowed(
+        self, guided: list[tuple[int, Any]], bitmask: torch.Tensor | None, broken: dict[int, str]
+    ) -> tuple[torch.Tensor, dict[int, str]]:
+        """Allowed tokens `[G, V]` per guided draw; a draw whose grammar allows nothing fails."""
+        assert bitmask is not None
         allowed = unpack_bitmask(bitmask, self.vocab_size)
-        broken: dict[int, str] = {}
-        for j, (i, matcher) in enumerate(guided):
-            if matcher.is_error() or not bool(allowed[j].any()):
-                broken[i] = matcher.get_error() or "the grammar allows no next token"
+        for j, (i, _) in enumerate(guided):
+            if i in broken or not bool(allowed[j].any()):
+                broken.setdefault(i, "the grammar allows no next token")
                 allowed[j] = True  # keeps the batched sampling well-defined; the draw is dropped
         return allowed, broken
 

@@ -179,3 +179,31 @@ async def test_chat_tools_and_response_format(client: Client) -> None:
     assert content.startswith("{")
     if resp.choices[0].finish_reason == "stop":
         assert isinstance(json.loads(content), dict)
+
+
+async def test_multi_turn_with_tool_outputs_through_the_sdk(client: Client) -> None:
+    """The agent loop on the real model: a forced call, its output sent back with the call item
+    the SDK returned, then an answer in text; the same for a custom tool. The outputs must be in
+    the second prompt (it grows by at least their tokens)."""
+    user = {"role": "user", "content": "What is the weather in Paris? Then create hello.txt."}
+    first = await client.responses(
+        input=[user], tools=[WEATHER, PATCH_TOOL], tool_choice={"type": "function", "name": "get_weather"}, temperature=0, max_output_tokens=96
+    )
+    [call] = first.output
+    assert call.type == "function_call"
+    weather = '{"temperature_c": 21, "sky": "clear", "report": "a mild, clear afternoon in Paris"}'
+    turn2 = [user, call.model_dump(exclude_none=True), {"type": "function_call_output", "call_id": call.call_id, "output": weather}]
+    second = await client.responses(
+        input=turn2, tools=[WEATHER, PATCH_TOOL], tool_choice={"type": "custom", "name": "apply_patch"}, temperature=0, max_output_tokens=128
+    )
+    [patch] = second.output
+    assert patch.type == "custom_tool_call" and patch.call_id != call.call_id
+    lark.Lark(PATCH_GRAMMAR).parse(patch.input)
+    assert second.usage.input_tokens > first.usage.input_tokens + 20  # the call and its output are in
+
+    result = "Created hello.txt (1 line)."
+    turn3 = [*turn2, patch.model_dump(exclude_none=True), {"type": "custom_tool_call_output", "call_id": patch.call_id, "output": result}]
+    third = await client.responses(input=turn3, tools=[WEATHER, PATCH_TOOL], tool_choice="none", temperature=0, max_output_tokens=32)
+    assert third.status in ("completed", "incomplete")
+    assert [item.type for item in third.output] == ["message"] and third.output_text
+    assert third.usage.input_tokens > second.usage.input_tokens + 10
