@@ -62,7 +62,7 @@ class ExecutorActor:
         except Exception as exc:
             failed = True
             self.num_failed_steps += 1
-            log.exception("step_failed", step_id=plan.step_id, num_seqs=len(plan.seqs))
+            log.exception("step_failed", step_id=plan.step_id, request_ids=[s.request_id for s in plan.seqs])
             return StepResult(step_id=plan.step_id, sampled={}, error=f"{type(exc).__name__}: {exc}")
         finally:
             elapsed = time.perf_counter() - started

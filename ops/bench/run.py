@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bare-timeout", type=float, default=1200.0)
     p.add_argument("--peer-dtype", default="match", help="transformers serve --dtype; 'match' = the dtype Switchyard reported (else auto)")
     p.add_argument("--cb-num-blocks", type=int, default=80, help="transformers serve --cb-num-blocks (pages of 256 tokens; 0: its own default)")
-    p.add_argument("--cb-max-batch-tokens", type=int, default=256, help="transformers serve --cb-max-batch-tokens (0: its own default)")
+    p.add_argument("--cb-max-batch-tokens", type=int, default=512, help="transformers serve --cb-max-batch-tokens (0: its own default)")
     p.add_argument("--quiet-load", type=float, default=None, help="before each section, wait until the 1-min load average is at most this")
     p.add_argument("--quiet-wait", type=float, default=300.0, help="the longest such wait, seconds (then it goes on and records it)")
     args = p.parse_args(argv)

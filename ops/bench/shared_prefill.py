@@ -11,9 +11,10 @@ each it prints one JSON row:
      "bound", "ok", "wall_s"}
 
 `prefill_tokens_delta` is the growth of `runtime.statistics()["prefill_tokens"]` (prompt tokens
-the engine computed, not served from its prefix cache) over the request. Sequences after the
-first wait for its prefill and reuse its full blocks, so the delta stays within one prompt plus
-at most `block_size` tokens per extra sequence (`bound`); 4x the prompt would mean no sharing.
+the engine computed, not served from its prefix cache) over the request. The step that finishes
+the first sequence's prompt samples every sibling's first token from the same row and the
+siblings share its KV blocks (the partly filled last one copied), so the delta is exactly one
+prompt (`bound`) whatever n or best_of is; 4x the prompt would mean no sharing.
 Exits 1 when a row is over its bound.
 """
 
@@ -60,7 +61,6 @@ async def main(args: argparse.Namespace) -> int:
     async with trio.open_nursery() as nursery:
         server = await start_server(nursery, config)
         runtime: Any = server.runtime
-        block = runtime.config.block_size
         try:
             async with httpx.AsyncClient(base_url=server.base_url, timeout=600) as http:
                 base = {"model": "bench", "max_tokens": args.max_tokens, "temperature": 1.0, "seed": 1, "ignore_eos": True}
@@ -77,8 +77,8 @@ async def main(args: argparse.Namespace) -> int:
                     delta = (await _idle_stats(runtime))["prefill_tokens"] - before
                     prompt_tokens = body["usage"]["prompt_tokens"]
                     sequences = fields.get("best_of", fields["n"])
-                    bound = prompt_tokens + (sequences - 1) * block
-                    ok = prompt_tokens <= delta <= bound and len(body["choices"]) == fields["n"]
+                    bound = prompt_tokens
+                    ok = delta == bound and len(body["choices"]) == fields["n"]
                     failures += not ok
                     row = {
                         "case": case,
