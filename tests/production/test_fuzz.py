@@ -53,6 +53,16 @@ DELETED = tuple(f"del-{i}" for i in range(20))
 CREATED = tuple(f"new-{i}" for i in range(10))
 ENTITY_NAMES = ("a", "b", SERVED, EMBEDDER, "new-0")
 AZURE_VERSION = "api-version=2024-04-01-preview"
+# Chat bodies favour a well-formed conversation and Responses a text input (2 draws in 3, like
+# `model`): a generated `messages` list is almost never valid (roles without content,
+# tool_choice without tools), and the test must not depend on luck to reach the engine on
+# every generation route. Hypothesis's draws change with the modules pytest happened to import
+# (it mixes literal constants from every loaded local module into generation), so
+# "derandomized" is not the same sequence in every run: CI's full suite drew an Azure set with
+# no valid body where this file alone drew four.
+VALID_MESSAGES = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system"]), "content": st.text(max_size=20)}), min_size=1, max_size=3).map(
+    lambda msgs: [*msgs[:-1], {"role": "user", "content": msgs[-1]["content"]}]
+)
 
 
 class Request(NamedTuple):
@@ -195,7 +205,7 @@ def _overrides(path: str) -> dict[str, st.SearchStrategy[Any]]:
         served = st.sampled_from([SERVED, EMBEDDER])
         return {"entity_name": served, "model_name": served, "name": st.sampled_from(CREATED + ENTITY_NAMES),
                 "served_model_name": st.sampled_from(ENTITY_NAMES), "served_entity_name": st.sampled_from(ENTITY_NAMES)}
-    return {"model": st.just(SERVED)}
+    return {"model": st.just(SERVED), "messages": VALID_MESSAGES, "input": st.text(min_size=1, max_size=20)}
 
 
 def _names(path: str, method: str) -> tuple[str, ...]:
