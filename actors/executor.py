@@ -15,7 +15,10 @@ import trio
 from actors.runners.base import ModelInfo, Runner
 from runtime.logging import get_logger
 from runtime.messages import StepPlan, StepResult
+from runtime.memory import trim_heap
 from runtime.thread_bridge import device_threads
+
+TRIM_EVERY_S = 5.0  # runtime/memory.py says why the heap is trimmed
 
 log = get_logger("executor")
 
@@ -37,6 +40,7 @@ class ExecutorActor:
         self.step_started: float | None = None  # perf_counter of the step in flight
         self.num_failed_steps = 0
         self.busy_seconds = 0.0
+        self._last_trim = time.perf_counter()
         self.on_step: list[Callable[[StepPlan, float, bool], None]] = []  # (plan, elapsed, failed), for metrics
 
     async def run(self, task_status: trio.TaskStatus[ModelInfo] = trio.TASK_STATUS_IGNORED) -> None:
@@ -47,6 +51,9 @@ class ExecutorActor:
             async with self.plans, self.results:
                 async for plan in self.plans:
                     await self.results.send(await self._execute(plan))
+                    if time.perf_counter() - self._last_trim > TRIM_EVERY_S:
+                        await self.thread.run(trim_heap)
+                        self._last_trim = time.perf_counter()
         finally:
             with trio.CancelScope(shield=True):
                 try:

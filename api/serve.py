@@ -38,6 +38,7 @@ from hypercorn.trio import serve
 from api import platform_config
 from runtime.config import RuntimeConfig
 from runtime.logging import configure_logging, get_logger
+from runtime.memory import bound_native_caches
 
 log = get_logger("serve")
 
@@ -278,6 +279,7 @@ def load(argv: list[str] | None = None) -> tuple[list[RuntimeConfig], platform_c
 
 
 def main(argv: list[str] | None = None) -> None:
+    bound_native_caches()  # before anything loads torch (runtime/memory.py)
     configs, platform = load(argv)
     try:
         trio.run(partial(serve_runtime, configs[0], extra_models=configs[1:], platform=platform))
