@@ -14,9 +14,10 @@ from typing import Any
 import trio
 
 from actors.detok_core import IncrementalDetokenizer
+from actors.scheduler import SchedulerInbox
 from runtime.errors import RequestFailed
 from runtime.logging import get_logger
-from runtime.messages import AbortReason, AbortRequest, FinishReason, StepOutputs, TextDelta, TokenDelta, Usage
+from runtime.messages import AbortReason, FinishReason, StepOutputs, TextDelta, TokenDelta, Usage
 from runtime.request import RequestContext
 
 log = get_logger("detokenizer")
@@ -32,7 +33,7 @@ class DetokenizerActor:
         eos_token_ids: frozenset[int],
         requests: dict[str, RequestContext],
         inbox: trio.MemoryReceiveChannel[StepOutputs],
-        scheduler: trio.MemorySendChannel[Any],
+        scheduler: SchedulerInbox,
         model_name: str,
     ) -> None:
         self.tokenizer = tokenizer
@@ -89,7 +90,7 @@ class DetokenizerActor:
         if hit is not None:
             stop_reason = hit
             if finish is None:  # the scheduler still runs it: stop it there too
-                self.scheduler.send_nowait(AbortRequest(ctx.request_id, AbortReason.STOP_STRING))
+                self.scheduler.abort(ctx.request_id, AbortReason.STOP_STRING)
             finish = FinishReason.STOP
         elif finish is not None:
             text += ctx.detok.flush()

@@ -11,7 +11,6 @@ device step ever waits on a compilation. An invalid guide raises InvalidRequest 
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from typing import Any

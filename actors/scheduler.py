@@ -5,6 +5,7 @@ asks the core for a plan, hands it to the executor, waits for the result, drains
 again (aborts land before `update`, so tokens of a request that left are dropped), applies the
 result and forwards the new tokens to the detokenizer. One step is in flight at a time; while
 it runs on the device thread the event loop is free for HTTP and detokenization.
+`SchedulerInbox` is what the other actors and the runtime hold to send to it.
 Imports trio and runtime.
 """
 
@@ -17,12 +18,65 @@ import trio
 
 from actors.sched_core import SchedulerCore
 from runtime.logging import get_logger
-from runtime.messages import AbortRequest, Shutdown, StepOutputs, StepPlan, StepResult, TokenDelta, TokenizedRequest
+from runtime.messages import AbortReason, AbortRequest, Shutdown, StepOutputs, StepPlan, StepResult, TokenDelta, TokenizedRequest
 from runtime.request import RequestContext
 
 log = get_logger("scheduler")
 
 Inbound = TokenizedRequest | AbortRequest | Shutdown
+
+
+class SchedulerInbox:
+    """A sender's handle on the scheduler's bounded inbox; it never blocks the sender.
+
+    Admission bounds live requests, but an aborted request leaves that count at once while its
+    messages wait in the channel for the next step boundary, so clients that connect and leave
+    during one long step can fill it. Then: a new request and its siblings (n > 1), which go
+    in together or not at all (the step that finishes the prompt forks them all), are refused
+    (`submit` is False: the caller answers 429); an abort is never lost but waits in
+    `late_aborts`, shared with the scheduler, which applies it at its next drain (the full
+    channel wakes it). Each actor holds its own clone of the channel, as trio wants, so the
+    scheduler sees end-of-channel when the last sender closes.
+    """
+
+    def __init__(self, channel: trio.MemorySendChannel[Inbound], late_aborts: dict[str, AbortReason]) -> None:
+        self.channel = channel
+        self.late_aborts = late_aborts
+
+    def clone(self) -> SchedulerInbox:
+        return SchedulerInbox(self.channel.clone(), self.late_aborts)
+
+    def submit(self, requests: list[TokenizedRequest]) -> bool:
+        stats = self.channel.statistics()
+        if stats.current_buffer_used + len(requests) > stats.max_buffer_size:
+            return False
+        for request in requests:
+            self.channel.send_nowait(request)
+        return True
+
+    def abort(self, request_id: str, reason: AbortReason) -> None:
+        """Raises trio.ClosedResourceError / BrokenResourceError once the scheduler is gone."""
+        try:
+            self.channel.send_nowait(AbortRequest(request_id, reason))
+        except trio.WouldBlock:
+            self.late_aborts[request_id] = reason
+
+    def shutdown(self) -> bool:
+        """Ask the scheduler to stop after its step in flight; False when it cannot be told."""
+        try:
+            self.channel.send_nowait(Shutdown())
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            return False
+        return True
+
+    def close(self) -> None:
+        self.channel.close()
+
+    async def __aenter__(self) -> SchedulerInbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.channel.close()
 
 
 class SchedulerActor:
@@ -34,6 +88,7 @@ class SchedulerActor:
         results: trio.MemoryReceiveChannel[StepResult],
         outputs: trio.MemorySendChannel[StepOutputs],
         requests: Mapping[str, RequestContext],
+        late_aborts: dict[str, AbortReason] | None = None,  # the senders' SchedulerInbox.late_aborts
     ) -> None:
         self.core = core
         self.inbox = inbox
@@ -44,6 +99,7 @@ class SchedulerActor:
         self.num_steps = 0
         self.last_step_tokens = 0
         self.stopping = False  # a Shutdown arrived: no new step after the one in flight
+        self.late_aborts = late_aborts if late_aborts is not None else {}  # see SchedulerInbox
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -105,6 +161,8 @@ class SchedulerActor:
 
     def _drain(self) -> bool:
         """Apply everything already in the inbox. False when the inbox is closed and empty."""
+        while self.late_aborts:
+            self.core.abort(self.late_aborts.popitem()[0])
         while True:
             try:
                 self._handle(self.inbox.receive_nowait())

@@ -19,7 +19,8 @@ from typing import Any
 import trio
 
 from actors.guidance import GuideCompiler
-from runtime.errors import InvalidRequest
+from actors.scheduler import SchedulerInbox
+from runtime.errors import InvalidRequest, Overloaded, ServingError
 from runtime.logging import get_logger
 from runtime.messages import TokenizedRequest
 from runtime.request import Prompt, RequestContext
@@ -91,7 +92,7 @@ class TokenizerActor:
         tokenizer: Any,
         max_model_len: int,
         inbox: trio.MemoryReceiveChannel[RequestContext],
-        scheduler: trio.MemorySendChannel[Any],
+        scheduler: SchedulerInbox,
         guides: GuideCompiler | None = None,
         task: str = "generate",
         compile_concurrency: int = 2,
@@ -147,17 +148,15 @@ class TokenizerActor:
         except Exception as exc:
             self._fail(ctx, exc)
             return
-        # Checked again right before each send: an abort that landed while we were encoding
-        # (or compiling) must not reach the scheduler as a new request. send_nowait, with no
-        # checkpoint in between, so a request and its siblings (n > 1) reach the scheduler
-        # together and the step that finishes the prompt can fork them all; the channel's
-        # bound (see Runtime.run) means it never refuses.
-        for c, r in ((ctx, request), *zip(ctx.siblings, forks)):
-            if not c.aborted:
-                self.scheduler.send_nowait(r)
+        # Checked again right before the send: an abort that landed while we were encoding (or
+        # compiling) must not reach the scheduler as a new request. A request and its siblings
+        # (n > 1) go in together, so the step that finishes the prompt can fork them all.
+        group = [r for c, r in ((ctx, request), *zip(ctx.siblings, forks)) if not c.aborted]
+        if group and not self.scheduler.submit(group):
+            self._fail(ctx, Overloaded("The scheduler's inbox is full; retry shortly."))
 
     def _fail(self, ctx: RequestContext, exc: Exception) -> None:
-        if not isinstance(exc, InvalidRequest):  # a tokenizer bug must fail one request, not the actor
+        if not isinstance(exc, ServingError):  # a tokenizer bug must fail one request, not the actor
             log.exception("tokenize_failed", request_id=ctx.request_id)
             exc = InvalidRequest(f"Could not tokenize the prompt: {exc}", param="prompt")
         for c in (ctx, *ctx.siblings):

@@ -30,12 +30,12 @@ from actors.executor import ExecutorActor
 from actors.guidance import GuideCompiler
 from actors.runners.base import ModelInfo, Runner
 from actors.sched_core import SchedulerConfig, SchedulerCore
-from actors.scheduler import SchedulerActor
+from actors.scheduler import SchedulerActor, SchedulerInbox
 from actors.tokenizer import TokenizerActor
 from runtime.config import RuntimeConfig
 from runtime.errors import EngineDead, InvalidRequest, Overloaded
 from runtime.logging import get_logger
-from runtime.messages import AbortReason, AbortRequest, Shutdown, TextDelta
+from runtime.messages import AbortReason, TextDelta
 from runtime.mailbox import GroupSignal
 from runtime.request import Prompt, RequestContext
 from runtime.sampling import SamplingParams
@@ -135,13 +135,13 @@ class Runtime:
         cfg = self.config
         plans_send, plans_recv = trio.open_memory_channel[Any](1)
         results_send, results_recv = trio.open_memory_channel[Any](1)
-        # Every live request puts at most one request and one abort here, so this bound (with
-        # admission capping live requests at max_pending) means a send_nowait never fails.
+        # Every live request puts at most one request and one abort here; aborted ones leave
+        # admission's count before their messages leave the channel (SchedulerInbox).
         sched_send, sched_recv = trio.open_memory_channel[Any](2 * cfg.max_pending + 16)
         tok_send, tok_recv = trio.open_memory_channel[Any](cfg.max_pending)
         out_send, out_recv = trio.open_memory_channel[Any](4)
         self._tokenizer_inbox = tok_send
-        self._scheduler_inbox = sched_send
+        self._scheduler_inbox = SchedulerInbox(sched_send, late_aborts={})
 
         self.executor = ExecutorActor(self.runner, plans_recv, results_send, device=cfg.device or "auto")
         self.executor.on_step = self.on_step
@@ -152,13 +152,13 @@ class Runtime:
         if self.task == "generate":
             self.max_model_len = min(info.max_model_len, info.num_kv_blocks * info.block_size)
         core = self._make_core(info)
-        self.scheduler = SchedulerActor(core, sched_recv, plans_send, results_recv, out_send, self.requests)
+        self.scheduler = SchedulerActor(core, sched_recv, plans_send, results_recv, out_send, self.requests, self._scheduler_inbox.late_aborts)
         self.detokenizer = DetokenizerActor(
-            _fast_backend(self.tokenizer), self.eos_token_ids, self.requests, out_recv, sched_send.clone(), self.served_name
+            _fast_backend(self.tokenizer), self.eos_token_ids, self.requests, out_recv, self._scheduler_inbox.clone(), self.served_name
         )
         self.detokenizer.on_finish = self.on_finish
         guides = GuideCompiler(self.tokenizer, info.vocab_size) if self.task == "generate" else None
-        self.tokenizer_actor = TokenizerActor(self.tokenizer, self.max_model_len, tok_recv, sched_send.clone(), guides, task=self.task)
+        self.tokenizer_actor = TokenizerActor(self.tokenizer, self.max_model_len, tok_recv, self._scheduler_inbox.clone(), guides, task=self.task)
         await nursery.start(self.scheduler.run)
         await nursery.start(self.detokenizer.run)
         await nursery.start(self.tokenizer_actor.run)
@@ -212,9 +212,7 @@ class Runtime:
         for request_id in list(self.requests):  # normally none: serve drains first
             self.abort(request_id, AbortReason.SHUTDOWN)
         self._tokenizer_inbox.close()
-        try:
-            self._scheduler_inbox.send_nowait(Shutdown())
-        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+        if not self._scheduler_inbox.shutdown():
             self._nursery.cancel_scope.cancel()
             return
         self._outer.start_soon(self._cancel_after, deadline)
@@ -344,8 +342,8 @@ class Runtime:
         ctx.aborted = True
         ctx.mailbox.fail(EngineDead("The request was aborted: server shutting down.") if reason is AbortReason.SHUTDOWN else _Aborted())
         try:
-            self._scheduler_inbox.send_nowait(AbortRequest(request_id, reason))
-        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            self._scheduler_inbox.abort(request_id, reason)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
             log.error("abort_not_delivered", request_id=request_id)
 
     def statistics(self) -> dict[str, Any]:
