@@ -106,8 +106,11 @@ def _apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.T
     keep, last_is_kept = _kept(values, logits, k, top_p)
     out = torch.full_like(logits, float("-inf")).scatter_(-1, ids, values.masked_fill(~keep, float("-inf")))
     unfiltered = (top_k == 0) & (top_p >= 1.0)
-    # Every candidate kept and the row's limits reach past them: only a full sort is exact.
-    overflow = last_is_kept & (k > width) & ~unfiltered
+    # A full sort is the exact answer when the row's limits reach past the candidates: every
+    # candidate kept, or a top-k between the width and the vocabulary (top-p then needs the
+    # top-k set's total, which the candidates alone underestimate; with top-k off the total is
+    # the whole row's, which _kept has).
+    overflow = ~unfiltered & (k > width) & (last_is_kept | (k < vocab))
     if bool(overflow.any()):
         rows = overflow.nonzero().squeeze(-1)
         out[rows] = _filter_sorted(logits[rows], k[rows], top_p[rows])

@@ -146,6 +146,24 @@ def test_top_k_keeps_only_the_k_best() -> None:
 
 
 @pytest.mark.parametrize(
+    ("top_k", "top_p"),
+    [(0, 0.9), (100, 0.5), (2048, 0.99), (3000, 1.0), (3000, 0.9), (5999, 0.5), (0, 1.0)],
+)
+def test_candidate_filter_equals_a_full_sort(top_k: int, top_p: float) -> None:
+    # A flat tail (the cut falls far past the 2048 candidates) and a peaked head, over a
+    # vocabulary wider than the candidates: the fast path must keep exactly what a full sort does.
+    gen = torch.Generator().manual_seed(top_k + int(top_p * 100))
+    flat = torch.randn(2, 6000, generator=gen) * 0.05
+    peaked = torch.randn(2, 6000, generator=gen) * 3.0
+    logits = torch.cat([flat, peaked])
+    k = torch.full((4,), top_k)
+    p = torch.full((4,), top_p)
+    fast = sampler_mod._apply_top_k_top_p(logits, k, p)
+    exact = sampler_mod._filter_sorted(logits, torch.where(k > 0, k, torch.full_like(k, 6000)), p)
+    assert torch.equal(torch.isinf(fast), torch.isinf(exact)), (torch.isinf(fast).sum(-1), torch.isinf(exact).sum(-1))
+
+
+@pytest.mark.parametrize(
     ("temperature", "top_p", "expected"),
     [
         (1.0, 1.0, None),  # plain softmax
