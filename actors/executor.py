@@ -15,10 +15,7 @@ import trio
 from actors.runners.base import ModelInfo, Runner
 from runtime.logging import get_logger
 from runtime.messages import StepPlan, StepResult
-from runtime.memory import trim_heap
 from runtime.thread_bridge import device_threads
-
-TRIM_EVERY_S = 5.0  # runtime/memory.py says why the heap is trimmed
 
 log = get_logger("executor")
 
@@ -29,18 +26,17 @@ class ExecutorActor:
         runner: Runner,
         plans: trio.MemoryReceiveChannel[StepPlan],
         results: trio.MemorySendChannel[StepResult],
-        device: str = "auto",
+        num_threads: int | None = None,
     ) -> None:
         self.runner = runner
         self.plans = plans
         self.results = results
-        self.device = device
+        self.device = runner.device_key
         # Shared with every other model on this device (runtime/thread_bridge.py says why).
-        self.thread = device_threads.acquire(device)
+        self.thread = device_threads.acquire(self.device, num_threads)
         self.step_started: float | None = None  # perf_counter of the step in flight
         self.num_failed_steps = 0
         self.busy_seconds = 0.0
-        self._last_trim = time.perf_counter()
         self.on_step: list[Callable[[StepPlan, float, bool], None]] = []  # (plan, elapsed, failed), for metrics
 
     async def run(self, task_status: trio.TaskStatus[ModelInfo] = trio.TASK_STATUS_IGNORED) -> None:
@@ -51,9 +47,6 @@ class ExecutorActor:
             async with self.plans, self.results:
                 async for plan in self.plans:
                     await self.results.send(await self._execute(plan))
-                    if time.perf_counter() - self._last_trim > TRIM_EVERY_S:
-                        await self.thread.run(trim_heap)
-                        self._last_trim = time.perf_counter()
         finally:
             with trio.CancelScope(shield=True):
                 try:

@@ -143,7 +143,7 @@ class Runtime:
         self._tokenizer_inbox = tok_send
         self._scheduler_inbox = SchedulerInbox(sched_send, late_aborts={})
 
-        self.executor = ExecutorActor(self.runner, plans_recv, results_send, device=cfg.device or "auto")
+        self.executor = ExecutorActor(self.runner, plans_recv, results_send, num_threads=cfg.num_threads)
         self.executor.on_step = self.on_step
         info: ModelInfo = await nursery.start(self.executor.run)
         self.info = info

@@ -12,6 +12,11 @@ regions: serving the embedding model beside the chat model on its own thread (an
 made every chat decode step 1.9x slower on this 2-core machine (41.8 -> 78.5 ms at batch 1).
 Models on one device share its compute anyway; sharing its thread keeps one team.
 
+A device's models must agree on `num_threads` (torch's intra-op pool is a setting of the
+thread, so the last model loaded would silently win); `acquire` refuses a second value. The
+thread also gives free heap pages back to the OS between jobs every few seconds
+(runtime/memory.py says why): once per thread, whatever the number of models on it.
+
 Results come back through `TrioToken.run_sync_soon`, so the worker never blocks on the event
 loop. A call whose awaiting task was cancelled still runs to completion on the thread (a step
 is never abandoned half-way); its result is dropped. Imports trio, outcome and the stdlib.
@@ -21,21 +26,27 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import outcome
 import trio
 
+from runtime.memory import trim_heap
+
 T = TypeVar("T")
 _STOP = object()
+TRIM_EVERY_S = 5.0
 
 
 class DedicatedThread:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, housekeeping: Callable[[], None] | None = None, every_s: float = TRIM_EVERY_S) -> None:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._started = False
+        self._housekeeping = housekeeping  # run between jobs, at most every `every_s` seconds
+        self._every_s = every_s
 
     def start(self) -> None:
         self._thread.start()
@@ -69,8 +80,17 @@ class DedicatedThread:
         self._jobs.put(_STOP)
         await trio.to_thread.run_sync(self._thread.join)
 
+    @property
+    def finished(self) -> bool:
+        """Started once and gone: its trio run ended, or stop() ran."""
+        return self._started and not self._thread.is_alive()
+
     def _main(self) -> None:
+        last_housekeeping = time.monotonic()
         while True:
+            if self._housekeeping is not None and time.monotonic() - last_housekeeping > self._every_s:
+                self._housekeeping()
+                last_housekeeping = time.monotonic()
             job = self._jobs.get()
             if job is _STOP:
                 return
@@ -89,19 +109,27 @@ class DeviceThreads:
     def __init__(self) -> None:
         self._threads: dict[str, DedicatedThread] = {}
         self._users: dict[str, int] = {}
+        self._num_threads: dict[str, int | None] = {}
 
-    def acquire(self, device: str) -> DedicatedThread:
-        if device not in self._threads:
-            self._threads[device] = DedicatedThread(f"switchyard-device-{device}")
+    def acquire(self, device: str, num_threads: int | None = None) -> DedicatedThread:
+        """`device`: the resolved device (Runner.device_key), so "auto" and "cpu" share."""
+        thread = self._threads.get(device)
+        if thread is None or thread.finished:  # a thread whose trio run ended cannot serve this one
+            self._threads[device] = thread = DedicatedThread(f"switchyard-device-{device}", housekeeping=trim_heap)
             self._users[device] = 0
+            self._num_threads[device] = None
+        agreed = self._num_threads[device]
+        if num_threads is not None and agreed is not None and num_threads != agreed:
+            raise ValueError(f"models on {device} share one device thread: num_threads {num_threads} and {agreed} cannot both hold")
+        self._num_threads[device] = agreed if num_threads is None else num_threads
         self._users[device] += 1
-        return self._threads[device]
+        return thread
 
     async def release(self, device: str) -> None:
         self._users[device] -= 1
         if self._users[device] == 0:
             thread = self._threads.pop(device)
-            del self._users[device]
+            del self._users[device], self._num_threads[device]
             await thread.stop()
 
 

@@ -35,6 +35,7 @@ class FakeRunner:
         step_delay: float = 0.0,
         fail_if: Callable[[StepPlan], bool] | None = None,
     ) -> None:
+        self.device_key = "cpu"  # shares the device thread with real runners on the CPU
         self.vocab_size = vocab_size
         self.first_token = first_token
         self.max_model_len = max_model_len

@@ -27,6 +27,10 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Runner(Protocol):
+    # The device it runs on, resolved ("auto" -> "cpu" or "cuda:0"): the key of the device
+    # thread it shares with the other models there (runtime/thread_bridge.py).
+    device_key: str
+
     def load(self) -> ModelInfo: ...
 
     def warmup(self) -> None: ...

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from actors.runners.base import ModelInfo
-from actors.runners.torch_runner import pick_device
+from actors.runners.torch_runner import device_key, pick_device
 from runtime.messages import StepPlan, StepResult
 
 
@@ -24,6 +24,7 @@ class EmbeddingRunner:
     def __init__(self, model_dir: Path, *, device: str | None = None, dtype: str | None = None, num_threads: int | None = None) -> None:
         self.model_dir = Path(model_dir)
         self._requested_device = device
+        self.device_key = device_key(device)
         # Embeddings default to float32: they are compared by cosine downstream, and bf16
         # moves them by ~1e-3, far past what clients expect from a "direct forward".
         self._dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype or "", torch.float32)

@@ -24,9 +24,17 @@ from runtime.messages import Logprob, ScheduledSeq, StepPlan, StepResult
 
 
 def pick_device(requested: str | None) -> torch.device:
-    if requested:
+    if requested and requested != "auto":
         return torch.device(requested)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def device_key(requested: str | None) -> str:
+    """The device as one name for every way of asking for it: "auto", "cuda" -> "cuda:0"."""
+    device = pick_device(requested)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return str(device)
 
 
 def pick_dtype(requested: str | None, device: torch.device) -> torch.dtype:
@@ -89,6 +97,7 @@ class TorchRunner:
     ) -> None:
         self.model_dir = Path(model_dir)
         self._requested_device = device
+        self.device_key = device_key(device)
         self._requested_dtype = dtype
         self._num_kv_blocks = num_kv_blocks
         self._kv_cache_gib = kv_cache_gib
