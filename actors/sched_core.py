@@ -211,7 +211,8 @@ class SchedulerCore:
             self.blocks.commit_full_blocks(seq, seq.num_computed_tokens)
             logprobs = result.logprobs.get(seq.request_id)
             sampled_logprob = None
-            if logprobs and item.sample and seq.sampling.logprobs is not None:
+            # The sampled token's entry comes last, when it was sampled (a failed row has none).
+            if logprobs and item.sample and seq.sampling.logprobs is not None and seq.request_id in result.sampled:
                 sampled_logprob, logprobs = logprobs[-1], logprobs[:-1]
             if logprobs:
                 self._collect_prompt_logprobs(seq, item.start_pos, logprobs)

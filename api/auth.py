@@ -339,13 +339,8 @@ class _UsageMeter:
 # -- errors, in the shape of the surface a request belongs to --------------------------------
 
 
-def error_for_path(path: str, status: int, message: str, query: bytes | str = b"") -> tuple[dict[str, Any], dict[str, str]]:
-    """(body, extra headers) for an error on `path` (and query string), in that surface's shape."""
-    return surface_error(path, status, message, query)
-
-
 async def _reject(send: Any, scope: dict[str, Any], status: int, message: str, retry_after: float | None = None) -> None:
-    body, headers = error_for_path(scope.get("path", ""), status, message, scope.get("query_string", b""))
+    body, headers = surface_error(scope.get("path", ""), status, message, scope.get("query_string", b""))
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     if retry_after is not None:

@@ -41,6 +41,7 @@ from runtime.logging import configure_logging, get_logger
 from runtime.memory import bound_native_caches
 
 log = get_logger("serve")
+DEFAULTS = RuntimeConfig()  # one place for every default: the CLI shows the same ones
 
 
 _CLI_EXTRAS: dict[str, object] = {}  # CLI flags that are not per-model settings
@@ -52,21 +53,21 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
     p = sub.add_parser("serve", help="serve a model over HTTP")
     p.add_argument("--model", default=None, help="a local Hugging Face causal-LM directory (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--served-name", default=None)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default=DEFAULTS.host)
+    p.add_argument("--port", type=int, default=DEFAULTS.port)
     p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda when available)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--kv-cache-gib", type=float, default=1.0)
+    p.add_argument("--kv-cache-gib", type=float, default=DEFAULTS.kv_cache_gib)
     p.add_argument("--num-kv-blocks", type=int, default=None)
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--max-num-seqs", type=int, default=128)
-    p.add_argument("--max-num-batched-tokens", type=int, default=512, help="tokens per step: decodes plus prefill chunks (512 measured 5-9%% faster than 256 at c=32 here; a step is then at most ~150 ms on this CPU)")
+    p.add_argument("--block-size", type=int, default=DEFAULTS.block_size)
+    p.add_argument("--max-num-seqs", type=int, default=DEFAULTS.max_num_seqs)
+    p.add_argument("--max-num-batched-tokens", type=int, default=DEFAULTS.max_num_batched_tokens, help="tokens per step: decodes plus prefill chunks (%(default)s; 512 measured 5-9%% faster than 256 at c=32 here; a step is then at most ~150 ms on this CPU)")
     p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--max-pending", type=int, default=512, help="admitted, unfinished requests; past this a 429")
+    p.add_argument("--max-pending", type=int, default=DEFAULTS.max_pending, help="admitted, unfinished requests; past this a 429")
     p.add_argument("--max-pending-tokens", type=int, default=None, help="estimated prompt + max_tokens of admitted requests; past this a 429")
-    p.add_argument("--step-deadline", type=float, default=60.0, help="/health turns 503 while one step runs longer than this (s)")
+    p.add_argument("--step-deadline", type=float, default=DEFAULTS.step_deadline, help="/health turns 503 while one step runs longer than this (s)")
     p.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads")
-    p.add_argument("--drain-timeout", type=float, default=30.0, help="on SIGTERM, seconds in-flight requests get to finish")
+    p.add_argument("--drain-timeout", type=float, default=DEFAULTS.drain_timeout, help="on SIGTERM, seconds in-flight requests get to finish")
     p.add_argument("--log-level", default="info")
     p.add_argument("--config", default=None, help="a TOML file: [[models]], [[endpoints]] and [platform] tables; see README")
     p.add_argument("--no-embeddings", action="store_true", help="do not also serve the default embedding model")

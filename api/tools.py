@@ -541,7 +541,8 @@ class ToolCallParser:
 
     def _start(self, events: list[Event], name: str, named: bool) -> None:
         tool = self.toolset.get(name)
-        assert tool is not None and name in self._names, "only callable tools start a call"
+        if tool is None or name not in self._names:  # the callers check first; never under -O either
+            raise RuntimeError(f"only callable tools start a call, not {name!r}")
         self._call = ToolCall(tool.kind, name)
         self._scan = _JsonScanner()
         self._hold = tool.kind == "custom" and not named  # a custom input written as JSON: decode at the end
@@ -577,8 +578,9 @@ class ToolCallParser:
             obj = json.loads(body)
             name = obj["name"]
             arguments = obj.get("arguments", obj.get("parameters", {}))
-            assert isinstance(name, str) and name in self._names
-        except (ValueError, KeyError, TypeError, AssertionError):
+            if not isinstance(name, str) or name not in self._names:
+                raise KeyError(name)
+        except (ValueError, KeyError, TypeError):
             events: list[Event] = []
             head = self._ws + self._head
             self._text(events, head + body + (CLOSE if complete else ""), start - len(head))

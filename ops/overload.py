@@ -135,10 +135,9 @@ async def burst(
 
 
 async def saturated_probe(
-    host: str, port: int, body: dict, path: str, headers: dict[str, str], marker: bytes, fill: int, n: int, timeout: float
+    host: str, port: int, body: dict, long_body: dict, path: str, headers: dict[str, str], marker: bytes, fill: int, n: int, timeout: float
 ) -> dict:
-    """Hold the server full with `fill` long requests; send `n` requests one at a time."""
-    long_body = {**body, "max_tokens": 512, "ignore_eos": True}
+    """Hold the server full with `fill` requests of `long_body`; send `n` of `body` one at a time."""
     results: list[dict] = []
     async with trio.open_nursery() as nursery:
         for _ in range(fill):
@@ -190,6 +189,9 @@ async def main(args: argparse.Namespace) -> int:
     if args.route == "invocations" and not args.endpoint:
         print("--route invocations needs --endpoint", file=sys.stderr)
         return 2
+    if args.probe and args.route == "embeddings":
+        print("--probe needs a generation route: embeddings finish at once and cannot hold the server full", file=sys.stderr)
+        return 2
     path, body, headers, marker = route_request(args.route, args.prompt, args.max_tokens, args.endpoint or "", args.model)
     headers.update(auth_headers(args.api_key))
     results: list[dict] = []
@@ -198,7 +200,9 @@ async def main(args: argparse.Namespace) -> int:
         await trio.sleep(args.pause)
     report = {"route": args.route, "path": path, **summarize(results, args.target_ms)}
     if args.probe:
-        probe = await saturated_probe(host, port, body, path, headers, marker, args.fill, args.probe, args.timeout)
+        # the route's own long body: each surface names its length field differently
+        long_body = route_request(args.route, args.prompt, 512, args.endpoint or "", args.model)[1]
+        probe = await saturated_probe(host, port, body, long_body, path, headers, marker, args.fill, args.probe, args.timeout)
         report["saturated_sequential"] = probe
         report["refusals_within_target"] = probe["refused"] == args.probe and probe.get("p99_ms", 1e9) <= args.target_ms
     print(json.dumps(report, indent=2))

@@ -318,8 +318,9 @@ class TorchRunner:
         """Allowed tokens `[G, V]` per guided draw; a draw whose grammar allows nothing fails."""
         assert bitmask is not None
         allowed = unpack_bitmask(bitmask, self.vocab_size)
+        empty = (~allowed.any(dim=-1)).tolist()  # one reduction and one sync for every row
         for j, (i, _) in enumerate(guided):
-            if i in broken or not bool(allowed[j].any()):
+            if i in broken or empty[j]:
                 broken.setdefault(i, "the grammar allows no next token")
                 allowed[j] = True  # keeps the batched sampling well-defined; the draw is dropped
         return allowed, broken
@@ -403,11 +404,12 @@ class _LogitRows:
         js = [self._wanted[row] for _, row, _, _ in wanted]
         values = logprobs[js, [token for _, _, token, _ in wanted]].tolist()
         tops: dict[tuple[int, int], list[tuple[int, float]]] = {}  # (row, width) -> top entries
-        by_width: dict[int, list[int]] = {}
+        by_width: dict[int, dict[int, None]] = {}  # width -> its rows, in order, once each
         for (_, _, _, width), j in zip(wanted, js):
-            if width > 0 and j not in by_width.setdefault(width, []):
-                by_width[width].append(j)
-        for width, rows in by_width.items():
+            if width > 0:
+                by_width.setdefault(width, {})[j] = None
+        for width, row_set in by_width.items():
+            rows = list(row_set)
             ids, vals = top_logprobs(logprobs[rows], width)
             for j, row_ids, row_vals in zip(rows, ids, vals):
                 tops[(j, width)] = list(zip(row_ids, row_vals))

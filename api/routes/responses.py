@@ -37,7 +37,7 @@ from runtime.registry import ModelRegistry
 log = get_logger("responses")
 
 # The tokenizer actor names Chat's fields; this endpoint calls them differently.
-_PARAM = {"messages": "input", "prompt": "input", "max_tokens": "max_output_tokens"}
+_PARAM = {"messages": "input", "prompt": "input"}  # max_tokens: SamplingParams.max_tokens_param names it
 
 
 def register(app: Quart, models: ModelRegistry) -> None:

@@ -383,14 +383,6 @@ def test_parameters_without_a_type_are_an_object(tokenizer: Any, ll_tokenizer: A
 # -- JSON as shown is JSON as forced ----------------------------------------------------------
 
 
-def test_json_options_are_defined_once() -> None:
-    import actors.guidance
-    import api.grammars
-
-    assert api.grammars.JSON_OPTIONS is actors.guidance.JSON_OPTIONS
-    assert not hasattr(api.grammars, "_JSON_OPTIONS") and not hasattr(actors.guidance, "_JSON_OPTIONS")
-
-
 def test_the_prompt_shows_json_the_way_the_grammar_forces_it(tokenizer: Any, ll_tokenizer: Any) -> None:
     schema = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "array", "items": {"type": "integer"}}}, "required": ["city", "days"]}
     toolset = build_toolset([{"type": "function", "name": "forecast", "parameters": schema}], "required", False)

@@ -14,10 +14,8 @@ def test_trim_heap_releases_freed_pages() -> None:
     if memory._trim is None:
         pytest.skip("not glibc")
     chunks = [bytearray(64 * 1024) for _ in range(2000)]  # under the mmap threshold: heap
-    keep = chunks[-1]
-    del chunks
+    del chunks  # 125 MiB of free heap pages
     assert memory.trim_heap() is True
-    assert keep
 
 
 def test_bound_native_caches_sets_a_default(monkeypatch: pytest.MonkeyPatch) -> None:
