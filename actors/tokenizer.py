@@ -20,6 +20,7 @@ import trio
 
 from actors.guidance import GuideCompiler
 from actors.scheduler import SchedulerInbox
+from runtime.context_window import fit_context, output_room
 from runtime.errors import InvalidRequest, Overloaded, ServingError
 from runtime.logging import get_logger
 from runtime.messages import TokenizedRequest
@@ -184,7 +185,7 @@ class TokenizerActor:
             return self._encode_for_embedding(ctx), None
         prompt = ctx.prompt
         if prompt.messages is not None and prompt.truncate:
-            ids, dropped, full = fit_messages(self.tokenizer, prompt, self.max_model_len - self._room(ctx))
+            ids, dropped, full = fit_messages(self.tokenizer, prompt, self.max_model_len - output_room(ctx.sampling.max_tokens, self.max_model_len))
             if dropped:
                 ctx.num_truncated_tokens = max(0, full - len(ids))
                 log.info("prompt_truncated", request_id=ctx.request_id, messages_dropped=dropped, tokens=len(ids))
@@ -196,11 +197,6 @@ class TokenizerActor:
         if self.guides is None:
             raise InvalidRequest("Constrained decoding is not available for this model.", param=guide.param)
         return ids, self.guides.cached(guide)
-
-    def _room(self, ctx: RequestContext) -> int:
-        """The tokens a truncated prompt leaves for the output: max_tokens, else some."""
-        wanted = ctx.sampling.max_tokens or min(256, self.max_model_len // 4)
-        return min(wanted, self.max_model_len - 1)
 
     def _encode_for_embedding(self, ctx: RequestContext) -> list[int]:
         # Like sentence-transformers: inputs past the model's max_seq_length are cut at the end
@@ -224,30 +220,18 @@ class TokenizerActor:
             return TokenizedRequest(
                 request_id=ctx.request_id, prompt_token_ids=ids, sampling=ctx.sampling, max_tokens=0, seed=0, arrival_time=ctx.arrival_time
             )
-        if ctx.prompt.truncate and ctx.prompt.messages is None:
-            # error_behavior "truncate": keep the tail, leaving room for what is to be generated.
-            keep = max(1, self.max_model_len - self._room(ctx))
-            if len(ids) > keep:
-                ctx.num_truncated_tokens = len(ids) - keep
-                ids = ids[-keep:]
+        # Chat prompts that are too long lose whole messages instead (fit_messages, above).
+        ids, max_tokens, truncated = fit_context(
+            ids,
+            ctx.sampling.max_tokens,
+            self.max_model_len,
+            truncate=ctx.prompt.truncate and ctx.prompt.messages is None,
+            param=param,
+            max_tokens_param=ctx.sampling.max_tokens_param,
+        )
+        if truncated:
+            ctx.num_truncated_tokens = truncated
         num_prompt = len(ids)
-        if num_prompt >= self.max_model_len:
-            raise InvalidRequest(
-                f"This model's maximum context length is {self.max_model_len} tokens; the prompt has {num_prompt}.",
-                param=param,
-                code="context_length_exceeded",
-            )
-        room = self.max_model_len - num_prompt
-        max_tokens = ctx.sampling.max_tokens
-        if max_tokens is None:
-            max_tokens = room
-        elif max_tokens > room:
-            raise InvalidRequest(
-                f"This model's maximum context length is {self.max_model_len} tokens; the prompt has "
-                f"{num_prompt} and {ctx.sampling.max_tokens_param} asks for {max_tokens} more.",
-                param=ctx.sampling.max_tokens_param,
-                code="context_length_exceeded",
-            )
         ctx.num_prompt_tokens = num_prompt
         seed = ctx.sampling.seed if ctx.sampling.seed is not None else self._rng.getrandbits(63)
         return TokenizedRequest(

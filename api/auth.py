@@ -37,6 +37,7 @@ from typing import Any
 import msgspec
 import trio
 
+from api.edge import runs_model
 from api.errors import surface_error
 from api.platform_config import PlatformConfig
 from runtime.logging import get_logger
@@ -44,8 +45,6 @@ from runtime.logging import get_logger
 log = get_logger("auth")
 
 OPEN_PATHS = frozenset({"/health", "/metrics"})
-# POSTs that run a model: their bodies are read up front to estimate tokens.
-TOKEN_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/chat/completions")
 MAX_BUFFERED = 32 * 1024 * 1024  # as api.app.MAX_BODY_BYTES: Quart refuses larger bodies itself
 BODY_TIMEOUT = 60.0
 MAX_ACCOUNTS = 10_000
@@ -199,7 +198,7 @@ class AuthMiddleware:
     async def _limited(self, scope: dict[str, Any], receive: Any, send: Any, who: str, path: str) -> None:
         prompt = generate = 0
         replay = receive
-        if self.limiter.config.tokens_per_minute and scope.get("method") == "POST" and _runs_model(path):
+        if self.limiter.config.tokens_per_minute and scope.get("method") == "POST" and runs_model(path):  # its body is read up front to estimate tokens
             with trio.move_on_after(BODY_TIMEOUT) as timer:
                 body, messages = await _read_body(receive)
             if timer.cancelled_caught:
@@ -236,10 +235,6 @@ class AuthMiddleware:
 
 def _has_auth_header(scope: dict[str, Any]) -> bool:
     return any(name.lower() == b"authorization" for name, _ in scope.get("headers", []))
-
-
-def _runs_model(path: str) -> bool:
-    return path in TOKEN_PATHS or (path.startswith("/serving-endpoints/") and path.endswith("/invocations"))
 
 
 async def _read_body(receive: Any) -> tuple[bytes, list[dict[str, Any]]]:

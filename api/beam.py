@@ -1,6 +1,6 @@
 """Beam search for /v1/completions (`use_beam_search`, seed 004), on top of the engine.
 
-Owns: the beam bookkeeping, and the context-length rules for a beam request (`fit_prompt`).
+Owns: the beam bookkeeping (its prompts fit the context by runtime/context_window.py).
 Each round asks the engine, for every live beam, for the top next-token log-probabilities (a
 one-token request on prompt + beam); the prefix cache serves every full block the beams share,
 so a round recomputes at most one block per beam. The algorithm is transformers'
@@ -39,7 +39,7 @@ import msgspec
 import trio
 
 from runtime.engine import Runtime
-from runtime.errors import InvalidRequest, ServingError
+from runtime.errors import ServingError
 from runtime.messages import FinishReason, Logprob
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
@@ -66,41 +66,6 @@ class Beam:
     @property
     def finish_reason(self) -> FinishReason:
         return FinishReason.STOP if self.finished else FinishReason.LENGTH
-
-
-def fit_prompt(ids: list[int], max_tokens: int | None, max_model_len: int, truncate: bool) -> tuple[list[int], int, int]:
-    """(prompt ids, max_tokens, tokens dropped) under the context-length rules of the sampling
-    path (actors/tokenizer.py `_admit`, mirrored: a beam request never goes through it whole).
-
-    error_behavior "truncate" keeps the tail, leaving room for max_tokens (or a quarter of the
-    context, at most 256, when max_tokens is unset); max_tokens unset means the rest of it.
-    """
-    if not ids:
-        raise InvalidRequest("The prompt is empty.", param="prompt")
-    truncated = 0
-    if truncate:
-        wanted = max_tokens or min(256, max_model_len // 4)
-        keep = max(1, max_model_len - min(wanted, max_model_len - 1))
-        if len(ids) > keep:
-            truncated = len(ids) - keep
-            ids = ids[-keep:]
-    if len(ids) >= max_model_len:
-        raise InvalidRequest(
-            f"This model's maximum context length is {max_model_len} tokens; the prompt has {len(ids)}.",
-            param="prompt",
-            code="context_length_exceeded",
-        )
-    room = max_model_len - len(ids)
-    if max_tokens is None:
-        max_tokens = room
-    elif max_tokens > room:
-        raise InvalidRequest(
-            f"This model's maximum context length is {max_model_len} tokens; the prompt has "
-            f"{len(ids)} and max_tokens asks for {max_tokens} more.",
-            param="max_tokens",
-            code="context_length_exceeded",
-        )
-    return ids, max_tokens, truncated
 
 
 @dataclass(slots=True)

@@ -75,6 +75,14 @@ _GENERATION_ROUTES = {
     "/v1/embeddings": "embed",
 }
 _INVOCATIONS = ("/serving-endpoints/", "/invocations")
+AZURE_CHAT = "/chat/completions"
+
+
+def runs_model(path: str) -> bool:
+    """Whether a POST to `path` runs a model: the one list of generation routes (shedding here,
+    token rate limits in api/auth.py, streamed responses in api/openapi.py)."""
+    return path in _GENERATION_ROUTES or path == AZURE_CHAT or (path.startswith(_INVOCATIONS[0]) and path.endswith(_INVOCATIONS[1]))
+
 SHED_MESSAGE = "Every request slot is taken; retry shortly."
 
 
@@ -101,7 +109,7 @@ class Admission:
         task = _GENERATION_ROUTES.get(path)
         if task is not None:
             return [r for r in self.models if r.task == task]
-        if path == "/chat/completions":
+        if path == AZURE_CHAT:
             return self._azure(scope)
         if path.startswith(_INVOCATIONS[0]) and path.endswith(_INVOCATIONS[1]):
             return self._invocation(path[len(_INVOCATIONS[0]) : -len(_INVOCATIONS[1])])

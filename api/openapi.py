@@ -25,11 +25,12 @@ from typing import Any
 import msgspec
 from quart import Quart
 
+from api.auth import OPEN_PATHS
+from api.edge import runs_model
 from api.errors import json_response
 
 # (method, rule) -> a struct, or a tuple of structs (anyOf); entries win over introspection
 REQUEST_BODIES: dict[tuple[str, str], type | tuple[type, ...]] = {}
-OPEN_RULES = frozenset({"/health", "/metrics"})  # as api.auth.OPEN_PATHS
 SECURITY_SCHEME = "bearerAuth"
 
 _PARAM = re.compile(r"<(?:[a-z]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
@@ -141,7 +142,7 @@ def build_document(app: Quart) -> dict[str, Any]:
                 op["parameters"] = params
             if (method, rule) in body_refs:
                 op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body_refs[(method, rule)]}}}
-            if rule in OPEN_RULES:
+            if rule in OPEN_PATHS:
                 op["security"] = []  # open even on a server with API keys
             paths.setdefault(path, {})[method.lower()] = op
     return {
@@ -171,20 +172,20 @@ def _responses(rule: str, method: str, error_ref: dict[str, Any], azure: bool = 
     ok: dict[str, Any] = {"description": "OK"}
     if rule == "/metrics":
         ok["content"] = {"text/plain": {"schema": {"type": "string"}}}
-    elif method == "POST" and (rule.startswith("/v1/") or rule == "/chat/completions" or rule.endswith("/invocations")):
+    elif method == "POST" and runs_model(rule):
         ok["content"] = {"application/json": {"schema": {"type": "object"}}, "text/event-stream": {"schema": {"type": "string"}}}
     else:
         ok["content"] = {"application/json": {"schema": {"type": "object"}}}
     out: dict[str, Any] = {"200": ok}
     if method in ("POST", "PUT") or azure:
         out["400"] = error("Invalid request" + (" (or a missing / unsupported api-version)" if azure else ""))
-    if rule not in OPEN_RULES:
+    if rule not in OPEN_PATHS:
         out["401"] = error("Missing or invalid API key (servers configured with keys)")
     if "<" in rule or method == "POST" or azure:
         out["404"] = error("Unknown model, endpoint or deployment" + (", or a route the model does not support" if azure else ""))
     if azure and method == "POST":
         out["422"] = error("Unprocessable content: detail[] names each field (loc) and its value")
-    if rule not in OPEN_RULES:
+    if rule not in OPEN_PATHS:
         out["429"] = error("Rate limit reached, or (generation routes) every request slot taken: retry after the Retry-After header's seconds")
     out["503"] = error("Engine unavailable or shutting down")
     return out

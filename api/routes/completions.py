@@ -37,10 +37,11 @@ from api.errors import json_response
 from api.logprobs import legacy_logprobs
 from api.params import completion_params
 from api.schemas import CompletionRequest
-from api.beam import BeamSearch, fit_prompt, unwrapped_errors
+from api.beam import BeamSearch, unwrapped_errors
 from api.streaming import Collected, Generation, sse_response, sse_stream
 from api.usage import usage_dict
 from actors.tokenizer import encode_prompt
+from runtime.context_window import fit_context
 from runtime.engine import Runtime
 from runtime.messages import Logprob, TextDelta, Usage
 from runtime.registry import ModelRegistry
@@ -92,7 +93,9 @@ async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[P
         ids = prompt.token_ids
         if ids is None:
             ids = await trio.to_thread.run_sync(encode_prompt, runtime.tokenizer, prompt)
-        ids, max_tokens, truncated = fit_prompt(list(ids), sampling.max_tokens, runtime.max_model_len, prompt.truncate)
+        ids, max_tokens, truncated = fit_context(
+            list(ids), sampling.max_tokens, runtime.max_model_len, truncate=prompt.truncate, max_tokens_param=sampling.max_tokens_param
+        )
         search = BeamSearch(runtime, ids, sampling.n, max_tokens, sampling)
         beams = (await search.run())[: req.n]
         for beam in beams:

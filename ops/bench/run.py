@@ -29,11 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from ops.bench.load import DEFAULT_LEVELS, OUTPUT_TOKENS, parse_levels, prompts_needed, sweep, switchyard_target
-from ops.bench.procs import ServerProcess, free_port
 from ops.bench.prompt import PROMPT_TOKENS, build_prompts, default_model_dir, has_bos, load_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
 HEADLINE_C = 32
 SECTIONS = ("switchyard", "transformers_serve", "llama_server")  # the server sections, Switchyard first
 
@@ -86,29 +84,22 @@ def server_dtype_from_log(text: str, served_name: str | None = None) -> str | No
 def run_switchyard(
     model: str | None, served_name: str, prompts: list[str], levels: list[int], log_dir: Path, server_args: list[str], startup_timeout: float, **sweep_kwargs: Any
 ) -> dict[str, Any]:
-    port = free_port()
-    cmd = [str(VENV_BIN / "switchyard"), "serve", "--host", "127.0.0.1", "--port", str(port)]
-    if model:
-        cmd += ["--model", model]
-    cmd += server_args
-    log_path = log_dir / "switchyard.log"
-    base_url = f"http://127.0.0.1:{port}"
-    log(f"[switchyard] starting: {' '.join(cmd)} (log {log_path})")
-    out: dict[str, Any] = {"name": "switchyard", "cmd": cmd, "log": str(log_path)}
-    server = ServerProcess("switchyard", cmd, log_path, cwd=str(REPO_ROOT))
+    from ops.bench.switchyard_server import switchyard_server  # it imports this module
+
+    out: dict[str, Any] = {"name": "switchyard", "log": str(log_dir / "switchyard.log")}
+    started: list[Any] = []
     try:
-        out["startup_s"] = round(server.wait_healthy(base_url + "/health", startup_timeout), 2)
-        out["dtype"] = server_dtype_from_log(server.tail(200_000), served_name)
-        t0 = time.monotonic()
-        out["sweep"] = asyncio.run(sweep(switchyard_target(base_url, served_name), prompts, levels, **sweep_kwargs))
-        out["sweep_s"] = round(time.monotonic() - t0, 1)
+        with switchyard_server(log_dir / "switchyard.log", [*(["--model", model] if model else []), *server_args], startup_timeout) as srv:
+            started.append(srv)
+            out.update(cmd=srv.cmd, startup_s=srv.startup_s, dtype=srv.dtype(served_name))
+            t0 = time.monotonic()
+            out["sweep"] = asyncio.run(sweep(switchyard_target(srv.base_url, served_name), prompts, levels, **sweep_kwargs))
+            out["sweep_s"] = round(time.monotonic() - t0, 1)
     except Exception as e:  # noqa: BLE001 - reported in the results, the run goes on to the peers
         out["error"] = f"{type(e).__name__}: {e}"
         log(f"[switchyard] failed: {out['error'][:2000]}")
-    finally:
-        out["exit_code"] = server.stop(term_timeout=45.0)
-        if out.get("dtype") is None:
-            out["dtype"] = server_dtype_from_log(server.tail(200_000), served_name)
+    if started:
+        out["exit_code"] = started[0].info.get("exit_code")
     return out
 
 

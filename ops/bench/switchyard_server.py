@@ -7,7 +7,7 @@ Starts the server in its own process group (ops.bench.procs.ServerProcess: HF_HU
 no telemetry), waits (bounded) for GET /health = 200, and on exit stops it (SIGTERM, SIGKILL
 after `term_timeout`). Serving-endpoint definitions go to a state directory of the run's own
 (beside the log), so a benchmark neither reads nor writes the model store's database.
-Used by ops.bench.guided and ops.bench.embeddings; run.py keeps its own inline copy.
+Used by ops.bench.run, ops.bench.guided and ops.bench.embeddings.
 """
 
 from __future__ import annotations
