@@ -53,7 +53,7 @@ from typing import Any
 import httpx
 
 from ops.bench.load import parse_levels, percentile
-from ops.bench.run import wait_for_quiet
+from ops.bench.run import wait_for_quiet, write_results
 from ops.bench.switchyard_server import REPO_ROOT, switchyard_server
 
 SERVED_NAME = "all-minilm-l6-v2"
@@ -404,15 +404,7 @@ def main(argv: list[str] | None = None) -> None:
         for lv in section.get("levels", [])
         if lv.get("inputs_s") and (bare.get(str(lv["batch"])) or {}).get("inputs_s")
     }
-    result["loadavg_end"] = os.getloadavg()
-    result["elapsed_s"] = round(time.monotonic() - t0, 1)
-    table = markdown(result)
-    result["markdown"] = table
-    tmp = out_path.with_name(out_path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out_path)
-    print(table)
-    log(f"results: {out_path}")
+    write_results(result, out_path, t0, markdown)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ import httpx
 
 from ops.bench.load import percentile
 from ops.bench.prompt import build_prompts, default_model_dir, load_tokenizer
-from ops.bench.run import wait_for_quiet
+from ops.bench.run import wait_for_quiet, write_results
 from ops.bench.switchyard_server import REPO_ROOT, switchyard_server
 
 VARIANTS = ("unconstrained", "unconstrained_long", "json_schema", "function_tool", "lark_tool")
@@ -534,15 +534,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:  # noqa: BLE001 - reported in the results
         result["error"] = f"{type(e).__name__}: {e}"
         log(f"[guided] failed: {result['error'][:2000]}")
-    result["loadavg_end"] = os.getloadavg()
-    result["elapsed_s"] = round(time.monotonic() - t0, 1)
-    table = markdown(result)
-    result["markdown"] = table
-    tmp = out_path.with_name(out_path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out_path)
-    print(table)
-    log(f"results: {out_path}")
+    write_results(result, out_path, t0, markdown)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,19 @@ SECTIONS = ("switchyard", "transformers_serve", "llama_server")  # the server se
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def write_results(result: dict[str, Any], out_path: Path, started: float, render: Callable[[dict[str, Any]], str]) -> None:
+    """How every benchmark ends: load average and elapsed time, the markdown table (kept in the
+    JSON too), an atomic write (an interrupted run never leaves half a file), the table printed."""
+    result["loadavg_end"] = os.getloadavg()
+    result["elapsed_s"] = round(time.monotonic() - started, 1)
+    result["markdown"] = table = render(result)
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(out_path)
+    print(table)
+    log(f"results: {out_path}")
 
 
 def run_bare(model_dir: str, batches: list[int], dtypes: list[str], steps: int, threads: int, out_dir: Path, timeout: float) -> dict[str, Any]:
@@ -346,16 +360,8 @@ def main(argv: list[str] | None = None) -> None:
 
         settle("llama_server")
         result["llama_server"] = run_llama_server(args.llama_server, prompts, args.levels, log_dir, startup_timeout=args.startup_timeout, **sweep_kwargs)
-    result["loadavg_end"] = os.getloadavg()
-    result["elapsed_s"] = round(time.monotonic() - t_start, 1)
     result["ratios"] = compute_ratios(result)
-    table = markdown(result)
-    result["markdown"] = table
-    tmp = out_path.with_name(out_path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out_path)
-    print(table)
-    log(f"results: {out_path}")
+    write_results(result, out_path, t_start, markdown)
 
 
 if __name__ == "__main__":
