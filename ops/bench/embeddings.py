@@ -41,7 +41,6 @@ import math
 import os
 import random
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
@@ -53,7 +52,7 @@ from typing import Any
 import httpx
 
 from ops.bench.load import parse_levels, percentile
-from ops.bench.run import wait_for_quiet, write_results
+from ops.bench.run import start_run, wait_for_quiet, write_results
 from ops.bench.switchyard_server import REPO_ROOT, switchyard_server
 
 SERVED_NAME = "all-minilm-l6-v2"
@@ -348,15 +347,7 @@ def main(argv: list[str] | None = None) -> None:
     if min(args.clients, args.inputs, args.texts) < 1:
         p.error("--clients, --inputs and --texts must be at least 1")
 
-    def _exit_on_signal(signum: int, _frame: Any) -> None:
-        raise SystemExit(128 + signum)  # unwinds, so the server is stopped
-
-    signal.signal(signal.SIGTERM, _exit_on_signal)
-    signal.signal(signal.SIGHUP, _exit_on_signal)
-    os.chdir(REPO_ROOT)
-    out_path = Path(args.out) if args.out else REPO_ROOT / "ops/bench/results" / f"embeddings-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    log_dir = out_path.parent / "logs" / out_path.stem
+    out_path, log_dir = start_run(args.out, "embeddings-")
 
     model_dir = embedding_model_dir()
     texts = build_texts(args.texts, args.seed)

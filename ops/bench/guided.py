@@ -62,20 +62,18 @@ import json
 import os
 import re
 import shlex
-import signal
 import statistics
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from ops.bench.load import percentile
 from ops.bench.prompt import build_prompts, default_model_dir, load_tokenizer
-from ops.bench.run import wait_for_quiet, write_results
-from ops.bench.switchyard_server import REPO_ROOT, switchyard_server
+from ops.bench.run import start_run, wait_for_quiet, write_results
+from ops.bench.switchyard_server import switchyard_server
 
 VARIANTS = ("unconstrained", "unconstrained_long", "json_schema", "function_tool", "lark_tool")
 # The unconstrained run each constrained variant is held against: the same prompt, or (for the
@@ -489,15 +487,7 @@ def main(argv: list[str] | None = None) -> None:
     if min(args.concurrency, args.rounds, args.requests_per_round, args.max_tokens, args.prompt_tokens) < 1:
         p.error("--concurrency, --rounds, --requests-per-round, --max-tokens and --prompt-tokens must be at least 1")
 
-    def _exit_on_signal(signum: int, _frame: Any) -> None:
-        raise SystemExit(128 + signum)  # unwinds, so the server is stopped
-
-    signal.signal(signal.SIGTERM, _exit_on_signal)
-    signal.signal(signal.SIGHUP, _exit_on_signal)
-    os.chdir(REPO_ROOT)
-    out_path = Path(args.out) if args.out else REPO_ROOT / "ops/bench/results" / f"guided-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    log_dir = out_path.parent / "logs" / out_path.stem
+    out_path, log_dir = start_run(args.out, "guided-")
 
     model_dir = str(default_model_dir())
     n_prompts = len(VARIANTS) * args.rounds * args.requests_per_round + len(VARIANTS) + args.warmup + 1

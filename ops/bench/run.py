@@ -41,6 +41,23 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def start_run(out: str | None, prefix: str) -> tuple[Path, Path]:
+    """How every benchmark starts: (results path, log directory), the results by default in
+    ops/bench/results/<prefix><UTC time>.json, the repository as working directory, and
+    SIGTERM/SIGHUP unwinding like Ctrl-C, so the `finally` blocks stop the servers the run
+    started (they run in their own process groups and would otherwise outlive it)."""
+
+    def _exit_on_signal(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGHUP, _exit_on_signal)
+    os.chdir(REPO_ROOT)
+    out_path = Path(out) if out else REPO_ROOT / "ops/bench/results" / f"{prefix}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    return out_path, out_path.parent / "logs" / out_path.stem
+
+
 def write_results(result: dict[str, Any], out_path: Path, started: float, render: Callable[[dict[str, Any]], str]) -> None:
     """How every benchmark ends: load average and elapsed time, the markdown table (kept in the
     JSON too), an atomic write (an interrupted run never leaves half a file), the table printed."""
@@ -284,18 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quiet-wait", type=float, default=300.0, help="the longest such wait, seconds (then it goes on and records it)")
     args = p.parse_args(argv)
 
-    # SIGTERM/SIGHUP unwind like Ctrl-C, so the `finally` blocks stop the servers this run
-    # started (they run in their own process groups and would otherwise outlive it).
-    def _exit_on_signal(signum: int, _frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, _exit_on_signal)
-    signal.signal(signal.SIGHUP, _exit_on_signal)
-
-    os.chdir(REPO_ROOT)
-    out_path = Path(args.out) if args.out else REPO_ROOT / "ops/bench/results" / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + ".json")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    log_dir = out_path.parent / "logs" / out_path.stem
+    out_path, log_dir = start_run(args.out, "")
 
     if args.model:
         model_dir = str(Path(args.model).resolve())
