@@ -309,7 +309,10 @@ class TorchRunner:
 
         if self._ll_executor is None:
             self._ll_executor = llguidance.LLExecutor(num_threads=1)
-        llguidance.torch.fill_next_token_bitmask_par(self._ll_executor, [(m, j) for j, (_, m) in enumerate(guided)], bitmask)
+        try:
+            llguidance.torch.fill_next_token_bitmask_par(self._ll_executor, [(m, j) for j, (_, m) in enumerate(guided)], bitmask)
+        except Exception as exc:  # the batch call raised instead of flagging one matcher: fail the guided draws, not the step
+            return {i: f"grammar mask failed: {exc}" for i, _ in guided}
         return {i: matcher.get_error() for i, matcher in guided if matcher.is_error()}
 
     def _allowed(

@@ -56,6 +56,36 @@ def test_a_broken_grammar_state_fails_its_request_only(tiny_model_dir: Path) -> 
     assert tokenizer.decode([result.sampled["guided"]]).lstrip().startswith(("{", "["))
 
 
+def test_a_mask_fill_that_raises_fails_the_guided_requests_only(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import llguidance
+    import llguidance.hf
+    import llguidance.torch
+    from transformers import AutoTokenizer
+
+    from actors.guidance import guide_grammar
+
+    def explode(*args: object) -> None:
+        raise RuntimeError("injected llguidance failure")
+
+    monkeypatch.setattr(llguidance.torch, "fill_next_token_bitmask_par", explode)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    matcher = llguidance.LLMatcher(llguidance.hf.from_tokenizer(tokenizer), guide_grammar(Guide(kind="json_object")), log_level=0)
+    runner = torch_runner.TorchRunner(tiny_model_dir, dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
+    runner.load()
+    try:
+        greedy = SamplingParams(temperature=0.0, max_tokens=4)
+        seqs = [
+            ScheduledSeq(request_id=rid, token_ids=[5, 6, 7], start_pos=0, block_table=[2 * i], sample=True, sampling=greedy, seed=i, matcher=m)
+            for i, (rid, m) in enumerate([("plain", None), ("guided", matcher)])
+        ]
+        result = runner.execute(StepPlan(step_id=0, seqs=seqs))
+    finally:
+        runner.close()
+    assert result.error is None
+    assert set(result.sampled) == {"plain"}
+    assert "injected llguidance failure" in result.failed["guided"]
+
+
 @pytest.fixture
 async def client(server: Server):
     async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as c:
