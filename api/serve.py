@@ -72,6 +72,11 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
     p.add_argument("--config", default=None, help="a TOML file: [[models]], [[endpoints]] and [platform] tables; see README")
     p.add_argument("--no-embeddings", action="store_true", help="do not also serve the default embedding model")
     p.add_argument("--log-prompts", action="store_true", help="log request bodies and generated text (off: never logged)")
+    p.add_argument(
+        "--batch-invariant",
+        action="store_true",
+        help="a seeded request gives the same text alone or in any batch, bf16 included (matmuls in fixed 32-row blocks; slower at low concurrency)",
+    )
     platform_config.add_arguments(p)
     args = parser.parse_args(argv)
     _CLI_EXTRAS.update(config=args.config, no_embeddings=args.no_embeddings, args=args)
@@ -93,6 +98,7 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
         step_deadline=args.step_deadline,
         log_prompts=args.log_prompts,
         num_threads=args.num_threads,
+        batch_invariant=args.batch_invariant,
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
     )
@@ -191,7 +197,7 @@ async def _watch_for_shutdown(
 
 MODEL_KEYS = {
     "model", "served_name", "task", "device", "dtype", "kv_cache_gib", "num_kv_blocks", "block_size", "max_num_seqs",
-    "max_num_batched_tokens", "max_model_len", "max_pending", "max_pending_tokens", "num_threads",
+    "max_num_batched_tokens", "max_model_len", "max_pending", "max_pending_tokens", "num_threads", "batch_invariant",
 }
 
 

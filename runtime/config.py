@@ -26,6 +26,10 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # unfinished requests; past this submit() says Overloaded. None: no token budget.
     max_pending_tokens: int | None = None
     num_threads: int | None = None  # torch intra-op threads; None: leave torch's default
+    # Every matmul in fixed 32-row blocks, so a row's result never depends on the rows beside
+    # it: a seeded request gives the same text alone or in any batch, in bf16 too (the
+    # runner's `_fixed_block_linear` says why and what it costs).
+    batch_invariant: bool = False
     host: str = "127.0.0.1"
     port: int = 8000
     drain_timeout: float = 30.0

@@ -422,5 +422,6 @@ def build_runtime(config: RuntimeConfig) -> Runtime:
         block_size=config.block_size,
         num_threads=config.num_threads,
         max_model_len=config.max_model_len,
+        batch_invariant=config.batch_invariant,
     )
     return Runtime(config, runner, tokenizer, config.served_name or name, frozenset(eos))

@@ -50,6 +50,10 @@ class PagedStep:
     decode_rows: torch.Tensor | None = None  # [kv_heads * B * Lmax] gathered rows (padding: slot 0)
     decode_len: int = 0  # Lmax
     decode_bias: torch.Tensor | None = None  # [1, B, 1, Lmax] float32: 0 or -inf (padding)
+    decode_lens: list[int] = field(default_factory=list)  # [B] each sequence's own length
+    # Batch-invariant mode: each decode sequence attends alone over exactly its own length, so
+    # its products never depend on the longest sequence beside it (TorchRunner's batch_invariant).
+    per_sequence_decode: bool = False
     prefills: list[PrefillChunk] = field(default_factory=list)
 
 
@@ -110,6 +114,12 @@ def _decode_attention(
     v = v_rows.index_select(0, step.decode_rows).view(kv_heads, batch, step.decode_len, head_dim)
     qg = q.view(kv_heads, group, batch, head_dim).transpose(1, 2)  # [KVH, B, G, d]
     scale = scaling if scaling is not None else head_dim**-0.5
+    if step.per_sequence_decode:
+        outs = []
+        for b, length in enumerate(step.decode_lens):
+            scores = torch.matmul(qg[:, b : b + 1], k[:, b : b + 1, :length].transpose(-1, -2)).float() * scale
+            outs.append(torch.matmul(scores.softmax(dim=-1).to(v.dtype), v[:, b : b + 1, :length]))
+        return torch.cat(outs, dim=1).permute(1, 0, 2, 3).reshape(batch, num_heads, head_dim)
     scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale + step.decode_bias  # [KVH, B, G, L]
     probs = scores.softmax(dim=-1).to(v.dtype)
     out = torch.matmul(probs, v)  # [KVH, B, G, d]
@@ -137,6 +147,7 @@ def build_step(
     block_size: int,
     k_cache: list[torch.Tensor],
     v_cache: list[torch.Tensor],
+    per_sequence_decode: bool = False,
 ) -> tuple[PagedStep, torch.Tensor]:
     """Metadata for a packed step. `seqs` holds (start_pos, num_new_tokens) per sequence.
 
@@ -174,6 +185,8 @@ def build_step(
         v_cache=v_cache,
         write_rows=_rows(torch.tensor(slots, dtype=torch.long), kv_heads, num_slots).to(device),
         prefills=prefills,
+        decode_lens=decode_lens,
+        per_sequence_decode=per_sequence_decode,
     )
     if decode_tok:
         step.decode_idx = torch.tensor(decode_tok, dtype=torch.long, device=device)

@@ -231,3 +231,24 @@ def test_penalties_presence_frequency_on_outputs_repetition_on_everything() -> N
 
     per_row = apply_penalties(logits.clone(), [([1], 0), ([1], 0), ([], 0)], [1.0, 0.0, 1.0], [0.0] * 3, [1.0] * 3)
     assert per_row[:, 1].tolist() == [1.0, 2.0, 2.0]
+
+
+def test_fixed_block_linear_makes_a_row_independent_of_its_batch() -> None:
+    # bf16 GEMM rounding depends on the row count (oneDNN's blocking): with an lm_head-sized
+    # product, a row computed last in a batch of 33+ differs from the same row alone (checked
+    # below, so the test cannot pass vacuously); in 32-row blocks it never does.
+    from actors.runners.torch_runner import _fixed_block_linear
+
+    gen = torch.Generator().manual_seed(0)
+    layer = torch.nn.Linear(576, 49152, bias=False).to(torch.bfloat16)
+    x = torch.randn(100, 576, generator=gen).to(torch.bfloat16)
+    plain_differs = []
+    for m in (2, 5, 17, 33, 64, 100):
+        batch = x[:m].clone()
+        batch[m - 1] = x[7]
+        plain_differs.append(not torch.equal(layer(batch)[m - 1], layer(x[7:8])[0]))
+        out = _fixed_block_linear(layer, batch.view(1, m, 576))  # the runner's [1, tokens, hidden]
+        assert out.shape == (1, m, 49152)
+        assert torch.equal(out[0, m - 1], _fixed_block_linear(layer, x[7:8])[0]), m
+    if not any(plain_differs):
+        pytest.skip("this CPU's bf16 GEMM happens to be batch-invariant for these shapes")
