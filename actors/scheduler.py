@@ -69,9 +69,6 @@ class SchedulerInbox:
             return False
         return True
 
-    def close(self) -> None:
-        self.channel.close()
-
     async def __aenter__(self) -> SchedulerInbox:
         return self
 
@@ -88,7 +85,7 @@ class SchedulerActor:
         results: trio.MemoryReceiveChannel[StepResult],
         outputs: trio.MemorySendChannel[StepOutputs],
         requests: Mapping[str, RequestContext],
-        late_aborts: dict[str, AbortReason] | None = None,  # the senders' SchedulerInbox.late_aborts
+        late_aborts: dict[str, AbortReason],  # the senders' SchedulerInbox.late_aborts
     ) -> None:
         self.core = core
         self.inbox = inbox
@@ -99,7 +96,7 @@ class SchedulerActor:
         self.num_steps = 0
         self.last_step_tokens = 0
         self.stopping = False  # a Shutdown arrived: no new step after the one in flight
-        self.late_aborts = late_aborts if late_aborts is not None else {}  # see SchedulerInbox
+        self.late_aborts = late_aborts  # see SchedulerInbox
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()

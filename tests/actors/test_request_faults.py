@@ -15,11 +15,26 @@ import pytest
 import trio
 
 from actors.runners import torch_runner
-from runtime.messages import ScheduledSeq, StepPlan
+from runtime.messages import ScheduledSeq, StepPlan, StepResult
 from runtime.sampling import Guide, SamplingParams
 from tests.conftest import Server
 
 POISON_SEED = 1313
+
+
+def one_greedy_step(model_dir: Path, requests: list[tuple[str, object]]) -> StepResult:
+    """One real step on the tiny model: each (request id, matcher or None) prefills [5, 6, 7]."""
+    runner = torch_runner.TorchRunner(model_dir, dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
+    runner.load()
+    try:
+        greedy = SamplingParams(temperature=0.0, max_tokens=4)
+        seqs = [
+            ScheduledSeq(request_id=rid, token_ids=[5, 6, 7], start_pos=0, block_table=[2 * i], sample=True, sampling=greedy, seed=i, matcher=m)
+            for i, (rid, m) in enumerate(requests)
+        ]
+        return runner.execute(StepPlan(step_id=0, seqs=seqs))
+    finally:
+        runner.close()
 
 
 def test_a_broken_grammar_state_fails_its_request_only(tiny_model_dir: Path) -> None:
@@ -37,17 +52,7 @@ def test_a_broken_grammar_state_fails_its_request_only(tiny_model_dir: Path) -> 
     assert not broken.consume_token(tokenizer.encode("x", add_special_tokens=False)[0])  # not JSON: error state
     assert broken.is_error()
 
-    runner = torch_runner.TorchRunner(tiny_model_dir, dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
-    runner.load()
-    try:
-        greedy = SamplingParams(temperature=0.0, max_tokens=4)
-        seqs = [
-            ScheduledSeq(request_id=rid, token_ids=[5, 6, 7], start_pos=0, block_table=[2 * i], sample=True, sampling=greedy, seed=i, matcher=m)
-            for i, (rid, m) in enumerate([("plain", None), ("guided", healthy), ("broken", broken)])
-        ]
-        result = runner.execute(StepPlan(step_id=0, seqs=seqs))
-    finally:
-        runner.close()
+    result = one_greedy_step(tiny_model_dir, [("plain", None), ("guided", healthy), ("broken", broken)])
     assert result.error is None
     assert set(result.sampled) == {"plain", "guided"}
     assert set(result.failed) == {"broken"} and result.failed["broken"].startswith("grammar error")
@@ -70,17 +75,7 @@ def test_a_mask_fill_that_raises_fails_the_guided_requests_only(tiny_model_dir: 
     monkeypatch.setattr(llguidance.torch, "fill_next_token_bitmask_par", explode)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     matcher = llguidance.LLMatcher(llguidance.hf.from_tokenizer(tokenizer), guide_grammar(Guide(kind="json_object")), log_level=0)
-    runner = torch_runner.TorchRunner(tiny_model_dir, dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
-    runner.load()
-    try:
-        greedy = SamplingParams(temperature=0.0, max_tokens=4)
-        seqs = [
-            ScheduledSeq(request_id=rid, token_ids=[5, 6, 7], start_pos=0, block_table=[2 * i], sample=True, sampling=greedy, seed=i, matcher=m)
-            for i, (rid, m) in enumerate([("plain", None), ("guided", matcher)])
-        ]
-        result = runner.execute(StepPlan(step_id=0, seqs=seqs))
-    finally:
-        runner.close()
+    result = one_greedy_step(tiny_model_dir, [("plain", None), ("guided", matcher)])
     assert result.error is None
     assert set(result.sampled) == {"plain"}
     assert "injected llguidance failure" in result.failed["guided"]
