@@ -7,7 +7,7 @@ surface the request addressed: Azure's for Azure's paths or any `api-version` re
 registration, and the ASGI stack, outermost first:
 
     EdgeMiddleware (request id, access log, metrics)
-      -> AuthMiddleware (API key, then load shedding via api.edge.Admission, then rate limits)
+      -> AuthMiddleware (API key, then load shedding via api.http.edge.Admission, then rate limits)
         -> the Quart app (routing, body decoding, handlers)
 
 Imports quart/quart_trio, msgspec, api and runtime.
@@ -21,8 +21,8 @@ import msgspec
 from quart import current_app, request
 from quart_trio import QuartTrio
 
-from api.edge import Admission, EdgeMiddleware, note_model, note_route
-from api.errors import error_response, from_decode_error, json_response, surface_error
+from api.http.edge import Admission, EdgeMiddleware, note_model, note_route
+from api.http.errors import error_response, from_decode_error, json_response, surface_error
 from runtime.metrics import ServerMetrics
 from runtime.registry import ModelRegistry
 from runtime.errors import ServingError
@@ -54,11 +54,12 @@ async def decode_body(schema: type[T]) -> T:
 
 
 def create_app(models: ModelRegistry, platform_config: Any = None) -> QuartTrio:
-    """`platform_config`: an api.platform_config.PlatformConfig (keys, limits, state dir); None: from the environment."""
-    from api import openapi, platform
-    from api.routes import chat, completions, embeddings, health, responses
-    from api.routes import metrics as metrics_routes
-    from api.routes import models as models_routes
+    """`platform_config`: an api.platform.config.PlatformConfig (keys, limits, state dir); None: from the environment."""
+    from api.http import health, openapi
+    from api.http import metrics as metrics_routes
+    from api.openai import chat, completions, embeddings, responses
+    from api.openai import models as models_routes
+    from api.platform import install as platform
 
     app = QuartTrio("switchyard")
     app.config["RESPONSE_TIMEOUT"] = None
@@ -92,7 +93,7 @@ def create_app(models: ModelRegistry, platform_config: Any = None) -> QuartTrio:
 
     @app.errorhandler(404)
     async def _not_found(exc: Exception):  # type: ignore[no-untyped-def]
-        from api.routes.azure import is_azure
+        from api.azure.routes import is_azure
 
         message = f"No route {request.method} {request.path}."
         if is_azure(request.path, request.query_string):  # seed 003: "route not supported by the model"

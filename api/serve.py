@@ -12,9 +12,9 @@ refused with an error naming it (a misspelt table must not be ignored):
                     ... (MODEL_KEYS); each table overrides the CLI's settings. Without any
                     [[models]], the CLI's model (and the default embedding model) are served.
     [[endpoints]]   serving endpoints over those models, with traffic splits
-                    (api.platform_config.endpoint_specs); applied at every start.
+                    (api.platform.config.endpoint_specs); applied at every start.
     [platform]      API keys (by environment variable name: api_keys_env), rate limits,
-                    state_dir (api.platform_config.file_settings). The environment and the CLI
+                    state_dir (api.platform.config.file_settings). The environment and the CLI
                     flags override it; keys from all three add up.
 """
 
@@ -35,7 +35,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
-from api import platform_config
+from api.platform import config as platform_config
 from runtime.config import RuntimeConfig
 from runtime.logging import configure_logging, get_logger
 from runtime.memory import bound_native_caches
@@ -208,7 +208,7 @@ CONFIG_TABLES = ("models", "endpoints", "platform")
 class ConfigFile:
     path: str
     models: list[dict[str, Any]] = field(default_factory=list)
-    endpoints: list[Any] = field(default_factory=list)  # api.serving_endpoints.CreateEndpointRequest
+    endpoints: list[Any] = field(default_factory=list)  # api.databricks.endpoints.CreateEndpointRequest
     platform: dict[str, Any] = field(default_factory=dict)  # keyword settings for PlatformConfig
 
 

@@ -9,7 +9,7 @@ import torch
 import trio
 from transformers import AutoModelForCausalLM
 
-from api.beam import beam_search
+from api.openai.beam import beam_search
 from runtime.engine import build_runtime
 from tests.conftest import tiny_config
 

@@ -402,8 +402,8 @@ async def test_fuzz_every_route_from_the_openapi_document(tiny_model_dir: Path, 
 
 def test_openapi_document_describes_the_routes() -> None:
     from api.app import create_app
-    from api.openapi import build_document
-    from api.schemas import ChatCompletionRequest
+    from api.http.openapi import build_document
+    from api.openai.schemas import ChatCompletionRequest
     from runtime.registry import ModelRegistry
 
     app = create_app(ModelRegistry([]))
@@ -424,8 +424,8 @@ def test_openapi_document_describes_the_routes() -> None:
 
 def test_openapi_document_publishes_auth_azure_parameters_and_platform_bodies() -> None:
     from api.app import create_app
-    from api.openapi import build_document
-    from api.platform_config import PlatformConfig
+    from api.http.openapi import build_document
+    from api.platform.config import PlatformConfig
     from runtime.registry import ModelRegistry
 
     doc = build_document(create_app(ModelRegistry([]), PlatformConfig()))

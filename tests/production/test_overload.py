@@ -216,8 +216,8 @@ async def test_every_generation_route_sheds_after_auth_before_the_body(
 
 def test_admission_knows_every_generation_route() -> None:
     """Which runtimes a request could use, from its method, path, query and headers alone."""
-    from api.edge import Admission
-    from api.serving_endpoints import Endpoint, EndpointNotFound, ServedEntity
+    from api.http.edge import Admission
+    from api.databricks.endpoints import Endpoint, EndpointNotFound, ServedEntity
 
     def rt(name: str, task: str, live: int) -> SimpleNamespace:
         return SimpleNamespace(served_name=name, task=task, accepting=True, requests=[0] * live, config=SimpleNamespace(max_pending=2))

@@ -15,8 +15,8 @@ import llguidance
 import llguidance.hf
 import pytest
 
-from api.grammars import format_guide, namespace_lark, tool_guide
-from api.tools import ToolCallParser, build_toolset, chat_message_parts, format_call, render_conversation, template_takes_tools
+from api.openai.grammars import format_guide, namespace_lark, tool_guide
+from api.openai.tools import ToolCallParser, build_toolset, chat_message_parts, format_call, render_conversation, template_takes_tools
 from runtime.errors import InvalidRequest
 
 WEATHER = {
@@ -414,16 +414,16 @@ def test_the_prompt_shows_json_the_way_the_grammar_forces_it(tokenizer: Any, ll_
 
 
 def test_schema_validation_is_cached_by_schema_text(monkeypatch: pytest.MonkeyPatch) -> None:
-    import api.grammars
+    import api.openai.grammars
 
     calls: list[str] = []
-    real = api.grammars.json_schema_grammar
+    real = api.openai.grammars.json_schema_grammar
 
     def counting(schema: Any) -> str:
         calls.append(schema)
         return real(schema)
 
-    monkeypatch.setattr(api.grammars, "json_schema_grammar", counting)
+    monkeypatch.setattr(api.openai.grammars, "json_schema_grammar", counting)
     schema = {"type": "object", "properties": {"unique_to_this_test": {"type": "string"}}}
     for _ in range(3):
         build_toolset([{"type": "function", "name": "f", "parameters": schema}], None, None)
@@ -435,7 +435,7 @@ def test_tool_outputs_reach_a_tool_capable_template(tokenizer: Any) -> None:
     """function_call_output and custom_tool_call_output, through input_messages and the
     template path, end up in the encoded prompt (the fallback path: test_responses_wire.py)."""
     from actors.tokenizer import encode_prompt
-    from api.params_responses import input_messages
+    from api.openai.params_responses import input_messages
     from runtime.request import Prompt
 
     items = [

@@ -16,8 +16,8 @@ PURE_MODULES = [
     "actors.sched_core",
     "actors.blocks",
     "actors.detok_core",
-    "api.params",
-    "api.schemas",
+    "api.openai.params",
+    "api.openai.schemas",
 ]
 
 _PROBE = """

@@ -1,4 +1,4 @@
-"""Request validation: msgspec decoding (api.schemas) then cross-field rules (api.params).
+"""Request validation: msgspec decoding (api.openai.schemas) then cross-field rules (api.openai.params).
 
 Every rejection must name the offending field in `InvalidRequest.param`, the OpenAI error's
 `param`, whichever stage catches it.
@@ -11,9 +11,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from api.errors import from_decode_error
-from api.params import chat_params, completion_params, split_prompt
-from api.schemas import ChatCompletionRequest, CompletionRequest
+from api.http.errors import from_decode_error
+from api.openai.params import chat_params, completion_params, split_prompt
+from api.openai.schemas import ChatCompletionRequest, CompletionRequest
 from runtime.errors import InvalidRequest
 from runtime.sampling import SamplingParams
 

@@ -29,9 +29,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from api.grammars import format_guide, tool_guide
-from api.schemas_responses import ResponsesRequest
-from api.tools import ToolSet, build_toolset, render_conversation
+from api.openai.grammars import format_guide, tool_guide
+from api.openai.schemas_responses import ResponsesRequest
+from api.openai.tools import ToolSet, build_toolset, render_conversation
 from runtime.errors import InvalidRequest
 from runtime.request import Prompt
 from runtime.sampling import Guide, SamplingParams

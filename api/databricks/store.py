@@ -6,7 +6,7 @@ nothing behind), its one table, and running every sqlite3 call in a worker threa
 threads from `to_thread` are not pinned (ANCHORS E4) and sqlite3 connections are not shared
 across threads. Writes are serialised by a trio.Lock and committed before they return, so a
 definition the API acknowledged survives a restart. Definitions are stored as JSON text
-(whatever `api.serving_endpoints.Endpoint` encodes to). Imports trio and the stdlib.
+(whatever `api.databricks.endpoints.Endpoint` encodes to). Imports trio and the stdlib.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ its output is read back as tool calls.
 
 Owns: the tool-call format, `ToolSet` (the declared tools and tool_choice, validated), putting
 tools and tool-call history into the prompt, and `ToolCallParser`, which reads calls out of
-generated text incrementally so they can be streamed. Imports api.grammars and runtime.
+generated text incrementally so they can be streamed. Imports api.openai.grammars and runtime.
 
 The format the model writes (and is forced to write when a call is required or named):
 
@@ -42,7 +42,7 @@ import secrets
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from api import grammars
+from api.openai import grammars
 from runtime.errors import InvalidRequest
 
 MAX_TOOLS = 32  # seed 001: at most 32 functions

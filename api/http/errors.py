@@ -66,7 +66,7 @@ def surface_error(
 ) -> tuple[dict, dict[str, str]]:
     """(body, extra headers) of an error on `path`, in the shape of that path's API surface.
     `code` replaces the OpenAI `code` (e.g. "overloaded" for a shed request)."""
-    from api.routes.azure import azure_error, is_azure
+    from api.azure.routes import azure_error, is_azure
 
     if is_azure(path, query):
         return azure_error(status, message)

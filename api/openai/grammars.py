@@ -28,7 +28,7 @@ from runtime.errors import InvalidRequest
 from runtime.sampling import Guide
 
 if TYPE_CHECKING:
-    from api.tools import Tool, ToolSet
+    from api.openai.tools import Tool, ToolSet
 
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 

@@ -25,9 +25,9 @@ from typing import Any
 import msgspec
 from quart import Quart
 
-from api.auth import OPEN_PATHS
-from api.edge import runs_model
-from api.errors import json_response
+from api.http.auth import OPEN_PATHS
+from api.http.edge import runs_model
+from api.http.errors import json_response
 
 # (method, rule) -> a struct, or a tuple of structs (anyOf); entries win over introspection
 REQUEST_BODIES: dict[tuple[str, str], type | tuple[type, ...]] = {}
@@ -88,7 +88,7 @@ def body_schema(view: Callable[..., Any]) -> type | None:
 
 
 def build_document(app: Quart) -> dict[str, Any]:
-    from api.routes.azure import API_VERSIONS, AZURE_PATHS, EXTRA_MODES
+    from api.azure.routes import API_VERSIONS, AZURE_PATHS, EXTRA_MODES
 
     routes = [(rule.rule, sorted(rule.methods - {"HEAD", "OPTIONS"}), rule.endpoint) for rule in app.url_map.iter_rules()]
     routes = [r for r in routes if r[2] not in _HIDDEN]

@@ -24,9 +24,9 @@ from typing import Any
 import msgspec
 from quart import Quart, Response, current_app, request
 
-from api.edge import note_model
-from api.errors import from_decode_error, json_response
-from api.serving_endpoints import TASKS, CreateEndpointRequest, Endpoint, EndpointConfigInput, ServingEndpoints
+from api.http.edge import note_model
+from api.http.errors import from_decode_error, json_response
+from api.databricks.endpoints import TASKS, CreateEndpointRequest, Endpoint, EndpointConfigInput, ServingEndpoints
 from runtime.errors import EngineDead, InvalidRequest, ModelNotFound, Overloaded, ServingError
 from runtime.logging import get_logger
 from runtime.registry import ModelRegistry
@@ -94,7 +94,7 @@ async def _body() -> bytes:
 
 def _route_module(task: str, fields: dict[str, Any], endpoint: str) -> Any:
     """The route module (chat, completions or embeddings) that serves this body."""
-    from api.routes import chat, completions
+    from api.openai import chat, completions
 
     kind = TASKS.get(task, task)
     if any(f in fields for f in TABULAR_FIELDS):
@@ -103,7 +103,7 @@ def _route_module(task: str, fields: dict[str, Any], endpoint: str) -> Any:
         if "input" not in fields:
             raise InvalidRequest(f"Endpoint {endpoint!r} serves {kind}: send `input`.", param="input")
         try:
-            from api.routes import embeddings
+            from api.openai import embeddings
         except ImportError:
             embeddings = None
         if embeddings is None or not hasattr(embeddings, "respond"):
@@ -118,8 +118,8 @@ def _route_module(task: str, fields: dict[str, Any], endpoint: str) -> Any:
 
 
 def _request_schema(module: Any) -> type:
-    from api.routes import chat, completions
-    from api.schemas import ChatCompletionRequest, CompletionRequest
+    from api.openai import chat, completions
+    from api.openai.schemas import ChatCompletionRequest, CompletionRequest
 
     if module is chat:
         return ChatCompletionRequest

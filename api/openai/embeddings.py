@@ -17,8 +17,8 @@ from msgspec import Meta
 from quart import Quart, Response
 
 from api.app import decode_body
-from api.errors import json_response
-from api.streaming import Generation
+from api.http.errors import json_response
+from api.openai.streaming import Generation
 from runtime.errors import InvalidRequest
 from runtime.registry import ModelRegistry
 from runtime.request import Prompt

@@ -1,6 +1,6 @@
 """Azure Machine Learning chat completions (seed 003): POST /chat/completions?api-version=...
 
-Owns the Azure surface over the shared chat logic (`api.routes.chat.respond`):
+Owns the Azure surface over the shared chat logic (`api.openai.chat.respond`):
 - `api-version` is required and must be one Azure names (the seed's, and the
   azure-ai-inference SDK's default); anything else is a 400 naming it;
 - the `extra-parameters` header decides what happens to body fields outside Azure's request
@@ -8,7 +8,7 @@ Owns the Azure surface over the shared chat logic (`api.routes.chat.respond`):
     `error` (and no header): a 400 naming each extra field, with a `detail[]` entry per field;
     `ignore`: they are dropped before the request is read, as if never sent;
     `pass-through`: the whole body goes on to the engine, decoded by the same schema as
-      POST /v1/chat/completions (`api.schemas.ChatCompletionRequest`). So every field that
+      POST /v1/chat/completions (`api.openai.schemas.ChatCompletionRequest`). So every field that
       schema knows takes effect exactly as it does there: top_k, repetition_penalty,
       ignore_eos, min_tokens, stop_token_ids, logprobs, n, max_completion_tokens, ... (and is
       validated there: a bad value is a 422 naming it). A field no schema knows cannot reach
@@ -37,9 +37,9 @@ from typing import Any
 import msgspec
 from quart import Quart, Response, current_app, request
 
-from api.edge import note_model
-from api.errors import from_decode_error, json_response
-from api.schemas import ChatCompletionRequest
+from api.http.edge import note_model
+from api.http.errors import from_decode_error, json_response
+from api.openai.schemas import ChatCompletionRequest
 from runtime.engine import Runtime
 from runtime.errors import EngineDead, InvalidRequest, ModelNotFound, Overloaded, ServingError
 from runtime.logging import get_logger
@@ -188,7 +188,7 @@ def _refuse_images(fields: dict[str, Any], runtime: Runtime) -> None:
 
 
 async def _chat(models: ModelRegistry, fields: dict[str, Any]) -> Response:
-    from api.routes import chat
+    from api.openai import chat
 
     fields = _apply_extra_parameters(fields)
     model = fields.get("model")

@@ -37,9 +37,9 @@ from typing import Any
 import msgspec
 import trio
 
-from api.edge import runs_model
-from api.errors import surface_error
-from api.platform_config import PlatformConfig
+from api.http.edge import runs_model
+from api.http.errors import surface_error
+from api.platform.config import PlatformConfig
 from runtime.logging import get_logger
 
 log = get_logger("auth")
@@ -147,7 +147,7 @@ class AuthMiddleware:
     def __init__(self, app: Any, config: PlatformConfig, clock: Callable[[], float] = time.monotonic, admission: Any = None) -> None:
         self.app = app
         self.config = config
-        self.admission = admission  # api.edge.Admission, or None: no load shedding here
+        self.admission = admission  # api.http.edge.Admission, or None: no load shedding here
         # Digests, so every comparison is of 32 bytes: compare_digest's time then tells
         # neither a key's content nor its length.
         self._keys = [hashlib.sha256(key.encode()).digest() for key in config.api_keys]

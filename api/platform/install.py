@@ -1,6 +1,6 @@
 """The platform surface, wired into an app in one call: `install(app, models, config, admission)`.
 
-Owns the wiring of api/auth.py (API keys, load shedding through api.edge.Admission, rate
+Owns the wiring of api/auth.py (API keys, load shedding through api.http.edge.Admission, rate
 limits, as ASGI middleware around the app), api/databricks.py (serving endpoints, their SQLite
 store loaded before serving, then the endpoints the config file declares applied over it) and
 api/routes/azure.py. `create_app` calls it before wrapping the app in the edge middleware, so
@@ -20,13 +20,14 @@ from typing import Any
 
 from quart import Quart
 
-from api import databricks, openapi
-from api.auth import AuthMiddleware
-from api.endpoints_store import EndpointStore
-from api.platform_config import PlatformConfig
-from api.routes import azure
-from api.schemas import ChatCompletionRequest, CompletionRequest
-from api.serving_endpoints import CreateEndpointRequest, EndpointConfigInput, ServingEndpoints
+from api.databricks import routes as databricks
+from api.http import openapi
+from api.http.auth import AuthMiddleware
+from api.databricks.store import EndpointStore
+from api.platform.config import PlatformConfig
+from api.azure import routes as azure
+from api.openai.schemas import ChatCompletionRequest, CompletionRequest
+from api.databricks.endpoints import CreateEndpointRequest, EndpointConfigInput, ServingEndpoints
 from runtime.logging import get_logger
 from runtime.registry import ModelRegistry
 
@@ -34,7 +35,7 @@ log = get_logger("platform")
 
 
 def install(app: Quart, models: ModelRegistry, config: PlatformConfig | None = None, admission: Any = None) -> None:
-    from api.routes.embeddings import EmbeddingRequest
+    from api.openai.embeddings import EmbeddingRequest
 
     config = config if config is not None else PlatformConfig.from_env()
     endpoints = ServingEndpoints(models, EndpointStore(config.endpoints_db))

@@ -2,7 +2,7 @@
 
 Owns: defaults, cross-field rules (stream_options needs stream, top_logprobs needs logprobs,
 ...) and the table of fields we accept in the schema but cannot honour yet, each rejected
-with a 400 naming it rather than silently ignored. Imports api.schemas and runtime.
+with a 400 naming it rather than silently ignored. Imports api.openai.schemas and runtime.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import msgspec
 
-from api.grammars import format_guide, tool_guide
-from api.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
-from api.tools import ToolSet, build_toolset, render_conversation
+from api.openai.grammars import format_guide, tool_guide
+from api.openai.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+from api.openai.tools import ToolSet, build_toolset, render_conversation
 from runtime.errors import InvalidRequest
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams

@@ -22,7 +22,7 @@ file declares. Built from three layers, later ones winning (keys add up across a
 `from_env` alone is what `create_app` uses when given no config.
 
 Keys are never shown: `repr()` prints how many there are, not what they are.
-Imports the standard library and runtime.model_store (api.serving_endpoints for the
+Imports the standard library and runtime.model_store (api.databricks.endpoints for the
 [[endpoints]] tables, when a file has them).
 """
 
@@ -51,7 +51,7 @@ class PlatformConfig:
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
     state_dir: str | None = None
-    # api.serving_endpoints.CreateEndpointRequest per [[endpoints]] table of the config file
+    # api.databricks.endpoints.CreateEndpointRequest per [[endpoints]] table of the config file
     endpoints: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
@@ -165,7 +165,7 @@ def file_settings(table: Any, environ: Mapping[str, str] | None = None, source: 
 
 
 def endpoint_specs(tables: Any, source: str = "config") -> list[Any]:
-    """The `[[endpoints]]` tables of a config file → api.serving_endpoints.CreateEndpointRequest,
+    """The `[[endpoints]]` tables of a config file → api.databricks.endpoints.CreateEndpointRequest,
     checked for shape here (the served models are checked when the server has them):
 
         [[endpoints]]
@@ -179,7 +179,7 @@ def endpoint_specs(tables: Any, source: str = "config") -> list[Any]:
     name within the endpoint, what responses report in `served-model-name`; `traffic` is
     accepted for `traffic_percentage`. One served entity needs no percentage; several need one
     each, whole numbers summing to 100."""
-    from api.serving_endpoints import (
+    from api.databricks.endpoints import (
         CreateEndpointRequest, EndpointConfigInput, RouteInput, ServedEntityInput, TrafficConfigInput,
     )
 

@@ -31,15 +31,15 @@ import trio
 
 from quart import Quart, Response
 
-from api import sse
+from api.http import sse
 from api.app import decode_body
-from api.errors import json_response
-from api.logprobs import legacy_logprobs
-from api.params import completion_params
-from api.schemas import CompletionRequest
-from api.beam import BeamSearch, unwrapped_errors
-from api.streaming import Collected, Generation, sse_response, sse_stream
-from api.usage import usage_dict
+from api.http.errors import json_response
+from api.openai.logprobs import legacy_logprobs
+from api.openai.params import completion_params
+from api.openai.schemas import CompletionRequest
+from api.openai.beam import BeamSearch, unwrapped_errors
+from api.openai.streaming import Collected, Generation, sse_response, sse_stream
+from api.openai.usage import usage_dict
 from actors.tokenizer import encode_prompt
 from runtime.context_window import fit_context
 from runtime.engine import Runtime

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from quart import Quart
 
-from api.errors import json_response
+from api.http.errors import json_response
 from runtime.registry import ModelRegistry
 
 

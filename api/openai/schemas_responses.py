@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from api.schemas import PositiveInt, Temperature, TopP
+from api.openai.schemas import PositiveInt, Temperature, TopP
 
 
 class ResponsesStreamOptions(msgspec.Struct, kw_only=True):

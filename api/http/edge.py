@@ -42,7 +42,7 @@ import msgspec
 import structlog
 from werkzeug.exceptions import MethodNotAllowed
 
-from api.errors import surface_error
+from api.http.errors import surface_error
 from runtime.errors import Overloaded
 from runtime.logging import get_logger
 from runtime.metrics import ServerMetrics
@@ -89,11 +89,11 @@ SHED_MESSAGE = "Every request slot is taken; retry shortly."
 class Admission:
     """Load shedding from the method, path, query and headers alone (see the module docstring).
 
-    `endpoints` (api.serving_endpoints.ServingEndpoints) is set by api/platform.py; without it,
+    `endpoints` (api.databricks.endpoints.ServingEndpoints) is set by api/platform.py; without it,
     invocations are not shed here (Runtime.open still refuses them)."""
 
     def __init__(self, models: ModelRegistry, endpoints: Any = None) -> None:
-        from api.routes.azure import API_VERSIONS
+        from api.azure.routes import API_VERSIONS
 
         self.models = models
         self.endpoints = endpoints

@@ -31,7 +31,7 @@ import msgspec
 import trio
 from msgspec import Meta
 
-from api.endpoints_store import EndpointStore
+from api.databricks.store import EndpointStore
 from runtime.errors import InvalidRequest, ServingError
 from runtime.logging import get_logger
 from runtime.registry import ModelRegistry
@@ -312,8 +312,8 @@ class ServingEndpoints:
 
     def check_declared(self, specs: Any) -> list[tuple[CreateEndpointRequest, tuple[ServedEntity, ...]]]:
         """Validate the config file's endpoints against the served models, before serving.
-        Raises api.platform_config.ConfigError naming the endpoint and what is wrong with it."""
-        from api.platform_config import ConfigError
+        Raises api.platform.config.ConfigError naming the endpoint and what is wrong with it."""
+        from api.platform.config import ConfigError
 
         checked: list[tuple[CreateEndpointRequest, tuple[ServedEntity, ...]]] = []
         seen: set[str] = set()

@@ -7,15 +7,15 @@ from typing import Any
 
 from quart import Quart, Response
 
-from api import sse
+from api.http import sse
 from api.app import decode_body
-from api.errors import json_response
-from api.logprobs import chat_logprobs
-from api.params import chat_params, chat_tools
-from api.schemas import ChatCompletionRequest
-from api.streaming import Collected, Generation, sse_stream
-from api.tools import ChatDeltas, ToolSet, chat_message_parts, template_takes_tools
-from api.usage import usage_dict
+from api.http.errors import json_response
+from api.openai.logprobs import chat_logprobs
+from api.openai.params import chat_params, chat_tools
+from api.openai.schemas import ChatCompletionRequest
+from api.openai.streaming import Collected, Generation, sse_stream
+from api.openai.tools import ChatDeltas, ToolSet, chat_message_parts, template_takes_tools
+from api.openai.usage import usage_dict
 from runtime.engine import Runtime
 from runtime.messages import TextDelta, Usage
 from runtime.registry import ModelRegistry

@@ -20,15 +20,15 @@ from typing import Any
 
 from quart import Quart
 
-from api import sse
+from api.http import sse
 from api.app import decode_body
-from api.errors import json_response
-from api.logprobs import chat_logprobs
-from api.params_responses import responses_params
-from api.responses_events import Event, ResponsesEventBuilder, new_id
-from api.schemas_responses import ResponsesRequest
-from api.streaming import Generation, sse_response
-from api.tools import ToolCallParser, ToolSet, template_takes_tools
+from api.http.errors import json_response
+from api.openai.logprobs import chat_logprobs
+from api.openai.params_responses import responses_params
+from api.openai.responses_events import Event, ResponsesEventBuilder, new_id
+from api.openai.schemas_responses import ResponsesRequest
+from api.openai.streaming import Generation, sse_response
+from api.openai.tools import ToolCallParser, ToolSet, template_takes_tools
 from runtime.errors import InvalidRequest, RequestFailed, ServingError
 from runtime.logging import get_logger
 from runtime.messages import FinishReason, Logprob, Usage
@@ -41,7 +41,7 @@ _PARAM = {"messages": "input", "prompt": "input"}  # max_tokens: SamplingParams.
 
 
 def register(app: Quart, models: ModelRegistry) -> None:
-    from api import openapi
+    from api.http import openapi
 
     openapi.register_body("/v1/responses", ResponsesRequest)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from quart import Response
 
-from api import sse
+from api.http import sse
 from runtime.engine import RequestStream, Runtime
 from runtime.mailbox import GroupSignal
 from runtime.messages import FinishReason, Logprob, TextDelta, Usage
