@@ -19,6 +19,7 @@ from runtime.errors import RequestFailed
 from runtime.logging import get_logger
 from runtime.messages import AbortReason, FinishReason, StepOutputs, TextDelta, TokenDelta, Usage
 from runtime.request import RequestContext
+from runtime.sampling import visible_tokens
 
 log = get_logger("detokenizer")
 
@@ -80,12 +81,7 @@ class DetokenizerActor:
 
         finish = item.finish_reason
         stop_reason: str | int | None = item.stop_token_id
-        tokens = item.token_ids
-        # The EOS or stop token that ended the request is not part of its text, except a
-        # stop_token_ids hit with include_stop_str_in_output (seed 004: the flag only concerns
-        # the stops the client named, so EOS stays out either way).
-        if finish is FinishReason.STOP and tokens and not (params.include_stop_str_in_output and item.stop_token_id is not None):
-            tokens = tokens[:-1]
+        tokens = visible_tokens(item.token_ids, params, finish is FinishReason.STOP, item.stop_token_id)
         text, hit = ctx.detok.push(tokens)
         if hit is not None:
             stop_reason = hit

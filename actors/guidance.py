@@ -1,9 +1,9 @@
 """Grammar compilation for constrained decoding (llguidance). No torch, no trio.
 
-Owns: turning a `Guide` into an llguidance matcher for one request, and `JSON_OPTIONS`, the one
-definition of how guided JSON is laid out (api/grammars.py validates and inlines schemas with
-it). Compiling is done once per distinct guide and cached; each request gets a cheap
-`deep_copy()` of the compiled template. Runs in the tokenizer actor's worker threads (several
+Owns: turning a `Guide` into an llguidance matcher for one request; the grammar text itself
+comes from runtime/grammar_spec.py, which the API edge validates with. Compiling is done once
+per distinct guide and cached; each request gets a cheap `deep_copy()` of the compiled
+template. Runs in the tokenizer actor's worker threads (several
 at once: llguidance releases the GIL while it compiles), so neither the event loop nor the
 device step ever waits on a compilation. An invalid guide raises InvalidRequest naming
 `guide.param`.
@@ -18,49 +18,10 @@ from typing import Any
 import llguidance
 
 from runtime.errors import InvalidRequest
+from runtime.grammar_spec import guide_grammar
 from runtime.sampling import Guide
 
-# Guided JSON is written the way the model is shown JSON: the tool-call format, the fallback
-# tool prompt and the rendered history all use `json.dumps`'s ", " and ": " (as chat
-# templates' `tojson` does), and no other whitespace, since a small model given free
-# whitespace can wander into endless newlines. A schema that sets its own "x-guidance"
-# options keeps them.
-JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 _CACHE_SIZE = 256
-
-
-def json_schema_grammar(schema: str | dict[str, Any]) -> str:
-    """The llguidance grammar for a JSON schema, laid out as JSON_OPTIONS says.
-
-    Raises ValueError / TypeError when `schema` is not a JSON object; it does not check the
-    schema itself (LLMatcher.validate_grammar does)."""
-    return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
-
-
-def guide_grammar(guide: Guide) -> str:
-    """The llguidance grammar text for a guide (raises InvalidRequest on malformed input)."""
-    try:
-        if guide.kind == "json_object":
-            return json_schema_grammar({"type": "object"})
-        if guide.kind == "json_schema":
-            return json_schema_grammar(guide.definition or "{}")
-        if guide.kind == "lark":
-            return llguidance.LLMatcher.grammar_from_lark(guide.definition)
-        if guide.kind == "regex":
-            return llguidance.LLMatcher.grammar_from_regex(guide.definition)
-    except (ValueError, TypeError) as exc:
-        raise InvalidRequest(f"Invalid {guide.kind}: {exc}", param=guide.param) from exc
-    raise InvalidRequest(f"Unknown constraint kind {guide.kind!r}.", param=guide.param)
-
-
-def validate_guide(guide: Guide) -> str | None:
-    """An error message when the guide cannot compile, else None. Needs no tokenizer."""
-    try:
-        grammar = guide_grammar(guide)
-    except InvalidRequest as exc:
-        return str(exc)
-    error = llguidance.LLMatcher.validate_grammar(grammar)
-    return error or None
 
 
 class GuideCompiler:

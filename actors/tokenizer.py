@@ -13,6 +13,7 @@ Imports trio, runtime and (through the tokenizer object) transformers.
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
@@ -107,6 +108,16 @@ class TokenizerActor:
         self._limiter = trio.CapacityLimiter(1)  # encoding: one request at a time, in order
         self._compile_limiter = trio.CapacityLimiter(compile_concurrency)
         self._rng = random.Random()
+
+    async def encode(self, prompt: Prompt) -> list[int]:
+        """A prompt's token ids, encoded as requests are (Runtime.encode: echo, beam search).
+        In a worker thread, in turn with the requests' encoding."""
+        return await trio.to_thread.run_sync(encode_prompt, self.tokenizer, prompt, limiter=self._limiter)
+
+    async def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
+        """Text of token ids (Runtime.decode), in a worker thread, in turn with the encoding."""
+        decode = functools.partial(self.tokenizer.decode, token_ids, skip_special_tokens=skip_special_tokens)
+        return await trio.to_thread.run_sync(decode, limiter=self._limiter)
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         if self.guides is not None:

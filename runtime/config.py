@@ -22,7 +22,7 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     max_num_batched_tokens_embed: int = 8192  # tokens per embedding step (no KV cache to bound it)
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     max_pending: int = 512  # admitted, unfinished requests; past this submit() says Overloaded
-    # Estimated tokens (prompt + max_tokens, see runtime.engine.estimate_tokens) of admitted,
+    # Estimated tokens (prompt + max_tokens, see runtime.admission.estimate_tokens) of admitted,
     # unfinished requests; past this submit() says Overloaded. None: no token budget.
     max_pending_tokens: int | None = None
     num_threads: int | None = None  # torch intra-op threads; None: leave torch's default

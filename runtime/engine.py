@@ -1,7 +1,9 @@
 """`Runtime`: the actor pipeline for one served model, and the door requests come in by.
 
 Owns: the memory channels, starting the actors in one nursery (executor first: the model's
-limits size everything else), admission control, `submit()` and the shutdown order.
+limits size everything else), admission control, `submit()`, the shutdown order, and the
+tokenizer's services to the API (`encode`, `decode`: served by the tokenizer actor, off the
+event loop).
 
     HTTP handler ──submit()──▶ tokenizer ──▶ scheduler ⇄ executor (device thread)
                                                 │
@@ -32,12 +34,14 @@ from actors.runners.base import ModelInfo, Runner
 from actors.sched_core import SchedulerConfig, SchedulerCore
 from actors.scheduler import SchedulerActor, SchedulerInbox
 from actors.tokenizer import TokenizerActor
+from runtime.admission import estimate_tokens
 from runtime.config import RuntimeConfig
 from runtime.errors import EngineDead, InvalidRequest, Overloaded
 from runtime.logging import get_logger
-from runtime.messages import AbortReason, TextDelta
+from runtime.messages import AbortReason
 from runtime.mailbox import GroupSignal
 from runtime.request import Prompt, RequestContext
+from runtime.stream import RequestStream
 from runtime.sampling import SamplingParams
 
 log = get_logger("runtime")
@@ -46,33 +50,6 @@ try:
     _ENGINE_VERSION = importlib.metadata.version("switchyard")
 except importlib.metadata.PackageNotFoundError:  # running from a source tree
     _ENGINE_VERSION = "dev"
-
-
-class RequestStream:
-    """What `submit()` yields: the request's id, counters, and its deltas as an async iterator."""
-
-    def __init__(self, runtime: Runtime, ctx: RequestContext) -> None:
-        self._runtime = runtime
-        self.ctx = ctx
-
-    @property
-    def request_id(self) -> str:
-        return self.ctx.request_id
-
-    async def next(self) -> TextDelta | None:
-        return await self.ctx.mailbox.get()
-
-    def close(self) -> None:
-        """Abort the request if it is still live. Synchronous: safe in a cancelled scope."""
-        if self.ctx.request_id in self._runtime.requests:
-            self._runtime.abort(self.ctx.request_id, AbortReason.CLIENT_GONE)
-
-    def __aiter__(self) -> AsyncIterator[TextDelta]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[TextDelta]:
-        while (delta := await self.ctx.mailbox.get()) is not None:
-            yield delta
 
 
 class Runtime:
@@ -285,7 +262,7 @@ class Runtime:
             # Found by the fuzz test: an id past the embedding table fails the whole device step,
             # and with it every other request batched into that step.
             raise InvalidRequest(f"Token ids must be below the vocabulary size, {self.info.vocab_size}.", param="prompt", code="invalid_token_id")
-        if len(self.requests) + n > self.config.max_pending:
+        if self.full(n):
             raise Overloaded(f"{len(self.requests)} requests are in flight; retry shortly.")
         cost = 0
         if self.config.max_pending_tokens is not None:
@@ -318,6 +295,19 @@ class Runtime:
             if cost:
                 self._costs[ctx.request_id] = cost
         return [RequestStream(self, ctx) for ctx in contexts]
+
+    def full(self, n: int = 1) -> bool:
+        """Whether `n` more requests would pass `max_pending`: the one overload rule, applied
+        here to every request and by the API edge's load shedding before a body is read."""
+        return len(self.requests) + n > self.config.max_pending
+
+    async def encode(self, prompt: Prompt) -> list[int]:
+        """The prompt's token ids, encoded as requests are, by the tokenizer actor off the event loop."""
+        return await self.tokenizer_actor.encode(prompt)
+
+    async def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
+        """Text of token ids, decoded by the tokenizer actor off the event loop."""
+        return await self.tokenizer_actor.decode(token_ids, skip_special_tokens)
 
     def pending_tokens(self) -> int:
         """Estimated tokens of live requests (0 unless max_pending_tokens is set). O(live)."""
@@ -352,31 +342,6 @@ class Runtime:
 
 class _Aborted(Exception):
     pass
-
-
-def estimate_tokens(prompt: Prompt, sampling: SamplingParams, max_model_len: int) -> int:
-    """What admission charges a request, before it is tokenized: prompt + tokens to generate.
-
-    Text counts 1 token per 4 UTF-8 bytes (plus 4 per chat message for role markers); token
-    ids count exactly. Without max_tokens the request may run to the context length. Capped at
-    `max_model_len`: one request never holds more than a full context.
-    """
-    if prompt.token_ids is not None:
-        num_prompt = len(prompt.token_ids)
-    elif prompt.messages is not None:
-        num_prompt = sum(4 + _text_bytes(m.get("content")) // 4 for m in prompt.messages)
-    else:
-        num_prompt = _text_bytes(prompt.text) // 4 + 1
-    num_new = sampling.max_tokens if sampling.max_tokens is not None else max_model_len - num_prompt
-    return max(1, min(max_model_len, num_prompt + max(0, num_new)))
-
-
-def _text_bytes(content: Any) -> int:
-    if isinstance(content, str):
-        return len(content.encode())
-    if isinstance(content, list):  # content parts
-        return sum(_text_bytes(part.get("text") if isinstance(part, dict) else part) for part in content)
-    return 0
 
 
 def _fast_backend(tokenizer: Any) -> Any:

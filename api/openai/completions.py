@@ -40,13 +40,12 @@ from api.openai.schemas import CompletionRequest
 from api.openai.beam import BeamSearch, unwrapped_errors
 from api.openai.streaming import Collected, Generation, sse_response, sse_stream
 from api.openai.usage import usage_dict
-from actors.tokenizer import encode_prompt
 from runtime.context_window import fit_context
 from runtime.engine import Runtime
 from runtime.messages import Logprob, TextDelta, Usage
 from runtime.registry import ModelRegistry
 from runtime.request import Prompt
-from runtime.sampling import SamplingParams
+from runtime.sampling import SamplingParams, visible_tokens
 
 
 def register(app: Quart, models: ModelRegistry) -> None:
@@ -69,17 +68,19 @@ async def respond(models: ModelRegistry, req: CompletionRequest) -> Response:
         "model": runtime.served_name,
         "system_fingerprint": runtime.fingerprint,
     }
-    if req.stream:
-        return _stream(runtime, gen, req, head)
-    outs = await gen.collect()
     per_prompt = sampling.n
+    if req.stream:
+        # A stream echoes the whole prompt: it starts before usage says what was truncated.
+        return _stream(runtime, gen, req, head, await _echoes(runtime, req, prompts, [None] * len(prompts)), per_prompt)
+    outs = await gen.collect()
+    echoes = await _echoes(runtime, req, prompts, outs[::per_prompt])
     choices = []
     for p in range(len(prompts)):
         group = outs[p * per_prompt : (p + 1) * per_prompt]
         if per_prompt > req.n:  # best_of: keep the n most likely, best first
             group = sorted(group, key=lambda o: o.cumulative_logprob, reverse=True)[: req.n]
         for i, out in enumerate(group):
-            choices.append(_choice(runtime, req, p * req.n + i, out, prompts[p]))
+            choices.append(_choice(runtime, req, p * req.n + i, out, echoes[p]))
     return json_response({**head, "choices": choices, "usage": _usage(outs, per_prompt)})
 
 
@@ -90,20 +91,14 @@ async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[P
 
     async def one(p: int) -> None:
         prompt = prompts[p]
-        ids = prompt.token_ids
-        if ids is None:
-            ids = await trio.to_thread.run_sync(encode_prompt, runtime.tokenizer, prompt)
         ids, max_tokens, truncated = fit_context(
-            list(ids), sampling.max_tokens, runtime.max_model_len, truncate=prompt.truncate, max_tokens_param=sampling.max_tokens_param
+            await runtime.encode(prompt), sampling.max_tokens, runtime.max_model_len, truncate=prompt.truncate, max_tokens_param=sampling.max_tokens_param
         )
         search = BeamSearch(runtime, ids, sampling.n, max_tokens, sampling)
         beams = (await search.run())[: req.n]
         for beam in beams:
-            # The EOS or stop token that ended a beam is not part of its text, except a
-            # stop_token_ids hit with include_stop_str_in_output (as the detokenizer does).
-            keep_end = beam.stop_token_id is not None and sampling.include_stop_str_in_output
-            tokens = beam.tokens[:-1] if beam.finished and not keep_end else beam.tokens
-            text = runtime.tokenizer.decode(tokens, skip_special_tokens=sampling.skip_special_tokens)
+            tokens = visible_tokens(beam.tokens, sampling, beam.finished, beam.stop_token_id)
+            text = await runtime.decode(tokens, sampling.skip_special_tokens)
             usage = Usage(
                 prompt_tokens=len(ids),
                 completion_tokens=len(beam.tokens),
@@ -127,8 +122,9 @@ async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[P
     async with unwrapped_errors(), trio.open_nursery() as nursery:
         for p in range(len(prompts)):
             nursery.start_soon(one, p)
+    echoes = await _echoes(runtime, req, prompts, [group[0] if group else None for group in collected])
     choices = [
-        _choice(runtime, req, p * req.n + i, out, prompts[p]) for p, outs in enumerate(collected) for i, out in enumerate(outs)
+        _choice(runtime, req, p * req.n + i, out, echoes[p]) for p, outs in enumerate(collected) for i, out in enumerate(outs)
     ]
     outs = [out for group in collected for out in group]
     head = {
@@ -149,20 +145,28 @@ async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[P
     return sse_response(events())
 
 
-def _echo_prefix(runtime: Runtime, req: CompletionRequest, out: Collected, prompt: Any) -> tuple[str, list[int]]:
-    if not req.echo:
-        return "", []
-    ids = prompt.token_ids if prompt.token_ids is not None else runtime.tokenizer.encode(prompt.text, add_special_tokens=prompt.add_special_tokens)
-    text = prompt.text if prompt.text is not None else runtime.tokenizer.decode(ids)
-    truncated = out.usage.truncated_prompt_tokens if out.usage is not None else 0
-    if truncated:  # error_behavior "truncate": echo what the model read, the kept tail
+Echo = tuple[str, list[int]]  # what echo prepends to a prompt's choices: text and token ids
+
+
+async def _echoes(runtime: Runtime, req: CompletionRequest, prompts: list[Prompt], firsts: list[Collected | None]) -> list[Echo]:
+    """Per prompt, the prompt as the model read it (error_behavior "truncate": the kept tail,
+    as the usage of its first output `firsts[p]` says), or nothing without echo. Encoded and
+    decoded by the runtime's tokenizer actor, off the event loop."""
+    echoes: list[Echo] = []
+    for prompt, first in zip(prompts, firsts):
+        if not req.echo:
+            echoes.append(("", []))
+            continue
+        ids = list(prompt.token_ids) if prompt.token_ids is not None else await runtime.encode(prompt)
+        truncated = first.usage.truncated_prompt_tokens if first is not None and first.usage is not None else 0
         ids = ids[truncated:]
-        text = runtime.tokenizer.decode(ids)
-    return text, list(ids)
+        text = prompt.text if prompt.text is not None and not truncated else await runtime.decode(ids, False)
+        echoes.append((text, ids))
+    return echoes
 
 
-def _choice(runtime: Runtime, req: CompletionRequest, index: int, out: Collected, prompt: Any) -> dict[str, Any]:
-    echo_text, echo_ids = _echo_prefix(runtime, req, out, prompt)
+def _choice(runtime: Runtime, req: CompletionRequest, index: int, out: Collected, echo: Echo) -> dict[str, Any]:
+    echo_text, echo_ids = echo
     text = echo_text + out.text + (req.suffix or "")
     logprobs = None
     if req.logprobs is not None:
@@ -171,7 +175,7 @@ def _choice(runtime: Runtime, req: CompletionRequest, index: int, out: Collected
         if req.echo:
             entries = [None, *(out.prompt_logprobs or [])][: len(echo_ids)]
             entries += [None] * (len(echo_ids) - len(entries))
-            ids = echo_ids
+            ids = list(echo_ids)  # the prompt's choices share its echo
         entries += list(out.logprobs)
         ids += [e.token_id for e in out.logprobs]
         logprobs = legacy_logprobs(runtime.tokenizer, entries, ids)
@@ -205,14 +209,13 @@ def _usage(outs: list[Collected], per_prompt: int) -> dict[str, Any] | None:
     return body
 
 
-def _stream(runtime: Runtime, gen: Generation, req: CompletionRequest, head: dict[str, Any]):  # type: ignore[no-untyped-def]
+def _stream(runtime: Runtime, gen: Generation, req: CompletionRequest, head: dict[str, Any], echoes: list[Echo], per_prompt: int) -> Response:
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     if include_usage:
         head = {**head, "usage": None}
     finished: dict[int, Collected] = {}
     started: set[int] = set()
     offsets: dict[int, int] = {}
-    prompts = [s.ctx.prompt for s in gen.streams]
 
     def render(index: int, delta: TextDelta) -> list[bytes]:
         text = delta.text
@@ -221,8 +224,7 @@ def _stream(runtime: Runtime, gen: Generation, req: CompletionRequest, head: dic
         if index not in started:
             started.add(index)
             if req.echo:
-                out = Collected(prompt_logprobs=delta.prompt_logprobs)
-                echo_text, echo_ids = _echo_prefix(runtime, req, out, prompts[index])
+                echo_text, echo_ids = echoes[index // per_prompt]
                 text = echo_text + text
                 if req.logprobs is not None:
                     echo_entries = [None, *(delta.prompt_logprobs or [])][: len(echo_ids)]

@@ -6,8 +6,8 @@ JSON schema inlined as `%json {...}` and each custom tool's grammar embedded), a
 every schema and grammar a client sends by compiling it with llguidance, so a bad one is a 400
 naming the field instead of a failure inside the engine. Validation is cached by the text of
 the schema or grammar (an agent sends the same tools on every turn). Imports llguidance,
-runtime and `actors.guidance` (the engine's compiler, so the edge checks exactly what the
-engine will compile, with the same `JSON_OPTIONS`).
+runtime (runtime/grammar_spec.py: the grammar text the engine's compiler compiles, so the
+edge checks exactly what the engine will compile, with the same `JSON_OPTIONS`).
 
 Grammars are llguidance's Lark dialect. A client's Lark grammar is embedded by renaming all of
 its rules and terminals into a namespace of its own (`namespace_lark`), so several tools'
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import llguidance
 
-from actors.guidance import JSON_OPTIONS, json_schema_grammar
 from runtime.errors import InvalidRequest
+from runtime.grammar_spec import JSON_OPTIONS, json_schema_grammar
 from runtime.sampling import Guide
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ teach. A custom tool's input is plain text, never JSON, so it has a form of its 
     </tool_call>
 
 Several calls are separated by a newline. JSON is shown and forced with `json.dumps`'s ", " and
-": " separators and no other whitespace (`actors.guidance.JSON_OPTIONS`): the history's
+": " separators and no other whitespace (`runtime.grammar_spec.JSON_OPTIONS`): the history's
 arguments are re-serialized that way, so the model never sees a layout it may not write.
 
 A call names a tool the model may call now, or it is not a call: `<tool_call>` text that names
