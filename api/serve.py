@@ -12,7 +12,7 @@ refused with an error naming it (a misspelt table must not be ignored):
                     ... (MODEL_KEYS); each table overrides the CLI's settings. Without any
                     [[models]], the CLI's model (and the default embedding model) are served.
     [[endpoints]]   serving endpoints over those models, with traffic splits
-                    (api.platform.config.endpoint_specs); applied at every start.
+                    (api.databricks.declared.endpoint_specs); applied at every start.
     [platform]      API keys (by environment variable name: api_keys_env), rate limits,
                     state_dir (api.platform.config.file_settings). The environment and the CLI
                     flags override it; keys from all three add up.
@@ -35,10 +35,14 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
+from api.app import create_app
+from api.databricks.declared import endpoint_specs
 from api.platform import config as platform_config
 from runtime.config import RuntimeConfig
+from runtime.engine import build_runtime
 from runtime.logging import configure_logging, get_logger
 from runtime.memory import bound_native_caches
+from runtime.registry import ModelRegistry
 
 log = get_logger("serve")
 DEFAULTS = RuntimeConfig()  # one place for every default: the CLI shows the same ones
@@ -113,11 +117,6 @@ async def serve_runtime(
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the runtime and the HTTP server until `shutdown_trigger` returns, then drain."""
-    from api.app import create_app
-    from runtime.engine import build_runtime
-
-    from runtime.registry import ModelRegistry
-
     factory = runtime_factory or build_runtime
     models = ModelRegistry([factory(c) for c in (config, *extra_models)])  # type: ignore[misc]
     app = create_app(models, platform)
@@ -237,7 +236,7 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
         if table.get("task", "chat") not in ("chat", "completions", "embeddings"):
             raise SystemExit(f"{path}: models[{i}].task must be chat, completions or embeddings")
     try:
-        endpoints = platform_config.endpoint_specs(document.get("endpoints", []), path)
+        endpoints = endpoint_specs(document.get("endpoints", []), path)
         settings = platform_config.file_settings(document.get("platform", {}), environ, path)
     except platform_config.ConfigError as exc:
         raise SystemExit(str(exc)) from None

@@ -1,7 +1,9 @@
-"""What admission charges a request before it is tokenized (`max_pending_tokens`).
+"""Admission rules, each written once: when a runtime is full (`max_pending`), and what a
+request is charged against `max_pending_tokens` before it is tokenized.
 
-Owns: `estimate_tokens`, used by `Runtime.open` against the runtime's token budget. Pure: no
-trio, no tokenizer. The request-count rule (`max_pending`) is `Runtime.full`.
+`is_full` is applied by `Runtime.open` to every request and by the API edge's load shedding
+(api/http/admission.py) before a body is read; `estimate_tokens` by `Runtime.open`. Pure: no
+trio, no tokenizer.
 """
 
 from __future__ import annotations
@@ -10,6 +12,11 @@ from typing import Any
 
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
+
+
+def is_full(live: int, max_pending: int, n: int = 1) -> bool:
+    """Whether a runtime with `live` admitted, unfinished requests cannot take `n` more."""
+    return live + n > max_pending
 
 
 def estimate_tokens(prompt: Prompt, sampling: SamplingParams, max_model_len: int) -> int:

@@ -34,7 +34,7 @@ from actors.runners.base import ModelInfo, Runner
 from actors.sched_core import SchedulerConfig, SchedulerCore
 from actors.scheduler import SchedulerActor, SchedulerInbox
 from actors.tokenizer import TokenizerActor
-from runtime.admission import estimate_tokens
+from runtime.admission import estimate_tokens, is_full
 from runtime.config import RuntimeConfig
 from runtime.errors import EngineDead, InvalidRequest, Overloaded
 from runtime.logging import get_logger
@@ -262,7 +262,7 @@ class Runtime:
             # Found by the fuzz test: an id past the embedding table fails the whole device step,
             # and with it every other request batched into that step.
             raise InvalidRequest(f"Token ids must be below the vocabulary size, {self.info.vocab_size}.", param="prompt", code="invalid_token_id")
-        if self.full(n):
+        if is_full(len(self.requests), self.config.max_pending, n):
             raise Overloaded(f"{len(self.requests)} requests are in flight; retry shortly.")
         cost = 0
         if self.config.max_pending_tokens is not None:
@@ -295,11 +295,6 @@ class Runtime:
             if cost:
                 self._costs[ctx.request_id] = cost
         return [RequestStream(self, ctx) for ctx in contexts]
-
-    def full(self, n: int = 1) -> bool:
-        """Whether `n` more requests would pass `max_pending`: the one overload rule, applied
-        here to every request and by the API edge's load shedding before a body is read."""
-        return len(self.requests) + n > self.config.max_pending
 
     async def encode(self, prompt: Prompt) -> list[int]:
         """The prompt's token ids, encoded as requests are, by the tokenizer actor off the event loop."""

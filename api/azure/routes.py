@@ -1,6 +1,7 @@
 """Azure Machine Learning chat completions (seed 003): POST /chat/completions?api-version=...
 
-Owns the Azure surface over the shared chat logic (`api.openai.chat.respond`):
+Owns the Azure surface's routes, over the chat format `register` is handed (the OpenAI
+surface's chat handler, from create_app: surfaces never import each other):
 - `api-version` is required and must be one Azure names (the seed's, and the
   azure-ai-inference SDK's default); anything else is a 400 naming it;
 - the `extra-parameters` header decides what happens to body fields outside Azure's request
@@ -8,8 +9,8 @@ Owns the Azure surface over the shared chat logic (`api.openai.chat.respond`):
     `error` (and no header): a 400 naming each extra field, with a `detail[]` entry per field;
     `ignore`: they are dropped before the request is read, as if never sent;
     `pass-through`: the whole body goes on to the engine, decoded by the same schema as
-      POST /v1/chat/completions (`api.openai.schemas.ChatCompletionRequest`). So every field that
-      schema knows takes effect exactly as it does there: top_k, repetition_penalty,
+      POST /v1/chat/completions (the handler's struct). So every field that schema knows
+      takes effect exactly as it does there: top_k, repetition_penalty,
       ignore_eos, min_tokens, stop_token_ids, logprobs, n, max_completion_tokens, ... (and is
       validated there: a bad value is a 422 naming it). A field no schema knows cannot reach
       the model, so it is ignored, and the names (never the values) are logged
@@ -18,131 +19,51 @@ Owns the Azure surface over the shared chat logic (`api.openai.chat.respond`):
   default chat model); a model that cannot chat (an embedder) is a 404 NotFoundError, as the
   seed's "route not supported by the model";
 - text content parts are read, image parts are refused as 422 on a text-only model;
-- every error is the seed's body, {"error", "message", "status"} (422 adds "code" and
-  "detail": [{"loc", "value"}]), with the `x-ms-error-code` header. `is_azure` says which
-  requests belong to this surface (Azure's paths, or anything sent with `api-version`), so
-  that errors raised outside these views (401, 429, shed requests, unknown routes, wrong
-  methods) take the same shape (api/errors.py `surface_error`, api/app.py).
-GET /info (the SDK's get_model_info) describes the chosen model. Imports quart, msgspec, api
-and runtime.
+- every error is the seed's body (api/azure/errors.py), also for errors raised outside
+  these views (401, 429, shed requests, unknown routes, wrong methods).
+GET /info (the SDK's get_model_info) describes the chosen model. Imports quart, api.http,
+api.azure and runtime.
 """
 
 from __future__ import annotations
 
-import re
-from http import HTTPStatus
-from urllib.parse import parse_qsl
 from typing import Any
 
-import msgspec
-from quart import Quart, Response, current_app, request
+from quart import Quart, Response, request
 
+from api.azure.errors import AzureRequestError, detail, with_detail
+from api.http.body import convert, decode_object, read_body
 from api.http.edge import note_model
-from api.http.errors import from_decode_error, json_response
-from api.openai.schemas import ChatCompletionRequest
+from api.http.errors import json_response
+from api.http.routes import AZURE_API_VERSIONS, Handler, bind
 from runtime.engine import Runtime
-from runtime.errors import EngineDead, InvalidRequest, ModelNotFound, Overloaded, ServingError
+from runtime.errors import ServingError
 from runtime.logging import get_logger
 from runtime.registry import ModelRegistry
 
 log = get_logger("azure")
 
-API_VERSIONS = ("2024-04-01-preview", "2024-05-01-preview")
 # CreateChatCompletionRequest in seed 003, plus `model`, which Azure's SDKs send.
 AZURE_FIELDS = frozenset(
     {"messages", "frequency_penalty", "max_tokens", "presence_penalty", "response_format", "seed", "stop",
      "stream", "temperature", "tool_choice", "tools", "top_p", "model"}
 )
 EXTRA_MODES = ("pass-through", "ignore", "error")
-# The Azure AI model inference routes: errors on these paths are Azure's, whatever the query.
-AZURE_PATHS = frozenset({"/chat/completions", "/info", "/embeddings", "/images/embeddings", "/completions"})
 IMAGE_PARTS = ("image", "image_url", "input_image")
-_CODES = {400: "BadRequest", 401: "Unauthorized", 404: "NotFound", 408: "RequestTimeout", 413: "PayloadTooLarge",
-          422: "UnprocessableContent", 429: "TooManyRequests", 500: "InternalServerError", 503: "ServiceUnavailable"}
-_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
-
-
-class AzureError(ServingError):
-    """An error with Azure's status and optional detail entries ({"loc": [...], "value": ...})."""
-
-    def __init__(self, status: int, message: str, detail: list[dict[str, Any]] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.detail = detail
-
-
-def azure_error(status: int, message: str, detail: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
-    """(body, headers) of an Azure error."""
-    code = _CODES.get(status) or HTTPStatus(status).phrase.replace(" ", "")
-    body: dict[str, Any] = {"error": HTTPStatus(status).phrase, "message": message, "status": status}
-    if detail is not None or status == 422:
-        body["code"] = code
-        body["detail"] = detail or []
-    return body, {"x-ms-error-code": code}
-
-
-def is_azure(path: str, query: bytes | str | Any = b"") -> bool:
-    """Whether a request belongs to the Azure surface: one of Azure's paths, or any path
-    called with an `api-version` query parameter (how Azure clients address every route).
-    `query`: the raw query string (ASGI's bytes, or str) or a mapping of query arguments."""
-    if path in AZURE_PATHS:
-        return True
-    if isinstance(query, bytes):
-        query = query.decode("latin-1")
-    if isinstance(query, str):
-        return "api-version" in query and any(k == "api-version" for k, _ in parse_qsl(query, keep_blank_values=True))
-    return "api-version" in query
-
-
-def _value_at(fields: Any, loc: list[str]) -> str:
-    value = fields
-    for step in loc:
-        if isinstance(value, dict) and step in value:
-            value = value[step]
-        elif isinstance(value, list) and step.isdigit() and int(step) < len(value):
-            value = value[int(step)]
-        else:
-            return ""
-    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
-
-
-def _loc(param: str) -> list[str]:
-    return [a or b for a, b in _STEP.findall(param)]
-
-
-def _detail(fields: Any, *params: str) -> list[dict[str, Any]]:
-    return [{"loc": ["body", *_loc(p)], "value": _value_at(fields, _loc(p))} for p in params]
-
-
-def to_response(exc: ServingError, fields: Any = None) -> Response:
-    detail = exc.detail if isinstance(exc, AzureError) else None
-    headers: dict[str, str] = {}
-    if isinstance(exc, AzureError):
-        status = exc.status
-    elif isinstance(exc, InvalidRequest):
-        status = 400 if exc.code == "invalid_json" else 422  # the payload parses but cannot be served
-        if status == 422 and exc.param:
-            detail = _detail(fields, exc.param)
-    elif isinstance(exc, ModelNotFound):
-        status = 404
-    elif isinstance(exc, Overloaded):
-        status = 429
-        headers["Retry-After"] = str(max(1, round(exc.retry_after)))
-    elif isinstance(exc, EngineDead):
-        status = 503
-    else:
-        status = exc.status if exc.status >= 400 else 500
-    body, extra = azure_error(status, str(exc), detail)
-    return json_response(body, status, {**headers, **extra})
+EXTRA_PARAMETERS_DOC = {
+    "name": "extra-parameters", "in": "header", "required": False,
+    "description": "What happens to body fields outside Azure's request table: pass-through (to the engine), ignore (dropped), error (400; the default).",
+    "schema": {"type": "string", "enum": list(EXTRA_MODES), "default": "error"},
+}
 
 
 def _check_api_version() -> None:
     version = request.args.get("api-version")
-    supported = ", ".join(API_VERSIONS)
+    supported = ", ".join(AZURE_API_VERSIONS)
     if version is None:
-        raise AzureError(400, f"The query parameter api-version is required; supported versions: {supported}.", [{"loc": ["query", "api-version"], "value": ""}])
-    if version not in API_VERSIONS:
-        raise AzureError(400, f"api-version {version!r} is not supported; supported versions: {supported}.", [{"loc": ["query", "api-version"], "value": version}])
+        raise AzureRequestError(400, f"The query parameter api-version is required; supported versions: {supported}.", [{"loc": ["query", "api-version"], "value": ""}])
+    if version not in AZURE_API_VERSIONS:
+        raise AzureRequestError(400, f"api-version {version!r} is not supported; supported versions: {supported}.", [{"loc": ["query", "api-version"], "value": version}])
 
 
 def _pick(models: ModelRegistry, name: str | None) -> Runtime:
@@ -152,24 +73,24 @@ def _pick(models: ModelRegistry, name: str | None) -> Runtime:
     for runtime in models:
         if runtime.served_name == deployment:
             if runtime.task != "generate":
-                raise AzureError(404, f"Model deployment {deployment!r} does not support the chat/completions route (it serves {runtime.task}).")
+                raise AzureRequestError(404, f"Model deployment {deployment!r} does not support the chat/completions route (it serves {runtime.task}).")
             return runtime
-    raise AzureError(404, f"Model deployment {deployment!r} does not exist.")
+    raise AzureRequestError(404, f"Model deployment {deployment!r} does not exist.")
 
 
-def _apply_extra_parameters(fields: dict[str, Any]) -> dict[str, Any]:
+def _apply_extra_parameters(fields: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
     mode = request.headers.get("extra-parameters", "error")
     if mode not in EXTRA_MODES:
-        raise AzureError(400, f"Header extra-parameters must be one of {', '.join(EXTRA_MODES)}, not {mode!r}.", [{"loc": ["header", "extra-parameters"], "value": mode}])
+        raise AzureRequestError(400, f"Header extra-parameters must be one of {', '.join(EXTRA_MODES)}, not {mode!r}.", [{"loc": ["header", "extra-parameters"], "value": mode}])
     extras = sorted(set(fields) - AZURE_FIELDS)
     if not extras:
         return fields
     if mode == "error":
         names = ", ".join(extras)
-        raise AzureError(400, f"Extra parameters [{names}] are not allowed when extra-parameters is 'error' or not set; send extra-parameters: pass-through to pass them to the model, or ignore to drop them.", _detail(fields, *extras))
+        raise AzureRequestError(400, f"Extra parameters [{names}] are not allowed when extra-parameters is 'error' or not set; send extra-parameters: pass-through to pass them to the model, or ignore to drop them.", detail(fields, *extras))
     if mode == "ignore":
         return {k: v for k, v in fields.items() if k in AZURE_FIELDS}
-    unknown = [name for name in extras if name not in ChatCompletionRequest.__struct_fields__]
+    unknown = [name for name in extras if name not in known]
     if unknown:
         log.info("extra_parameters_ignored", names=[name[:64] for name in unknown[:32]], count=len(unknown))
     return fields
@@ -184,48 +105,34 @@ def _refuse_images(fields: dict[str, Any], runtime: Runtime) -> None:
         for j, part in enumerate(content if isinstance(content, list) else ()):
             if isinstance(part, dict) and part.get("type") in IMAGE_PARTS:
                 param = f"messages[{i}].content[{j}]"
-                raise AzureError(422, f"Model {runtime.served_name!r} reads text only; image content parts are not supported.", _detail(fields, param + ".type"))
+                raise AzureRequestError(422, f"Model {runtime.served_name!r} reads text only; image content parts are not supported.", detail(fields, param + ".type"))
 
 
-async def _chat(models: ModelRegistry, fields: dict[str, Any]) -> Response:
-    from api.openai import chat
-
-    fields = _apply_extra_parameters(fields)
+async def _chat(models: ModelRegistry, chat: Handler, fields: dict[str, Any]) -> Response:
+    fields = _apply_extra_parameters(fields, frozenset(getattr(chat.schema, "__struct_fields__", ())))
     model = fields.get("model")
     runtime = _pick(models, model if isinstance(model, str) else None)
     note_model(runtime.served_name)
     _refuse_images(fields, runtime)
-    try:
-        req = msgspec.convert({**fields, "model": runtime.served_name}, ChatCompletionRequest)
-    except msgspec.ValidationError as exc:
-        raise from_decode_error(exc) from None
-    return await chat.respond(models, req)  # type: ignore[no-any-return]
+    return await chat.respond(models, convert({**fields, "model": runtime.served_name}, chat.schema))
 
 
-def register(app: Quart, models: ModelRegistry) -> None:
-    @app.post("/chat/completions")
+def register(app: Quart, models: ModelRegistry, chat: Handler) -> None:
+    """Azure's routes; `chat`: the chat format they answer in (the OpenAI surface's)."""
+
     async def azure_chat_completions() -> Response:
         fields: Any = None
         try:
             _check_api_version()
-            body = await request.get_data(cache=False)
-            if current_app.config.get("LOG_PROMPTS"):  # --log-prompts only: bodies hold user data
-                log.info("request_body", body=body[:8192].decode(errors="replace"))
-            try:
-                fields = msgspec.json.decode(body)
-            except msgspec.DecodeError as exc:
-                raise from_decode_error(exc) from None
-            if not isinstance(fields, dict):
-                raise AzureError(400, "The request body must be a JSON object.")
-            return await _chat(models, fields)
+            fields = decode_object(await read_body())
+            return await _chat(models, chat, fields)
         except ServingError as exc:
-            return to_response(exc, fields)
+            raise with_detail(exc, fields) from None
 
-    @app.get("/info")
     async def azure_model_info() -> Response:
-        try:
-            _check_api_version()
-            runtime = _pick(models, None)
-        except ServingError as exc:
-            return to_response(exc)
+        _check_api_version()
+        runtime = _pick(models, None)
         return json_response({"model_name": runtime.served_name, "model_type": "chat-completion", "model_provider_name": "Switchyard"})
+
+    bind(app, "azure_chat_completions", azure_chat_completions, chat.schema, [EXTRA_PARAMETERS_DOC])
+    bind(app, "azure_model_info", azure_model_info)

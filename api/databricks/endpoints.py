@@ -1,7 +1,7 @@
 """Serving endpoints (Databricks' model): named routes to one or more served models.
 
-Owns: the endpoint definitions and their rules, apart from HTTP (api/databricks.py) and disk
-(api/endpoints_store.py):
+Owns: the endpoint definitions and their rules, apart from HTTP (api/databricks/routes.py)
+and disk (api/databricks/store.py):
 - every served model is also a built-in, read-only endpoint under its own name;
 - a defined endpoint holds served entities (each a name within the endpoint and the served
   model it runs) and a traffic split over them, in whole percentages summing to 100, for A/B
@@ -14,7 +14,7 @@ Owns: the endpoint definitions and their rules, apart from HTTP (api/databricks.
 - endpoints declared in the config file (`check_declared` at start-up, `apply_declared` once
   the store is loaded) go through the same rules and the same store.
 
-Imports msgspec, trio, api and runtime.
+Imports msgspec, trio, api.databricks, api.platform and runtime.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import trio
 from msgspec import Meta
 
 from api.databricks.store import EndpointStore
+from api.platform.config import ConfigError
 from runtime.errors import InvalidRequest, ServingError
 from runtime.logging import get_logger
 from runtime.registry import ModelRegistry
@@ -312,9 +313,7 @@ class ServingEndpoints:
 
     def check_declared(self, specs: Any) -> list[tuple[CreateEndpointRequest, tuple[ServedEntity, ...]]]:
         """Validate the config file's endpoints against the served models, before serving.
-        Raises api.platform.config.ConfigError naming the endpoint and what is wrong with it."""
-        from api.platform.config import ConfigError
-
+        Raises ConfigError naming the endpoint and what is wrong with it."""
         checked: list[tuple[CreateEndpointRequest, tuple[ServedEntity, ...]]] = []
         seen: set[str] = set()
         for req in specs:

@@ -12,16 +12,14 @@ A request is admitted when its key has a request left and tokens for the request
 when it ends the charge is corrected to the `usage` the response reported (non-streaming
 bodies, and streams with a usage chunk), so a bucket may go negative and later requests wait.
 Refusals are 429 with Retry-After. Admission is the only check: an admitted request is never
-cut. Errors are shaped for the surface the request belongs to (OpenAI, Azure ML, Databricks:
-api/errors.py `surface_error`).
+cut. Errors are shaped for the surface the request belongs to (api/http/errors.py).
 
 Order, for every request: the key check first (no key, no information: a request without a
-valid key gets its 401 whatever the server's load), then load shedding (api/edge.py
-`Admission`: a generation request while every runtime able to take it is full gets a fast 429
+valid key gets its 401 whatever the server's load), then load shedding (api/http/admission.py: a generation request while every runtime able to take it is full gets a fast 429
 without its body being read), then the per-key limits (which may read the body to estimate
 tokens), then the app.
 
-Imports trio, msgspec, structlog and api.
+Imports trio, msgspec, api.http, api.platform and runtime.
 """
 
 from __future__ import annotations
@@ -37,14 +35,14 @@ from typing import Any
 import msgspec
 import trio
 
-from api.http.edge import runs_model
-from api.http.errors import surface_error
+from api.http.admission import Admission
+from api.http.errors import ErrorShapes, HTTPError
+from api.http.routes import OPEN_PATHS, match
 from api.platform.config import PlatformConfig
 from runtime.logging import get_logger
 
 log = get_logger("auth")
 
-OPEN_PATHS = frozenset({"/health", "/metrics"})
 MAX_BUFFERED = 32 * 1024 * 1024  # as api.app.MAX_BODY_BYTES: Quart refuses larger bodies itself
 BODY_TIMEOUT = 60.0
 MAX_ACCOUNTS = 10_000
@@ -144,10 +142,14 @@ class RateLimiter:
 
 
 class AuthMiddleware:
-    def __init__(self, app: Any, config: PlatformConfig, clock: Callable[[], float] = time.monotonic, admission: Any = None) -> None:
+    def __init__(
+        self, app: Any, config: PlatformConfig, clock: Callable[[], float] = time.monotonic,
+        admission: Admission | None = None, errors: ErrorShapes | None = None,
+    ) -> None:
         self.app = app
         self.config = config
-        self.admission = admission  # api.http.edge.Admission, or None: no load shedding here
+        self.admission = admission  # None: no load shedding here
+        self.errors = errors  # the app's error shapes: refusals take the request's surface's
         # Digests, so every comparison is of 32 bytes: compare_digest's time then tells
         # neither a key's content nor its length.
         self._keys = [hashlib.sha256(key.encode()).digest() for key in config.api_keys]
@@ -182,7 +184,7 @@ class AuthMiddleware:
                 if scope["type"] == "websocket":
                     await send({"type": "websocket.close", "code": 1008})
                     return
-                await _reject(send, scope, 401, "Missing or invalid API key: send `Authorization: Bearer <key>`.")
+                await self._reject(send, scope, 401, "Missing or invalid API key: send `Authorization: Bearer <key>`.")
                 return
             who = f"key#{index + 1}"
         if scope["type"] == "http" and self.admission is not None and self.admission.overloaded(scope):
@@ -195,14 +197,21 @@ class AuthMiddleware:
         who = who or f"client:{(scope.get('client') or ('?',))[0]}"
         await self._limited(scope, receive, send, who, path)
 
+    async def _reject(self, send: Any, scope: dict[str, Any], status: int, message: str, retry_after: float | None = None) -> None:
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+        if retry_after is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
+        assert self.errors is not None, "AuthMiddleware needs the app's error shapes to refuse"
+        await self.errors.send(send, scope, HTTPError(status, message), headers)
+
     async def _limited(self, scope: dict[str, Any], receive: Any, send: Any, who: str, path: str) -> None:
         prompt = generate = 0
         replay = receive
-        if self.limiter.config.tokens_per_minute and scope.get("method") == "POST" and runs_model(path):  # its body is read up front to estimate tokens
+        if self.limiter.config.tokens_per_minute and _runs_model(scope):  # its body is read up front to estimate tokens
             with trio.move_on_after(BODY_TIMEOUT) as timer:
                 body, messages = await _read_body(receive)
             if timer.cancelled_caught:
-                await _reject(send, scope, 408, "The request body was not received in time.")
+                await self._reject(send, scope, 408, "The request body was not received in time.")
                 return
             prompt, generate = estimate_tokens(body)
             replay = _replaying(messages, receive)
@@ -213,7 +222,7 @@ class AuthMiddleware:
             limit = self.config.requests_per_minute if which == "requests" else self.config.tokens_per_minute
             whose = "this client address" if who.startswith("client:") else "this key"
             message = f"Rate limit of {limit} {which} per minute reached for {whose}; retry after {math.ceil(wait)}s."
-            await _reject(send, scope, 429, message, retry_after=wait)
+            await self._reject(send, scope, 429, message, retry_after=wait)
             return
         if not estimate:
             await self.app(scope, replay, send)
@@ -231,6 +240,11 @@ class AuthMiddleware:
             await self.app(scope, replay, metered_send)
         finally:  # synchronous: this also runs when the client left and we are cancelled
             self.limiter.settle(who, estimate, meter.used(prompt, generate))
+
+
+def _runs_model(scope: dict[str, Any]) -> bool:
+    found = match(scope.get("method", ""), scope.get("path", ""))
+    return found is not None and found[0].runs is not None
 
 
 def _has_auth_header(scope: dict[str, Any]) -> bool:
@@ -329,19 +343,3 @@ class _UsageMeter:
         if self.events:  # a stream without a usage chunk: an event carries about one token
             return prompt + self.events
         return prompt + generate
-
-
-# -- errors, in the shape of the surface a request belongs to --------------------------------
-
-
-async def _reject(send: Any, scope: dict[str, Any], status: int, message: str, retry_after: float | None = None) -> None:
-    body, headers = surface_error(scope.get("path", ""), status, message, scope.get("query_string", b""))
-    if status == 401:
-        headers["WWW-Authenticate"] = "Bearer"
-    if retry_after is not None:
-        headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
-    raw = msgspec.json.encode(body)
-    header_list = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
-    header_list += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-    await send({"type": "http.response.start", "status": status, "headers": header_list})
-    await send({"type": "http.response.body", "body": raw, "more_body": False})

@@ -1,4 +1,4 @@
-"""The HTTP edge: request ids, the access log line, per-request HTTP metrics, load shedding.
+"""The HTTP edge: request ids, the access log line, per-request HTTP metrics.
 
 Owns: `EdgeMiddleware`, the outermost ASGI wrapper around the app. For every HTTP request it
 - makes a request id, binds it to structlog's context (so every log line of the request,
@@ -10,22 +10,12 @@ Owns: `EdgeMiddleware`, the outermost ASGI wrapper around the app. For every HTT
   client abandoned before its last byte counts as 499 (nginx's "client closed request").
   The route label is the template the app matched, or, for a request answered before the app
   routed it (a 401, a rate limit, a shed request), the template its method and path match in
-  the app's URL map; "unmatched" only when no route has that path (labels stay bounded).
-
-And `Admission`, the load-shedding gate, which api/auth.py calls after the API key check and
-before rate limits and any body read (so a request without a valid key always gets its 401,
-and a shed request costs no one's rate budget): a request to any generation route
-(/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, Azure's
-/chat/completions, /serving-endpoints/{name}/invocations) that arrives while every runtime
-able to take it is at `max_pending` gets a 429 + Retry-After at once, in its surface's error
-shape, without the app reading or decoding it (shedding must cost less than serving, or
-overload feeds itself). `Runtime.open` applies the same rule, and the token budget, to what
-gets through.
+  the route table; "unmatched" only when no route has that path (labels stay bounded).
 
 Route and model are learnt from inside the app through a per-request `EdgeInfo` that the
 app's hooks fill in (`note_route`, `note_model`); contextvars flow from this task into the
 handler's tasks, and the object is shared, so the app's writes are visible here.
-Imports structlog, werkzeug, api and runtime. Cleanup is synchronous: a cancelled request must still log.
+Imports structlog, api.http and runtime. Cleanup is synchronous: a cancelled request must still log.
 """
 
 from __future__ import annotations
@@ -36,14 +26,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import count
 from typing import Any
-from urllib.parse import parse_qsl
 
-import msgspec
 import structlog
-from werkzeug.exceptions import MethodNotAllowed
 
-from api.http.errors import surface_error
-from runtime.errors import Overloaded
+from api.http.routes import template
 from runtime.logging import get_logger
 from runtime.metrics import ServerMetrics
 from runtime.registry import ModelRegistry
@@ -68,102 +54,6 @@ class EdgeInfo:
     completed: bool = False
 
 
-_GENERATION_ROUTES = {
-    "/v1/chat/completions": "generate",
-    "/v1/completions": "generate",
-    "/v1/responses": "generate",
-    "/v1/embeddings": "embed",
-}
-_INVOCATIONS = ("/serving-endpoints/", "/invocations")
-AZURE_CHAT = "/chat/completions"
-
-
-def runs_model(path: str) -> bool:
-    """Whether a POST to `path` runs a model: the one list of generation routes (shedding here,
-    token rate limits in api/auth.py, streamed responses in api/openapi.py)."""
-    return path in _GENERATION_ROUTES or path == AZURE_CHAT or (path.startswith(_INVOCATIONS[0]) and path.endswith(_INVOCATIONS[1]))
-
-SHED_MESSAGE = "Every request slot is taken; retry shortly."
-
-
-class Admission:
-    """Load shedding from the method, path, query and headers alone (see the module docstring).
-
-    `endpoints` (api.databricks.endpoints.ServingEndpoints) is set by api/platform.py; without it,
-    invocations are not shed here (Runtime.open still refuses them)."""
-
-    def __init__(self, models: ModelRegistry, endpoints: Any = None) -> None:
-        from api.azure.routes import API_VERSIONS
-
-        self.models = models
-        self.endpoints = endpoints
-        self._api_versions = frozenset(API_VERSIONS)
-
-    def candidates(self, scope: dict[str, Any]) -> list[Any]:
-        """The runtimes that could serve this request; [] when it is not a generation request
-        (or one the app will refuse for another reason first: an unknown endpoint or model,
-        a bad api-version)."""
-        if scope.get("method") != "POST":
-            return []
-        path = scope.get("path", "")
-        task = _GENERATION_ROUTES.get(path)
-        if task is not None:
-            return [r for r in self.models if r.task == task]
-        if path == AZURE_CHAT:
-            return self._azure(scope)
-        if path.startswith(_INVOCATIONS[0]) and path.endswith(_INVOCATIONS[1]):
-            return self._invocation(path[len(_INVOCATIONS[0]) : -len(_INVOCATIONS[1])])
-        return []
-
-    def _azure(self, scope: dict[str, Any]) -> list[Any]:
-        query = scope.get("query_string", b"").decode("latin-1")
-        if not any(k == "api-version" and v in self._api_versions for k, v in parse_qsl(query)):
-            return []  # the view's 400 naming api-version comes first, and costs nothing
-        deployment = _header(scope, b"azureml-model-deployment")
-        if deployment:
-            return [r for r in self.models if r.served_name == deployment and r.task == "generate"]
-        return [r for r in self.models if r.task == "generate"]
-
-    def _invocation(self, name: str) -> list[Any]:
-        if self.endpoints is None or not name or "/" in name:
-            return []
-        try:
-            endpoint = self.endpoints.get(name)
-        except Exception:  # unknown endpoint: the view's 404
-            return []
-        wanted = {e.model for e in endpoint.served if e.traffic_percentage > 0}
-        return [r for r in self.models if r.served_name in wanted]
-
-    def overloaded(self, scope: dict[str, Any]) -> bool:
-        candidates = self.candidates(scope)
-        return bool(candidates) and all(r.accepting and len(r.requests) >= r.config.max_pending for r in candidates)
-
-    async def refuse(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        # Read (and drop) the body first: answering mid-upload would leave the client a reset
-        # connection instead of a 429 it can act on.
-        while True:
-            message = await receive()
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                break
-        body, extra = surface_error(scope.get("path", ""), Overloaded.status, SHED_MESSAGE, scope.get("query_string", b""), code=Overloaded.code)
-        raw = msgspec.json.encode(body)
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(raw)).encode()),
-            (b"retry-after", b"1"),
-            *((k.lower().encode(), v.encode()) for k, v in extra.items()),
-        ]
-        await send({"type": "http.response.start", "status": Overloaded.status, "headers": headers})
-        await send({"type": "http.response.body", "body": raw, "more_body": False})
-
-
-def _header(scope: dict[str, Any], name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
-
-
 def new_request_id() -> str:
     return f"{_prefix}{next(_counter):08x}"
 
@@ -182,12 +72,10 @@ def note_model(model: str | None) -> None:
 
 
 class EdgeMiddleware:
-    def __init__(self, app: Any, metrics: ServerMetrics, models: ModelRegistry, url_map: Any = None) -> None:
+    def __init__(self, app: Any, metrics: ServerMetrics, models: ModelRegistry) -> None:
         self.app = app
         self.metrics = metrics
         self.models = models
-        self.url_map = url_map  # the app's werkzeug Map: route templates of requests it never routed
-        self._adapter: Any = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -217,30 +105,9 @@ class EdgeMiddleware:
         finally:
             _current.reset(token)
 
-    def route_of(self, method: str, path: str) -> str:
-        """The route template `method path` matches in the app's URL map (a path served under
-        another method still names its template), or "unmatched"."""
-        if self.url_map is None:
-            return "unmatched"
-        if self._adapter is None:
-            self._adapter = self.url_map.bind("localhost")
-        try:
-            rule, _ = self._adapter.match(path, method=method, return_rule=True)
-        except MethodNotAllowed as exc:
-            allowed = [m for m in exc.valid_methods or () if m not in ("OPTIONS", "HEAD")]
-            if not allowed:
-                return "unmatched"
-            try:
-                rule, _ = self._adapter.match(path, method=allowed[0], return_rule=True)
-            except Exception:
-                return "unmatched"
-        except Exception:  # NotFound, a redirect, a malformed path
-            return "unmatched"
-        return str(rule.rule)
-
     def _record(self, scope: dict[str, Any], info: EdgeInfo, seconds: float) -> None:
         status = info.status if info.completed and info.status is not None else CLIENT_CLOSED
-        route = info.route or self.route_of(scope.get("method", "GET"), scope.get("path", ""))
+        route = info.route or template(scope.get("method", "GET"), scope.get("path", "")) or "unmatched"
         model = self._model_label(info)
         self.metrics.observe_http(route, model, status, seconds)
         client = scope.get("client")

@@ -1,76 +1,145 @@
-"""Errors as JSON in the OpenAI shape: {"error": {"message", "type", "param", "code"}}.
+"""Errors as JSON, each in the shape of the API surface it answers for: the one mechanism.
 
-Owns: mapping `runtime.errors` and msgspec decode errors (whose JSON path becomes `param`)
-to status codes and bodies, and `surface_error`: an error raised before any route ran (a 401,
-a rate limit, a shed request, an unknown route) in the shape of the API surface the request
-addressed: Azure ML (seed 003) for Azure's routes or any request carrying `api-version`,
-Databricks for /serving-endpoints/ and /api/2.0/, OpenAI for the rest.
-Imports msgspec, quart and runtime.
+Owns: `ErrorShape` (how one surface writes an error: its status, body and headers for any
+`ServingError`, and the msgspec struct of its body, which OpenAPI publishes), `ErrorShapes`
+(the registry every surface registers its shape with; create_app fills it) and `HTTPError`,
+an error raised outside any view (401, 404, 405, 408, 413, a rate limit, 500), which goes
+through the same shapes. Which shape answers:
+- an error a view raised: the shape of the surface that owns the view's route (api/http/routes.py);
+- an error raised before or outside any view: the first registered shape that claims the
+  request's path and query (Azure ML claims its paths and any `api-version` request,
+  Databricks /serving-endpoints/ and /api/2.0/), else the default one (OpenAI's).
+Every shape gets `Retry-After` on an Overloaded. Also: `install` (the app's error handlers)
+and `send_error` (answering from ASGI middleware, before the app). Imports quart, werkzeug,
+msgspec and runtime; never a surface.
 """
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
 import msgspec
-from quart import Response
+from quart import Quart, Response, request
+from werkzeug.exceptions import HTTPException
 
-from runtime.errors import InvalidRequest, Overloaded, ServingError
+from api.http.routes import ROUTES_BY_NAME
+from runtime.errors import Overloaded, ServingError
+from runtime.logging import get_logger
 
-# Databricks' error_code and OpenAI's (type, code) for the statuses raised outside a route.
-_DATABRICKS_CODES = {
-    400: "BAD_REQUEST", 401: "UNAUTHENTICATED", 404: "ENDPOINT_NOT_FOUND", 405: "BAD_REQUEST", 408: "BAD_REQUEST",
-    413: "BAD_REQUEST", 429: "REQUEST_LIMIT_EXCEEDED", 500: "INTERNAL_ERROR", 503: "TEMPORARILY_UNAVAILABLE",
-}
-_OPENAI = {
-    401: ("invalid_request_error", "invalid_api_key"), 404: ("invalid_request_error", "not_found"),
-    405: ("invalid_request_error", "method_not_allowed"), 408: ("invalid_request_error", "timeout"),
-    413: ("invalid_request_error", "body_too_large"), 429: ("rate_limit_error", "rate_limit_exceeded"),
-    500: ("server_error", None), 503: ("server_error", "engine_unavailable"),
-}
-
-_PATH = re.compile(r" - at `\$\.?(.*)`$")
-_MISSING = re.compile(r"missing required field `([^`]+)`")
+log = get_logger("api")
 
 
-def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+class HTTPError(ServingError):
+    """An error the HTTP layer answers itself, before or around the views."""
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class ErrorShape:
+    """How one API surface writes errors. A surface subclasses it and registers an instance."""
+
+    name = ""
+    schema: type[msgspec.Struct]  # the error body, as OpenAPI documents it
+    doc_headers: dict[str, Any] = {}  # headers its errors carry, as OpenAPI documents them
+    doc_statuses: dict[str, dict[str, str]] = {}  # method -> status -> description, beyond the common ones
+
+    def claims(self, path: str, query: bytes | str) -> bool:
+        """Whether a request no view answered belongs to this surface."""
+        return False
+
+    def status(self, exc: ServingError) -> int:
+        return exc.status if exc.status >= 400 else 500
+
+    def body(self, exc: ServingError, status: int) -> tuple[Any, dict[str, str]]:
+        """(JSON body, extra headers)."""
+        raise NotImplementedError
+
+    def not_found(self, method: str, path: str) -> str:
+        return f"No route {method} {path}."
+
+
+class ErrorShapes:
+    """The registered shapes; `default` answers what no other shape claims."""
+
+    def __init__(self, default: ErrorShape) -> None:
+        self.default = default
+        self.shapes: dict[str, ErrorShape] = {default.name: default}
+
+    def register(self, shape: ErrorShape) -> None:
+        self.shapes[shape.name] = shape
+
+    def named(self, name: str | None) -> ErrorShape:
+        return self.shapes.get(name or "", self.default)
+
+    def claiming(self, path: str, query: bytes | str = b"") -> ErrorShape:
+        for shape in self.shapes.values():
+            if shape is not self.default and shape.claims(path, query):
+                return shape
+        return self.default
+
+    def render(self, shape: ErrorShape, exc: ServingError, headers: dict[str, str] | None = None) -> tuple[int, bytes, dict[str, str]]:
+        """(status, encoded body, headers) of `exc` in `shape`."""
+        status = shape.status(exc)
+        body, extra = shape.body(exc, status)
+        out = {**(headers or {}), **extra}
+        if isinstance(exc, Overloaded):
+            out["Retry-After"] = str(max(1, round(exc.retry_after)))
+        return status, msgspec.json.encode(body), out
+
+    def response(self, shape: ErrorShape, exc: ServingError, headers: dict[str, str] | None = None) -> Response:
+        status, raw, out = self.render(shape, exc, headers)
+        return Response(raw, status=status, headers=out, content_type="application/json")
+
+    async def send(self, send: Any, scope: dict[str, Any], exc: ServingError, headers: dict[str, str] | None = None) -> None:
+        """Answer from ASGI middleware (no app, no view) in the shape the request's path claims."""
+        shape = self.claiming(scope.get("path", ""), scope.get("query_string", b""))
+        status, raw, out = self.render(shape, exc, headers)
+        header_list = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+        header_list += [(k.lower().encode(), v.encode()) for k, v in out.items()]
+        await send({"type": "http.response.start", "status": status, "headers": header_list})
+        await send({"type": "http.response.body", "body": raw, "more_body": False})
 
 
 def json_response(body: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(msgspec.json.encode(body), status=status, headers=headers, content_type="application/json")
 
 
-def from_decode_error(exc: msgspec.DecodeError) -> InvalidRequest:
-    """A msgspec error → InvalidRequest whose param is the JSON path of the bad field."""
-    text = str(exc)
-    if not isinstance(exc, msgspec.ValidationError):
-        return InvalidRequest(f"The request body is not valid JSON: {text}", param=None, code="invalid_json")
-    param = None
-    if (m := _PATH.search(text)) is not None:
-        param = m.group(1) or None
-    if (m := _MISSING.search(text)) is not None:
-        param = f"{param}.{m.group(1)}" if param else m.group(1)
-    return InvalidRequest(f"Invalid request: {text}", param=param, code="invalid_value")
+def install(app: Quart, shapes: ErrorShapes, max_body_bytes: int) -> None:
+    """The app's error handlers: a view's ServingError in its route's surface shape, and
+    unknown routes, wrong methods, oversized bodies and anything unexpected in the shape of
+    the surface the request's path addresses."""
 
+    def outside(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+        shape = shapes.claiming(request.path, request.query_string)
+        return shapes.response(shape, HTTPError(status, message), headers)
 
-def error_response(exc: ServingError) -> Response:
-    headers = {}
-    if isinstance(exc, Overloaded):
-        headers["Retry-After"] = str(max(1, round(exc.retry_after)))
-    return json_response(error_body(str(exc), exc.type, exc.param, exc.code), exc.status, headers)
+    @app.errorhandler(ServingError)
+    async def _serving_error(exc: ServingError) -> Response:
+        route = ROUTES_BY_NAME.get(request.url_rule.endpoint) if request.url_rule is not None else None
+        return shapes.response(shapes.named(route.surface if route is not None else None), exc)
 
+    @app.errorhandler(404)
+    async def _not_found(exc: Exception) -> Response:
+        shape = shapes.claiming(request.path, request.query_string)
+        return shapes.response(shape, HTTPError(404, shape.not_found(request.method, request.path)))
 
-def surface_error(
-    path: str, status: int, message: str, query: bytes | str = b"", code: str | None = None
-) -> tuple[dict, dict[str, str]]:
-    """(body, extra headers) of an error on `path`, in the shape of that path's API surface.
-    `code` replaces the OpenAI `code` (e.g. "overloaded" for a shed request)."""
-    from api.azure.routes import azure_error, is_azure
+    @app.errorhandler(405)
+    async def _not_allowed(exc: Exception) -> Response:
+        allowed = sorted(set(getattr(exc, "valid_methods", None) or ()) - {"OPTIONS", "HEAD"})
+        use = f"; use {', '.join(allowed)}" if allowed else ""
+        headers = {"Allow": ", ".join(allowed)} if allowed else {}
+        return outside(405, f"{request.method} is not allowed on {request.path}{use}.", headers)
 
-    if is_azure(path, query):
-        return azure_error(status, message)
-    if path.startswith(("/serving-endpoints/", "/api/2.0/")):
-        return {"error_code": _DATABRICKS_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "BAD_REQUEST"), "message": message}, {}
-    type_, default_code = _OPENAI.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
-    return error_body(message, type_, None, code or default_code), {}
+    @app.errorhandler(413)
+    async def _too_large(exc: Exception) -> Response:
+        return outside(413, f"The request body is larger than {max_body_bytes} bytes.")
+
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception) -> Response:
+        if isinstance(exc, HTTPException):
+            return outside(exc.code or 400, exc.description or exc.name)
+        log.exception("unhandled_error", path=request.path)
+        return outside(500, "Internal server error.")

@@ -8,8 +8,9 @@ from typing import Any
 from quart import Quart, Response
 
 from api.http import sse
-from api.app import decode_body
+from api.http.body import decode_body
 from api.http.errors import json_response
+from api.http.routes import bind
 from api.openai.logprobs import chat_logprobs
 from api.openai.params import chat_params, chat_tools
 from api.openai.schemas import ChatCompletionRequest
@@ -22,13 +23,15 @@ from runtime.registry import ModelRegistry
 
 
 def register(app: Quart, models: ModelRegistry) -> None:
-    @app.post("/v1/chat/completions")
-    async def chat_completions():  # type: ignore[no-untyped-def]
+    async def chat_completions() -> Response:
         return await respond(models, await decode_body(ChatCompletionRequest))
+
+    bind(app, "chat_completions", chat_completions, ChatCompletionRequest)
 
 
 async def respond(models: ModelRegistry, req: ChatCompletionRequest) -> Response:
-    """A decoded chat request → its JSON body or SSE stream (also used by api/databricks.py, api/routes/azure.py)."""
+    """A decoded chat request → its JSON body or SSE stream (also what Azure ML's and Databricks'
+    chat routes answer with: create_app hands it to them)."""
     runtime = models.resolve(req.model)
     prompt, sampling = chat_params(req, template_tools=template_takes_tools(runtime.tokenizer))
     toolset = chat_tools(req)
@@ -78,7 +81,7 @@ def _finish_reason(reason: Any, called: bool) -> str | None:
     return "tool_calls" if called and reason.value == "stop" else reason.value
 
 
-def _stream(runtime: Runtime, gen: Generation, head: dict[str, Any], req: ChatCompletionRequest, toolset: ToolSet | None = None):  # type: ignore[no-untyped-def]
+def _stream(runtime: Runtime, gen: Generation, head: dict[str, Any], req: ChatCompletionRequest, toolset: ToolSet | None = None) -> Response:
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     head = {**head, "object": "chat.completion.chunk"}
     if include_usage:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
@@ -32,13 +33,14 @@ import trio
 from quart import Quart, Response
 
 from api.http import sse
-from api.app import decode_body
+from api.http.body import decode_body
 from api.http.errors import json_response
+from api.http.routes import bind
 from api.openai.logprobs import legacy_logprobs
 from api.openai.params import completion_params
 from api.openai.schemas import CompletionRequest
 from api.openai.beam import BeamSearch, unwrapped_errors
-from api.openai.streaming import Collected, Generation, sse_response, sse_stream
+from api.openai.streaming import Collected, Generation, sse_stream
 from api.openai.usage import usage_dict
 from runtime.context_window import fit_context
 from runtime.engine import Runtime
@@ -49,13 +51,14 @@ from runtime.sampling import SamplingParams, visible_tokens
 
 
 def register(app: Quart, models: ModelRegistry) -> None:
-    @app.post("/v1/completions")
-    async def completions():  # type: ignore[no-untyped-def]
+    async def completions() -> Response:
         return await respond(models, await decode_body(CompletionRequest))
+
+    bind(app, "completions", completions, CompletionRequest)
 
 
 async def respond(models: ModelRegistry, req: CompletionRequest) -> Response:
-    """A decoded completions request → its JSON body or SSE stream (also used by api/databricks.py)."""
+    """A decoded completions request → its JSON body or SSE stream (also Databricks' invocations')."""
     runtime = models.resolve(req.model)
     prompts, sampling = completion_params(req)
     if req.use_beam_search:
@@ -138,11 +141,11 @@ async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[P
     if not req.stream:
         return json_response(body)
 
-    async def events():  # type: ignore[no-untyped-def]
+    async def events() -> AsyncIterator[bytes]:
         yield sse.data(body)
         yield sse.DONE
 
-    return sse_response(events())
+    return sse.response(events())
 
 
 Echo = tuple[str, list[int]]  # what echo prepends to a prompt's choices: text and token ids

@@ -16,8 +16,9 @@ import msgspec
 from msgspec import Meta
 from quart import Quart, Response
 
-from api.app import decode_body
+from api.http.body import decode_body
 from api.http.errors import json_response
+from api.http.routes import bind
 from api.openai.streaming import Generation
 from runtime.errors import InvalidRequest
 from runtime.registry import ModelRegistry
@@ -96,6 +97,7 @@ async def respond(models: ModelRegistry, req: EmbeddingRequest) -> Response:
 
 
 def register(app: Quart, models: ModelRegistry) -> None:
-    @app.post("/v1/embeddings")
-    async def embeddings():  # type: ignore[no-untyped-def]
+    async def embeddings() -> Response:
         return await respond(models, await decode_body(EmbeddingRequest))
+
+    bind(app, "embeddings", embeddings, EmbeddingRequest)

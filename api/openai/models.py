@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from quart import Quart
+from quart import Quart, Response
 
 from api.http.errors import json_response
+from api.http.routes import bind
 from runtime.engine import Runtime
 from runtime.errors import ModelNotFound
 from runtime.registry import ModelRegistry
 
 
-def model_card(runtime: Runtime) -> dict:
+def model_card(runtime: Runtime) -> dict[str, object]:
     return {
         "id": runtime.served_name,
         "object": "model",
@@ -21,13 +22,14 @@ def model_card(runtime: Runtime) -> dict:
 
 
 def register(app: Quart, models: ModelRegistry) -> None:
-    @app.get("/v1/models")
-    async def list_models():  # type: ignore[no-untyped-def]
+    async def list_models() -> Response:
         return json_response({"object": "list", "data": [model_card(r) for r in models]})
 
-    @app.get("/v1/models/<path:model_id>")
-    async def get_model(model_id: str):  # type: ignore[no-untyped-def]
+    async def get_model(model_id: str) -> Response:
         for runtime in models:
             if runtime.served_name == model_id:
                 return json_response(model_card(runtime))
         raise ModelNotFound(model_id)
+
+    bind(app, "list_models", list_models)
+    bind(app, "get_model", get_model)

@@ -18,16 +18,17 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from quart import Quart
+from quart import Quart, Response
 
 from api.http import sse
-from api.app import decode_body
+from api.http.body import decode_body
 from api.http.errors import json_response
+from api.http.routes import bind
 from api.openai.logprobs import chat_logprobs
 from api.openai.params_responses import responses_params
 from api.openai.responses_events import Event, ResponsesEventBuilder, new_id
 from api.openai.schemas_responses import ResponsesRequest
-from api.openai.streaming import Generation, sse_response
+from api.openai.streaming import Generation
 from api.openai.tools import ToolCallParser, ToolSet, template_takes_tools
 from runtime.errors import InvalidRequest, RequestFailed, ServingError
 from runtime.logging import get_logger
@@ -41,12 +42,7 @@ _PARAM = {"messages": "input", "prompt": "input"}  # max_tokens: SamplingParams.
 
 
 def register(app: Quart, models: ModelRegistry) -> None:
-    from api.http import openapi
-
-    openapi.register_body("/v1/responses", ResponsesRequest)
-
-    @app.post("/v1/responses")
-    async def create_response():  # type: ignore[no-untyped-def]
+    async def create_response() -> Response:
         req = await decode_body(ResponsesRequest)
         runtime = models.resolve(req.model)
         params = responses_params(req, template_tools=template_takes_tools(runtime.tokenizer))
@@ -59,10 +55,12 @@ def register(app: Quart, models: ModelRegistry) -> None:
         output = _Output(ResponsesEventBuilder(response), params.toolset, runtime.tokenizer if params.logprobs else None)
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return sse_response(_sse(_events(gen, output, include_usage)))
+            return sse.response(_sse(_events(gen, output, include_usage)))
         async for _ in _events(gen, output, include_usage=True):
             pass
         return json_response(output.builder.response)
+
+    bind(app, "create_response", create_response, ResponsesRequest)
 
 
 async def _start(gen: Generation) -> Generation:

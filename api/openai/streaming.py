@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from quart import Response
 
 from api.http import sse
+from api.openai.errors import error_body
 from runtime.engine import RequestStream, Runtime
 from runtime.mailbox import GroupSignal
 from runtime.messages import FinishReason, Logprob, TextDelta, Usage
@@ -120,10 +121,6 @@ class Generation:
             stream.close()
 
 
-def sse_response(events: AsyncIterator[bytes]) -> Response:
-    return Response(events, content_type="text/event-stream", headers=sse.HEADERS)
-
-
 def sse_stream(
     gen: Generation, render: Callable[[int, TextDelta], list[bytes]], tail: Callable[[], list[bytes]]
 ) -> Response:
@@ -135,9 +132,9 @@ def sse_stream(
             for chunk in tail():
                 yield chunk
         except Exception as exc:  # the engine failed this request mid-stream: say so, then end
-            yield sse.data({"error": {"message": str(exc), "type": "server_error", "param": None, "code": "request_failed"}})
+            yield sse.data(error_body(str(exc), "server_error", None, "request_failed"))
             yield sse.DONE
         finally:
             gen.close()
 
-    return sse_response(body())
+    return sse.response(body())

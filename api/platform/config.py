@@ -1,8 +1,8 @@
 """`PlatformConfig`: the knobs of the platform surface (API keys, per-key limits, state,
 endpoints declared in the config file).
 
-Owns: the settings of api/auth.py (Bearer keys, requests and tokens per minute per key),
-where api/endpoints_store.py keeps serving-endpoint definitions, and the endpoints a config
+Owns: the settings of api/http/auth.py (Bearer keys, requests and tokens per minute per key),
+where api/databricks/store.py keeps serving-endpoint definitions, and the endpoints a config
 file declares. Built from three layers, later ones winning (keys add up across all three):
 
 1. the config file's `[platform]` table (`file_settings`):
@@ -22,8 +22,8 @@ file declares. Built from three layers, later ones winning (keys add up across a
 `from_env` alone is what `create_app` uses when given no config.
 
 Keys are never shown: `repr()` prints how many there are, not what they are.
-Imports the standard library and runtime.model_store (api.databricks.endpoints for the
-[[endpoints]] tables, when a file has them).
+Imports the standard library and runtime. The `[[endpoints]]` tables are read by the surface
+they configure (api/databricks/declared.py), which this module does not import.
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runtime.logging import get_logger
+from runtime.model_store import store_root
+
 ENDPOINTS_DB = "serving_endpoints.sqlite3"
 PLATFORM_KEYS = ("api_keys_env", "api_keys", "requests_per_minute", "tokens_per_minute", "state_dir")
-ENDPOINT_KEYS = ("name", "served", "description", "tags")
-SERVED_KEYS = ("model", "name", "version", "traffic_percentage", "traffic")
 
 
 class ConfigError(ValueError):
@@ -51,7 +52,7 @@ class PlatformConfig:
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
     state_dir: str | None = None
-    # api.databricks.endpoints.CreateEndpointRequest per [[endpoints]] table of the config file
+    # one endpoint request per [[endpoints]] table of the config file (api/databricks/declared.py)
     endpoints: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
@@ -72,8 +73,6 @@ class PlatformConfig:
     def endpoints_db(self) -> Path:
         if self.state_dir:
             return Path(self.state_dir).expanduser() / ENDPOINTS_DB
-        from runtime.model_store import store_root
-
         return store_root() / ENDPOINTS_DB
 
     @classmethod
@@ -145,8 +144,6 @@ def file_settings(table: Any, environ: Mapping[str, str] | None = None, source: 
         keys += [k for k in value if k not in keys]
     literal = _strings(table.get("api_keys", []), source, "api_keys")
     if literal:
-        from runtime.logging import get_logger
-
         get_logger("config").warning("api_keys_in_config_file", source=source, count=len(literal), hint="prefer api_keys_env")
     keys += [k for k in literal if k not in keys]
     if keys:
@@ -162,84 +159,6 @@ def file_settings(table: Any, environ: Mapping[str, str] | None = None, source: 
             raise ConfigError(f"{source}: [platform].state_dir must be a directory path")
         settings["state_dir"] = table["state_dir"]
     return settings
-
-
-def endpoint_specs(tables: Any, source: str = "config") -> list[Any]:
-    """The `[[endpoints]]` tables of a config file → api.databricks.endpoints.CreateEndpointRequest,
-    checked for shape here (the served models are checked when the server has them):
-
-        [[endpoints]]
-        name = "chat-ab"
-        served = [
-          { model = "tiny-a", name = "a", traffic_percentage = 70 },
-          { model = "tiny-b", name = "b", traffic_percentage = 30 },
-        ]
-
-    `model` is a served model's name; `name` (default: the model's) is the served entity's
-    name within the endpoint, what responses report in `served-model-name`; `traffic` is
-    accepted for `traffic_percentage`. One served entity needs no percentage; several need one
-    each, whole numbers summing to 100."""
-    from api.databricks.endpoints import (
-        CreateEndpointRequest, EndpointConfigInput, RouteInput, ServedEntityInput, TrafficConfigInput,
-    )
-
-    if not isinstance(tables, list):
-        raise ConfigError(f"{source}: endpoints must be an array of tables ([[endpoints]])")
-    specs = []
-    for i, table in enumerate(tables):
-        where = f"{source}: endpoints[{i}]"
-        if not isinstance(table, Mapping):
-            raise ConfigError(f"{where} must be a table")
-        unknown = sorted(set(table) - set(ENDPOINT_KEYS))
-        if unknown:
-            raise ConfigError(f"{where} has unknown keys {unknown}; known: {list(ENDPOINT_KEYS)}")
-        name = table.get("name")
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{where} needs a name")
-        where = f"{source}: endpoints[{i}] ({name!r})"
-        served = table.get("served")
-        if not isinstance(served, list) or not served:
-            raise ConfigError(f"{where} needs served = [{{ model = \"...\" }}, ...]")
-        entities, routes = [], []
-        for j, item in enumerate(served):
-            if not isinstance(item, Mapping):
-                raise ConfigError(f"{where}: served[{j}] must be a table")
-            unknown = sorted(set(item) - set(SERVED_KEYS))
-            if unknown:
-                raise ConfigError(f"{where}: served[{j}] has unknown keys {unknown}; known: {list(SERVED_KEYS)}")
-            model = item.get("model")
-            if not isinstance(model, str) or not model:
-                raise ConfigError(f"{where}: served[{j}] needs model = \"<a served model's name>\"")
-            entity = item.get("name", model)
-            version = item.get("version")
-            if not isinstance(entity, str) or (version is not None and not isinstance(version, (str, int))):
-                raise ConfigError(f"{where}: served[{j}].name and .version must be strings")
-            if "traffic" in item and "traffic_percentage" in item:
-                raise ConfigError(f"{where}: served[{j}] gives both traffic and traffic_percentage")
-            percent = item.get("traffic_percentage", item.get("traffic"))
-            if percent is not None:
-                if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
-                    raise ConfigError(f"{where}: served[{j}].traffic_percentage must be a whole number from 0 to 100")
-                routes.append(RouteInput(served_entity_name=entity, traffic_percentage=percent))
-            entities.append(ServedEntityInput(entity_name=model, name=entity, entity_version=None if version is None else str(version)))
-        if routes and len(routes) != len(entities):
-            raise ConfigError(f"{where}: give every served entity a traffic_percentage, or none (one entity only)")
-        if len(entities) > 1 and not routes:
-            raise ConfigError(f"{where}: several served entities need a traffic_percentage each")
-        if routes and sum(r.traffic_percentage for r in routes) != 100:
-            raise ConfigError(f"{where}: traffic percentages sum to {sum(r.traffic_percentage for r in routes)}, not 100")
-        description = table.get("description")
-        tags = table.get("tags")
-        if description is not None and not isinstance(description, str):
-            raise ConfigError(f"{where}: description must be a string")
-        if tags is not None and (not isinstance(tags, Mapping) or not all(isinstance(v, str) for v in tags.values())):
-            raise ConfigError(f"{where}: tags must be a table of strings")
-        config = EndpointConfigInput(served_entities=entities, traffic_config=TrafficConfigInput(routes=routes) if routes else None)
-        specs.append(CreateEndpointRequest(
-            name=name, config=config, description=description,
-            tags=[{"key": k, "value": v} for k, v in tags.items()] if tags else None,
-        ))
-    return specs
 
 
 def _strings(value: Any, source: str, name: str) -> list[str]:

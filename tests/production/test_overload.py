@@ -216,7 +216,7 @@ async def test_every_generation_route_sheds_after_auth_before_the_body(
 
 def test_admission_knows_every_generation_route() -> None:
     """Which runtimes a request could use, from its method, path, query and headers alone."""
-    from api.http.edge import Admission
+    from api.http.admission import Admission
     from api.databricks.endpoints import Endpoint, EndpointNotFound, ServedEntity
 
     def rt(name: str, task: str, live: int) -> SimpleNamespace:

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from api.http.errors import from_decode_error
+from api.http.body import from_decode_error
 from api.openai.params import chat_params, completion_params, split_prompt
 from api.openai.schemas import ChatCompletionRequest, CompletionRequest
 from runtime.errors import InvalidRequest
