@@ -15,7 +15,9 @@ from api.openai.logprobs import chat_logprobs
 from api.openai.params import chat_params, chat_tools
 from api.openai.schemas import ChatCompletionRequest
 from api.openai.streaming import Collected, Generation, sse_stream
-from api.openai.tools import ChatDeltas, ToolSet, chat_message_parts, template_takes_tools
+from api.openai.tools.chat import ChatDeltas, chat_message_parts
+from api.openai.tools.prompt import template_takes_tools
+from api.openai.tools.spec import ToolSet
 from api.openai.usage import usage_dict
 from runtime.engine import Runtime
 from runtime.messages import TextDelta, Usage

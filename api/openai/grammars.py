@@ -1,7 +1,7 @@
 """Constrained-decoding guides built at the edge, and their validation.
 
 Owns: the `Guide` for structured outputs (Chat `response_format`, Responses `text.format`) and
-for tool calls (the Lark grammar of the tool-call format in `api/tools.py`, with each function's
+for tool calls (the Lark grammar of the tool-call format in `api/openai/tools/`, with each function's
 JSON schema inlined as `%json {...}` and each custom tool's grammar embedded), and checking
 every schema and grammar a client sends by compiling it with llguidance, so a bad one is a 400
 naming the field instead of a failure inside the engine. Validation is cached by the text of
@@ -19,16 +19,15 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import llguidance
 
+from api.openai.tools.spec import Tool, ToolSet
 from runtime.errors import InvalidRequest
 from runtime.grammar_spec import JSON_OPTIONS, json_schema_grammar
 from runtime.sampling import Guide
 
-if TYPE_CHECKING:
-    from api.openai.tools import Tool, ToolSet
 
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 

@@ -13,7 +13,9 @@ import msgspec
 
 from api.openai.grammars import format_guide, tool_guide
 from api.openai.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
-from api.openai.tools import ToolSet, build_toolset, render_conversation
+from api.openai.tools.prompt import render_conversation
+from api.openai.tools.spec import ToolSet
+from api.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams

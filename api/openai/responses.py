@@ -29,7 +29,9 @@ from api.openai.params_responses import responses_params
 from api.openai.responses_events import Event, ResponsesEventBuilder, new_id
 from api.openai.schemas_responses import ResponsesRequest
 from api.openai.streaming import Generation
-from api.openai.tools import ToolCallParser, ToolSet, template_takes_tools
+from api.openai.tools.parser import ToolCallParser
+from api.openai.tools.prompt import template_takes_tools
+from api.openai.tools.spec import ToolSet
 from runtime.errors import InvalidRequest, RequestFailed, ServingError
 from runtime.logging import get_logger
 from runtime.messages import FinishReason, Logprob, Usage

@@ -22,7 +22,7 @@ from openai.types.responses import Response, ResponseCustomToolCall, ResponseStr
 
 import api.openai.responses
 from actors.tokenizer import encode_prompt
-from api.openai.tools import format_call
+from api.openai.tools.spec import format_call
 from runtime.messages import FinishReason
 from tests.conftest import Server
 from tests.responses.scripted import Script

@@ -19,7 +19,7 @@ import trio
 
 import api.openai.chat
 import api.openai.responses
-from api.openai.tools import format_call
+from api.openai.tools.spec import format_call
 from runtime.messages import FinishReason
 from tests.conftest import Server
 from tests.responses.scripted import Script, guide_accepts

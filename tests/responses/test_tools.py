@@ -16,7 +16,11 @@ import llguidance.hf
 import pytest
 
 from api.openai.grammars import format_guide, namespace_lark, tool_guide
-from api.openai.tools import ToolCallParser, build_toolset, chat_message_parts, format_call, render_conversation, template_takes_tools
+from api.openai.tools.chat import chat_message_parts
+from api.openai.tools.parser import ToolCallParser
+from api.openai.tools.prompt import render_conversation, template_takes_tools
+from api.openai.tools.spec import format_call
+from api.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
 
 WEATHER = {

@@ -1,0 +1,92 @@
+"""The tool-call format and the declared tools (see the package docstring for the format).
+
+Owns: `Tool` and `ToolSet` (the tools a request declared and its tool_choice, validated by
+validate.py), the format's markers and `format_call`, and the one JSON layout the model is
+shown (`canonical_json`). Imports the standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+OPEN, CLOSE = "<tool_call", "</tool_call>"
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    kind: str  # "function" | "custom"
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a function's JSON schema
+    strict: bool | None = None
+    syntax: str | None = None  # a custom tool's grammar syntax ("lark", "regex"); None: free text
+    definition: str | None = None
+
+    def openai(self) -> dict[str, Any]:
+        """The tool as the Responses API echoes it."""
+        if self.kind == "function":
+            return {"type": "function", "name": self.name, "description": self.description, "parameters": self.parameters, "strict": self.strict}
+        fmt: dict[str, Any] = {"type": "text"}
+        if self.syntax is not None:
+            fmt = {"type": "grammar", "syntax": self.syntax, "definition": self.definition}
+        return {"type": "custom", "name": self.name, "description": self.description, "format": fmt}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSet:
+    tools: tuple[Tool, ...]
+    choice: str = "auto"  # "auto" | "none" | "required"
+    forced: str | None = None  # the tool tool_choice names
+    allowed: frozenset[str] | None = None  # tool_choice allowed_tools
+    parallel: bool = True
+    max_calls: int | None = None  # Responses' max_tool_calls: the grammar allows no more
+
+    def get(self, name: str) -> Tool | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    def callable(self) -> tuple[Tool, ...]:
+        """The tools the model may call now."""
+        if self.choice == "none":
+            return ()
+        if self.forced is not None:
+            return tuple(t for t in self.tools if t.name == self.forced)
+        if self.allowed is not None:
+            return tuple(t for t in self.tools if t.name in self.allowed)
+        return self.tools
+
+    def choice_json(self) -> str | dict[str, Any]:
+        if self.forced is not None:
+            tool = self.get(self.forced)
+            return {"type": tool.kind if tool else "function", "name": self.forced}
+        if self.allowed is not None:
+            return {"type": "allowed_tools", "mode": self.choice, "tools": [self.get(n).openai() for n in sorted(self.allowed)]}  # type: ignore[union-attr]
+        return self.choice
+
+
+def format_call(kind: str, name: str, text: str) -> str:
+    """One call in the tool-call format. `text`: a function's arguments (JSON) or custom input."""
+    if kind == "function":
+        return f'{OPEN}>\n{{"name": "{name}", "arguments": {text or "{}"}}}\n{CLOSE}'
+    return f'{OPEN} name="{name}">\n{text}\n{CLOSE}'
+
+
+def canonical_json(value: Any) -> str:
+    """JSON as the model is shown it and forced to write it (", " and ": ", nothing else);
+    a string is re-serialized when it is JSON and kept as it is otherwise."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def as_object(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments
+    return arguments
