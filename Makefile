@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install serve test test-fast bench clean
+.PHONY: install serve test test-fast check bench clean
 
 install: $(STAMP)
 
@@ -20,8 +20,14 @@ $(STAMP): pyproject.toml Makefile
 serve: install
 	$(BIN)/switchyard serve $(ARGS)
 
+# The suite includes tests/checks: ruff, mypy and the import contracts (pyproject.toml), and
+# the size budgets, each shown failing on a planted violation.
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The static checks alone, quicker than the suite.
+check: install
+	$(BIN)/ruff check && $(BIN)/mypy && $(BIN)/lint-imports
 
 test-fast: install
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)

@@ -19,9 +19,9 @@ waiting queue is admitted before it, so no request starves.
 from __future__ import annotations
 
 import enum
-from typing import Any
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from actors.blocks import BlockManager
 from runtime.messages import (

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import trio
 
+from actors.embed_core import EmbeddingSchedulerCore
 from actors.sched_core import SchedulerCore
 from runtime.logging import get_logger
 from runtime.messages import AbortReason, AbortRequest, Shutdown, StepOutputs, StepPlan, StepResult, TokenDelta, TokenizedRequest
@@ -79,7 +80,7 @@ class SchedulerInbox:
 class SchedulerActor:
     def __init__(
         self,
-        core: SchedulerCore,
+        core: SchedulerCore | EmbeddingSchedulerCore,
         inbox: trio.MemoryReceiveChannel[Inbound],
         plans: trio.MemorySendChannel[StepPlan],
         results: trio.MemoryReceiveChannel[StepResult],

@@ -39,7 +39,7 @@ from api.app import create_app
 from api.databricks.declared import endpoint_specs
 from api.platform import config as platform_config
 from runtime.config import RuntimeConfig
-from runtime.engine import build_runtime
+from runtime.engine import Runtime, build_runtime
 from runtime.logging import configure_logging, get_logger
 from runtime.memory import bound_native_caches
 from runtime.registry import ModelRegistry
@@ -48,7 +48,7 @@ log = get_logger("serve")
 DEFAULTS = RuntimeConfig()  # one place for every default: the CLI shows the same ones
 
 
-_CLI_EXTRAS: dict[str, object] = {}  # CLI flags that are not per-model settings
+_CLI_EXTRAS: dict[str, Any] = {}  # CLI flags that are not per-model settings
 
 
 def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
@@ -110,15 +110,15 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
 
 async def serve_runtime(
     config: RuntimeConfig,
-    runtime_factory: Callable[[RuntimeConfig], object] | None = None,
+    runtime_factory: Callable[[RuntimeConfig], Runtime] | None = None,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     extra_models: Sequence[RuntimeConfig] = (),
-    platform: object = None,
+    platform: platform_config.PlatformConfig | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the runtime and the HTTP server until `shutdown_trigger` returns, then drain."""
     factory = runtime_factory or build_runtime
-    models = ModelRegistry([factory(c) for c in (config, *extra_models)])  # type: ignore[misc]
+    models = ModelRegistry([factory(c) for c in (config, *extra_models)])
     app = create_app(models, platform)
     hconfig = HypercornConfig()
     hconfig.bind = [f"{config.host}:{config.port}"]
@@ -161,8 +161,8 @@ async def serve_runtime(
         log.info("stopped")
 
 
-def _live(models: object) -> int:
-    return sum(len(runtime.requests) for runtime in models)  # type: ignore[attr-defined]
+def _live(models: ModelRegistry) -> int:
+    return sum(len(runtime.requests) for runtime in models)
 
 
 async def _cancel_when(event: trio.Event, scope: trio.CancelScope) -> None:
@@ -243,7 +243,7 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
     names = [t.get("name") for t in tables]
     if tables and all(isinstance(n, str) for n in names):  # every served name is known now
         for spec in endpoints:
-            for entity in spec.config.served_entities or ():
+            for entity in (spec.config.served_entities if spec.config is not None else None) or ():
                 if entity.entity_name not in names:
                     raise SystemExit(f"{path}: endpoint {spec.name!r} serves {entity.entity_name!r}, which no [[models]] table names ({names})")
     return ConfigFile(path=path, models=tables, endpoints=endpoints, platform=settings)
@@ -273,11 +273,11 @@ def load(argv: list[str] | None = None) -> tuple[list[RuntimeConfig], platform_c
     config = parse_args(argv)
     configure_logging(config.log_level)
     path = _CLI_EXTRAS.get("config")
-    file = read_config_file(path) if isinstance(path, str) else None  # type: ignore[arg-type]
+    file = read_config_file(path) if isinstance(path, str) else None
     configs = model_configs(config, file, not _CLI_EXTRAS.get("no_embeddings", False))
     try:
         platform = platform_config.from_args(
-            _CLI_EXTRAS["args"], file.platform if file else None, file.endpoints if file else ()  # type: ignore[arg-type]
+            _CLI_EXTRAS["args"], file.platform if file else None, file.endpoints if file else ()
         )
     except ValueError as exc:
         raise SystemExit(f"switchyard: {exc}") from None

@@ -38,11 +38,11 @@ from runtime.admission import estimate_tokens, is_full
 from runtime.config import RuntimeConfig
 from runtime.errors import EngineDead, InvalidRequest, Overloaded
 from runtime.logging import get_logger
-from runtime.messages import AbortReason
 from runtime.mailbox import GroupSignal
+from runtime.messages import AbortReason
 from runtime.request import Prompt, RequestContext
-from runtime.stream import RequestStream
 from runtime.sampling import SamplingParams
+from runtime.stream import RequestStream
 
 log = get_logger("runtime")
 
@@ -197,7 +197,8 @@ class Runtime:
     async def _cancel_after(self, deadline: float) -> None:
         await trio.sleep(deadline)
         log.warning("stop_deadline_passed", model=self.served_name, deadline_s=deadline)
-        self._nursery.cancel_scope.cancel()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
 
     # -- requests -----------------------------------------------------------------------------
 

@@ -9,19 +9,22 @@ runtime.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llguidance
 
 from runtime.errors import InvalidRequest
 from runtime.sampling import Guide
 
+if TYPE_CHECKING:  # a TypedDict only the stubs define
+    from llguidance._lib import JsonCompileOptions
+
 # Guided JSON is written the way the model is shown JSON: the tool-call format, the fallback
 # tool prompt and the rendered history all use `json.dumps`'s ", " and ": " (as chat
 # templates' `tojson` does), and no other whitespace, since a small model given free
 # whitespace can wander into endless newlines. A schema that sets its own "x-guidance"
 # options keeps them.
-JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 def json_schema_grammar(schema: str | dict[str, Any]) -> str:

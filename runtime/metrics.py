@@ -153,9 +153,10 @@ class _RuntimeCollector(Collector):
             queries = stats.get("prefix_queries", 0)
             stats["prefix_hit_rate"] = stats.get("prefix_hits", 0) / queries if queries else 0.0
             stats["healthy"] = 1.0 if runtime.health()[0] else 0.0
-            for key, family in {**gauges, **counters}.items():
-                if key in stats:
-                    family.add_metric(labels, float(stats[key]))
+            for families in (gauges, counters):
+                for key, family in families.items():
+                    if key in stats:
+                        family.add_metric(labels, float(stats[key]))
         yield from gauges.values()
         yield from counters.values()
 

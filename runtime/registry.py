@@ -7,7 +7,7 @@ draining/stopping them together. Routes reach runtimes only through it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import trio
 
@@ -23,7 +23,7 @@ class ModelRegistry:
                 raise ValueError(f"two models are served as {runtime.served_name!r}")
             self._by_name[runtime.served_name] = runtime
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Runtime]:
         return iter(self._by_name.values())
 
     def __len__(self) -> int:

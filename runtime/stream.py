@@ -7,19 +7,24 @@ handler cannot await, ANCHORS E1): closing a live request aborts it in its runti
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from runtime.messages import AbortReason, TextDelta
 from runtime.request import RequestContext
 
-if TYPE_CHECKING:
-    from runtime.engine import Runtime
+
+class Aborts(Protocol):
+    """What a stream needs of its runtime (runtime/engine.py `Runtime`)."""
+
+    requests: dict[str, RequestContext]
+
+    def abort(self, request_id: str, reason: AbortReason) -> None: ...
 
 
 class RequestStream:
     """What `submit()` yields: the request's id, counters, and its deltas as an async iterator."""
 
-    def __init__(self, runtime: Runtime, ctx: RequestContext) -> None:
+    def __init__(self, runtime: Aborts, ctx: RequestContext) -> None:
         self._runtime = runtime
         self.ctx = ctx
 

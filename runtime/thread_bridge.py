@@ -41,7 +41,7 @@ TRIM_EVERY_S = 5.0
 
 
 class DedicatedThread:
-    def __init__(self, name: str, housekeeping: Callable[[], None] | None = None, every_s: float = TRIM_EVERY_S) -> None:
+    def __init__(self, name: str, housekeeping: Callable[[], object] | None = None, every_s: float = TRIM_EVERY_S) -> None:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._started = False

@@ -34,58 +34,66 @@ def endpoint_specs(tables: Any, source: str = "config") -> list[CreateEndpointRe
     each, whole numbers summing to 100."""
     if not isinstance(tables, list):
         raise ConfigError(f"{source}: endpoints must be an array of tables ([[endpoints]])")
-    specs = []
-    for i, table in enumerate(tables):
-        where = f"{source}: endpoints[{i}]"
-        if not isinstance(table, Mapping):
-            raise ConfigError(f"{where} must be a table")
-        unknown = sorted(set(table) - set(ENDPOINT_KEYS))
-        if unknown:
-            raise ConfigError(f"{where} has unknown keys {unknown}; known: {list(ENDPOINT_KEYS)}")
-        name = table.get("name")
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{where} needs a name")
-        where = f"{source}: endpoints[{i}] ({name!r})"
-        served = table.get("served")
-        if not isinstance(served, list) or not served:
-            raise ConfigError(f"{where} needs served = [{{ model = \"...\" }}, ...]")
-        entities, routes = [], []
-        for j, item in enumerate(served):
-            if not isinstance(item, Mapping):
-                raise ConfigError(f"{where}: served[{j}] must be a table")
-            unknown = sorted(set(item) - set(SERVED_KEYS))
-            if unknown:
-                raise ConfigError(f"{where}: served[{j}] has unknown keys {unknown}; known: {list(SERVED_KEYS)}")
-            model = item.get("model")
-            if not isinstance(model, str) or not model:
-                raise ConfigError(f"{where}: served[{j}] needs model = \"<a served model's name>\"")
-            entity = item.get("name", model)
-            version = item.get("version")
-            if not isinstance(entity, str) or (version is not None and not isinstance(version, (str, int))):
-                raise ConfigError(f"{where}: served[{j}].name and .version must be strings")
-            if "traffic" in item and "traffic_percentage" in item:
-                raise ConfigError(f"{where}: served[{j}] gives both traffic and traffic_percentage")
-            percent = item.get("traffic_percentage", item.get("traffic"))
-            if percent is not None:
-                if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
-                    raise ConfigError(f"{where}: served[{j}].traffic_percentage must be a whole number from 0 to 100")
-                routes.append(RouteInput(served_entity_name=entity, traffic_percentage=percent))
-            entities.append(ServedEntityInput(entity_name=model, name=entity, entity_version=None if version is None else str(version)))
-        if routes and len(routes) != len(entities):
-            raise ConfigError(f"{where}: give every served entity a traffic_percentage, or none (one entity only)")
-        if len(entities) > 1 and not routes:
-            raise ConfigError(f"{where}: several served entities need a traffic_percentage each")
-        if routes and sum(r.traffic_percentage for r in routes) != 100:
-            raise ConfigError(f"{where}: traffic percentages sum to {sum(r.traffic_percentage for r in routes)}, not 100")
-        description = table.get("description")
-        tags = table.get("tags")
-        if description is not None and not isinstance(description, str):
-            raise ConfigError(f"{where}: description must be a string")
-        if tags is not None and (not isinstance(tags, Mapping) or not all(isinstance(v, str) for v in tags.values())):
-            raise ConfigError(f"{where}: tags must be a table of strings")
-        config = EndpointConfigInput(served_entities=entities, traffic_config=TrafficConfigInput(routes=routes) if routes else None)
-        specs.append(CreateEndpointRequest(
-            name=name, config=config, description=description,
-            tags=[{"key": k, "value": v} for k, v in tags.items()] if tags else None,
-        ))
-    return specs
+    return [_endpoint(table, f"{source}: endpoints[{i}]") for i, table in enumerate(tables)]
+
+
+def _endpoint(table: Any, where: str) -> CreateEndpointRequest:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    unknown = sorted(set(table) - set(ENDPOINT_KEYS))
+    if unknown:
+        raise ConfigError(f"{where} has unknown keys {unknown}; known: {list(ENDPOINT_KEYS)}")
+    name = table.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where} needs a name")
+    where = f"{where} ({name!r})"
+    served = table.get("served")
+    if not isinstance(served, list) or not served:
+        raise ConfigError(f"{where} needs served = [{{ model = \"...\" }}, ...]")
+    entities, routes = [], []
+    for j, item in enumerate(served):
+        entity, route = _served(item, f"{where}: served[{j}]")
+        entities.append(entity)
+        routes += [route] if route is not None else []
+    if routes and len(routes) != len(entities):
+        raise ConfigError(f"{where}: give every served entity a traffic_percentage, or none (one entity only)")
+    if len(entities) > 1 and not routes:
+        raise ConfigError(f"{where}: several served entities need a traffic_percentage each")
+    if routes and sum(r.traffic_percentage for r in routes) != 100:
+        raise ConfigError(f"{where}: traffic percentages sum to {sum(r.traffic_percentage for r in routes)}, not 100")
+    description = table.get("description")
+    tags = table.get("tags")
+    if description is not None and not isinstance(description, str):
+        raise ConfigError(f"{where}: description must be a string")
+    if tags is not None and (not isinstance(tags, Mapping) or not all(isinstance(v, str) for v in tags.values())):
+        raise ConfigError(f"{where}: tags must be a table of strings")
+    config = EndpointConfigInput(served_entities=entities, traffic_config=TrafficConfigInput(routes=routes) if routes else None)
+    return CreateEndpointRequest(
+        name=name, config=config, description=description,
+        tags=[{"key": k, "value": v} for k, v in tags.items()] if tags else None,
+    )
+
+
+def _served(item: Any, where: str) -> tuple[ServedEntityInput, RouteInput | None]:
+    """One `served` entry: the entity, and its traffic route when it gives a percentage."""
+    if not isinstance(item, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    unknown = sorted(set(item) - set(SERVED_KEYS))
+    if unknown:
+        raise ConfigError(f"{where} has unknown keys {unknown}; known: {list(SERVED_KEYS)}")
+    model = item.get("model")
+    if not isinstance(model, str) or not model:
+        raise ConfigError(f"{where} needs model = \"<a served model's name>\"")
+    entity = item.get("name", model)
+    version = item.get("version")
+    if not isinstance(entity, str) or (version is not None and not isinstance(version, (str, int))):
+        raise ConfigError(f"{where}.name and .version must be strings")
+    if "traffic" in item and "traffic_percentage" in item:
+        raise ConfigError(f"{where} gives both traffic and traffic_percentage")
+    percent = item.get("traffic_percentage", item.get("traffic"))
+    route = None
+    if percent is not None:
+        if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
+            raise ConfigError(f"{where}.traffic_percentage must be a whole number from 0 to 100")
+        route = RouteInput(served_entity_name=entity, traffic_percentage=percent)
+    return ServedEntityInput(entity_name=model, name=entity, entity_version=None if version is None else str(version)), route

@@ -62,7 +62,7 @@ async def invoke(endpoints: ServingEndpoints, models: ModelRegistry, handlers: M
     entity = endpoints.route(name)
     note_model(entity.model)
     handler = _handler(handlers, _task_of(models, entity.model), decode_object(body), name)
-    req = msgspec.structs.replace(decode(body, handler.schema), model=entity.model)
+    req: msgspec.Struct = msgspec.structs.replace(decode(body, handler.schema), model=entity.model)
     response = await handler.respond(models, req)
     response.headers["served-model-name"] = entity.name
     return response
@@ -116,7 +116,8 @@ def endpoint_json(endpoints: ServingEndpoints, endpoint: Endpoint, detailed: boo
     }
     if detailed:
         body["permission_level"] = "CAN_MANAGE"
-    return _clean(body)  # type: ignore[no-any-return]
+    cleaned: dict[str, Any] = _clean(body)
+    return cleaned
 
 
 def register(

@@ -171,7 +171,7 @@ class AuthMiddleware:
                 found = index
         return found
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket") or scope.get("path") in OPEN_PATHS:
             await self.app(scope, receive, send)
             return

@@ -77,7 +77,7 @@ class EdgeMiddleware:
         self.metrics = metrics
         self.models = models
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -129,7 +129,7 @@ class EdgeMiddleware:
             return ""
         names = {runtime.served_name: runtime for runtime in self.models}
         if info.model in names:
-            return info.model  # type: ignore[return-value]
+            return info.model
         if info.model is None:
             task = "embed" if info.route and "embedding" in info.route else "generate"
             for runtime in self.models:

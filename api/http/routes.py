@@ -84,7 +84,7 @@ def match(method: str, path: str) -> tuple[Route, dict[str, Any]] | None:
         name, args = _ADAPTER.match(path, method=method)
     except HTTPException:  # NotFound, MethodNotAllowed, a redirect
         return None
-    return ROUTES_BY_NAME[name], args
+    return ROUTES_BY_NAME[name], dict(args)
 
 
 def template(method: str, path: str) -> str | None:

@@ -211,7 +211,7 @@ class BeamSearch:
         if not (self.presence or self.frequency or self.repetition != 1.0):
             return bound
         listed = {t for t, _ in top}
-        for token, count in counts.items():
+        for token in counts:
             if token not in listed:
                 bound = max(bound, self._penalized(token, floor, counts))
         if self.repetition < 1.0 and any(t not in listed and t not in counts for t in self.prompt_set):
@@ -258,7 +258,9 @@ class BeamSearch:
         async with unwrapped_errors(), trio.open_nursery() as nursery:
             for i in range(len(beams)):
                 nursery.start_soon(one, i)
-        return out  # type: ignore[return-value]
+        got = [f for f in out if f is not None]
+        assert len(got) == len(out), "every beam's request returned"
+        return got
 
 
 @asynccontextmanager

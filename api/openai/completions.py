@@ -25,21 +25,20 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import trio
-
 from quart import Quart, Response
 
 from api.http import sse
 from api.http.body import decode_body
 from api.http.errors import json_response
 from api.http.routes import bind
+from api.openai.beam import BeamSearch, unwrapped_errors
 from api.openai.logprobs import legacy_logprobs
 from api.openai.params import completion_params
 from api.openai.schemas import CompletionRequest
-from api.openai.beam import BeamSearch, unwrapped_errors
 from api.openai.streaming import Collected, Generation, sse_stream
 from api.openai.usage import usage_dict
 from runtime.context_window import fit_context
@@ -151,7 +150,7 @@ async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[P
 Echo = tuple[str, list[int]]  # what echo prepends to a prompt's choices: text and token ids
 
 
-async def _echoes(runtime: Runtime, req: CompletionRequest, prompts: list[Prompt], firsts: list[Collected | None]) -> list[Echo]:
+async def _echoes(runtime: Runtime, req: CompletionRequest, prompts: list[Prompt], firsts: Sequence[Collected | None]) -> list[Echo]:
     """Per prompt, the prompt as the model read it (error_behavior "truncate": the kept tail,
     as the usage of its first output `firsts[p]` says), or nothing without echo. Encoded and
     decoded by the runtime's tokenizer actor, off the event loop."""

@@ -38,11 +38,13 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
 
 
 def _prompts(req: EmbeddingRequest) -> list[Prompt]:
-    items = req.input
-    if isinstance(items, str):
-        items = [items]
-    elif items and all(isinstance(i, int) for i in items):
-        items = [list(items)]  # one token-id input
+    items: list[Any]
+    if isinstance(req.input, str):
+        items = [req.input]
+    elif req.input and all(isinstance(i, int) for i in req.input):
+        items = [list(req.input)]  # one token-id input
+    else:
+        items = list(req.input)
     if not items:
         raise InvalidRequest("input must not be empty.", param="input")
     if len(items) > MAX_INPUTS:

@@ -77,7 +77,10 @@ def legacy_logprobs(
     tokenizer: Any, entries: list[Logprob | None], token_ids: list[int], text_start: int = 0
 ) -> dict[str, Any]:
     """`entries[i]` scores `token_ids[i]` (None for a first prompt token, which has no context)."""
-    tokens, token_logprobs, tops, offsets = [], [], [], []
+    tokens: list[str] = []
+    token_logprobs: list[float | None] = []
+    tops: list[dict[str, float] | None] = []
+    offsets: list[int] = []
     offset = text_start
     for token_id, entry in zip(token_ids, entries):
         text = token_text(tokenizer, token_id)

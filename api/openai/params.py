@@ -11,8 +11,9 @@ from typing import Any
 
 import msgspec
 
-from api.openai.grammars import format_guide, tool_guide
+from api.openai.grammars import format_guide
 from api.openai.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+from api.openai.tools.grammar import tool_guide
 from api.openai.tools.prompt import render_conversation
 from api.openai.tools.spec import ToolSet
 from api.openai.tools.validate import build_toolset

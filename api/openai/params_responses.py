@@ -29,8 +29,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from api.openai.grammars import format_guide, tool_guide
+from api.openai.grammars import format_guide
 from api.openai.schemas_responses import ResponsesRequest
+from api.openai.tools.grammar import tool_guide
 from api.openai.tools.prompt import render_conversation
 from api.openai.tools.spec import ToolSet
 from api.openai.tools.validate import build_toolset
@@ -141,7 +142,7 @@ def _echo(req: ResponsesRequest, toolset: ToolSet | None, text_format: dict[str,
     text: dict[str, Any] = {"format": text_format}
     if req.text is not None and req.text.verbosity is not None:
         text["verbosity"] = req.text.verbosity
-    reasoning = None
+    reasoning: dict[str, str | None] | None = None
     if req.reasoning is not None:
         r = req.reasoning
         reasoning = {"effort": r.effort, "generate_summary": r.generate_summary, "summary": r.summary}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
@@ -73,13 +73,13 @@ async def _start(gen: Generation) -> Generation:
         raise
 
 
-async def _sse(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
+async def _sse(events: AsyncGenerator[Event]) -> AsyncIterator[bytes]:
     async with aclosing(events):  # a client that goes away closes the request now, not at GC
         async for name, payload in events:
             yield sse.event(name, payload)
 
 
-async def _events(gen: Generation | RequestFailed, output: _Output, include_usage: bool) -> AsyncIterator[Event]:
+async def _events(gen: Generation | RequestFailed, output: _Output, include_usage: bool) -> AsyncGenerator[Event]:
     """Every event of the Response, first to last; an engine failure ends it as failed."""
     for event in output.builder.start():
         yield event

@@ -90,7 +90,9 @@ class ResponsesEventBuilder:
         if self._item is None or self._item["type"] != "message":
             events += self._close_item(complete=True)
             events += self._open_message()
-        part = self._item["content"][0]  # type: ignore[index]
+        item = self._item
+        assert item is not None  # _open_message made it
+        part = item["content"][0]
         part["text"] += delta
         part["logprobs"] += logprobs or []
         events.append(self._event("response.output_text.delta", **self._where(), content_index=0, delta=delta, logprobs=_event_logprobs(logprobs or [])))
@@ -123,7 +125,7 @@ class ResponsesEventBuilder:
     # -- internals -------------------------------------------------------------------------
 
     def _open_message(self) -> list[Event]:
-        item = {"type": "message", "role": "assistant", "status": "in_progress", "content": []}
+        item: dict[str, Any] = {"type": "message", "role": "assistant", "status": "in_progress", "content": []}
         events = [self._add_item(item)]
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         item["content"].append(part)

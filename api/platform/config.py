@@ -93,7 +93,7 @@ class PlatformConfig:
         keys = list(file.pop("api_keys", ()))
         keys += [k for k in _split(env.get("SWITCHYARD_API_KEYS", "")) if k not in keys]
         keys += [k for k in api_keys if k not in keys]
-        settings: dict[str, object] = dict(file)
+        settings: dict[str, Any] = dict(file)
         from_environment = {
             "requests_per_minute": _int(env.get("SWITCHYARD_RATE_LIMIT_RPM")),
             "tokens_per_minute": _int(env.get("SWITCHYARD_RATE_LIMIT_TPM")),
@@ -101,7 +101,7 @@ class PlatformConfig:
         }
         settings.update({k: v for k, v in from_environment.items() if v is not None})
         settings.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(api_keys=tuple(keys), endpoints=tuple(endpoints), **settings)  # type: ignore[arg-type]
+        return cls(api_keys=tuple(keys), endpoints=tuple(endpoints), **settings)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

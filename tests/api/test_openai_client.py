@@ -6,8 +6,8 @@ synchronous here, run in a worker thread while the server runs in the test's tri
 
 from __future__ import annotations
 
-from functools import partial
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import openai

@@ -195,10 +195,10 @@ async def test_declared_endpoints_are_served_and_reapplied_at_each_start(tiny_mo
 
 
 async def test_a_declared_endpoint_on_no_served_model_stops_the_server(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from api.databricks.store import EndpointStore
     from api.databricks.declared import endpoint_specs
-    from api.serve import serve_runtime
     from api.databricks.endpoints import ServingEndpoints
+    from api.databricks.store import EndpointStore
+    from api.serve import serve_runtime
     from runtime.registry import ModelRegistry
 
     specs = endpoint_specs([{"name": "e", "served": [{"model": "not-served"}]}])

@@ -327,8 +327,8 @@ async def test_databricks_sdk_against_the_server(tiny_model_dir: Path, monkeypat
 async def test_a_failed_write_changes_nothing(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from api.databricks.store import EndpointStore
     from api.databricks.endpoints import CreateEndpointRequest, EndpointConfigInput, EndpointNotStored, ServedEntityInput, ServingEndpoints
+    from api.databricks.store import EndpointStore
     from runtime.registry import ModelRegistry
 
     models = ModelRegistry([SimpleNamespace(served_name="m", task="generate", created=0)])  # type: ignore[list-item]

@@ -14,7 +14,7 @@ import httpx
 import trio
 
 from tests.conftest import Server
-from tests.production.conftest import leaks, serves_normally, sse_payloads, wait_idle
+from tests.production.conftest import leaks, serves_normally, wait_idle
 
 NUM_STREAMS = 64
 MAX_TOKENS = 24

@@ -22,11 +22,11 @@ import httpx
 import pytest
 import trio
 
+from ops.overload import ROUTES, TARGET_MS, _request, auth_headers, burst, route_request, summarize
 from runtime.config import RuntimeConfig
 from runtime.engine import estimate_tokens
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
-from ops.overload import ROUTES, TARGET_MS, _request, auth_headers, burst, route_request, summarize
 from tests.fakes import fake_runtime
 from tests.production.conftest import serves_normally, sse_payloads, start_runtime_server, wait_idle
 
@@ -216,8 +216,8 @@ async def test_every_generation_route_sheds_after_auth_before_the_body(
 
 def test_admission_knows_every_generation_route() -> None:
     """Which runtimes a request could use, from its method, path, query and headers alone."""
-    from api.http.admission import Admission
     from api.databricks.endpoints import Endpoint, EndpointNotFound, ServedEntity
+    from api.http.admission import Admission
 
     def rt(name: str, task: str, live: int) -> SimpleNamespace:
         return SimpleNamespace(served_name=name, task=task, accepting=True, requests=[0] * live, config=SimpleNamespace(max_pending=2))

@@ -15,8 +15,9 @@ import llguidance
 import llguidance.hf
 import pytest
 
-from api.openai.grammars import format_guide, namespace_lark, tool_guide
+from api.openai.grammars import format_guide, namespace_lark
 from api.openai.tools.chat import chat_message_parts
+from api.openai.tools.grammar import tool_guide
 from api.openai.tools.parser import ToolCallParser
 from api.openai.tools.prompt import render_conversation, template_takes_tools
 from api.openai.tools.spec import format_call

@@ -8,7 +8,7 @@ of the next), plus one special token. Deterministic: no training.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -55,7 +55,7 @@ def _merges() -> list[tuple[str, str]]:
     ]
 
 
-@lru_cache(maxsize=None)
+@cache
 def build_tiny_tokenizer() -> Tokenizer:
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {c: i for i, c in enumerate(alphabet)}

@@ -99,68 +99,80 @@ class ToolCallParser:
         self._after_call = False
         return len(text)
 
-    # One transition; False when more input is needed.
+    # One transition; False when more input is needed. A state is the part of the format the
+    # parser is in: text, a `<tool_call ...>` header, a custom tool's raw input, a Hermes
+    # body before its arguments, the arguments' JSON, and the tail up to `</tool_call>`.
     def _step(self, events: list[Event]) -> bool:
+        step = {
+            "text": self._in_text, "header": self._in_header, "raw": self._raw,
+            "hermes": self._in_hermes, "args": self._args, "tail": self._in_tail,
+        }[self._state]
+        return step(events)
+
+    def _in_text(self, events: list[Event]) -> bool:
         buf = self._buf
         base = self._fed - len(buf)  # where buf starts
-        if self._state == "text":
-            at = buf.find(OPEN)
-            if at < 0:
-                keep = _partial_suffix(buf, OPEN)
-                body = buf[: len(buf) - keep]
-                if body.strip():  # trailing whitespace waits: it may come before a call
-                    used = self._text(events, body.rstrip(), base)
-                    self._buf = buf[used:]
-                return False
-            before = buf[:at]
-            if before.strip():
-                self._text(events, before.rstrip(), base)
-            self._ws = before[len(before.rstrip()) :]
-            self._buf, self._state = buf[at:], "header"
-            return True
-        if self._state == "header":
-            end = buf.find(">")
-            if end < 0:
-                if len(buf) > 200:  # not a tool call after all
-                    return self._not_a_call(events)
-                return False
-            head = buf[len(OPEN) : end]
-            if head.strip() == "":
-                self._head = buf[: end + 1]
-                self._buf, self._state = buf[end + 1 :], "hermes"
-                return True
-            m = _NAMED_HEAD.match(head)
-            if m is None or m.group(1) not in self._names:
-                return self._not_a_call(events)
-            if len(buf) == end + 1:
-                return False  # wait for the newline that follows the header
-            rest = buf[end + 1 :]
-            self._buf, self._state = rest[1:] if rest.startswith("\n") else rest, "raw"
-            self._start(events, m.group(1), named=True)
-            return True
-        if self._state == "raw":
-            return self._raw(events)
-        if self._state == "hermes":
-            m = _HERMES_HEAD.match(buf)
-            if m is not None:
-                name = json.loads(f'"{m.group(1)}"')
-                if name not in self._names:  # the header was text after all; so is the rest
-                    head = self._ws + self._head
-                    self._text(events, head, base - len(head))
-                    self._ws, self._state = "", "text"
-                    return True
-                self._buf, self._state = buf[m.end() :], "args"
-                self._start(events, name, named=False)
-                return True
-            if CLOSE in buf:
-                at = buf.index(CLOSE)
-                events += self._whole_hermes(buf[:at], complete=True, start=base)
-                self._buf, self._state = buf[at + len(CLOSE) :], "text"
-                return True
+        at = buf.find(OPEN)
+        if at < 0:
+            keep = _partial_suffix(buf, OPEN)
+            body = buf[: len(buf) - keep]
+            if body.strip():  # trailing whitespace waits: it may come before a call
+                used = self._text(events, body.rstrip(), base)
+                self._buf = buf[used:]
             return False
-        if self._state == "args":
-            return self._args(events)
-        # tail: after a call's arguments, up to the closing tag
+        before = buf[:at]
+        if before.strip():
+            self._text(events, before.rstrip(), base)
+        self._ws = before[len(before.rstrip()) :]
+        self._buf, self._state = buf[at:], "header"
+        return True
+
+    def _in_header(self, events: list[Event]) -> bool:
+        buf = self._buf
+        end = buf.find(">")
+        if end < 0:
+            if len(buf) > 200:  # not a tool call after all
+                return self._not_a_call(events)
+            return False
+        head = buf[len(OPEN) : end]
+        if head.strip() == "":
+            self._head = buf[: end + 1]
+            self._buf, self._state = buf[end + 1 :], "hermes"
+            return True
+        m = _NAMED_HEAD.match(head)
+        if m is None or m.group(1) not in self._names:
+            return self._not_a_call(events)
+        if len(buf) == end + 1:
+            return False  # wait for the newline that follows the header
+        rest = buf[end + 1 :]
+        self._buf, self._state = rest[1:] if rest.startswith("\n") else rest, "raw"
+        self._start(events, m.group(1), named=True)
+        return True
+
+    def _in_hermes(self, events: list[Event]) -> bool:
+        buf = self._buf
+        base = self._fed - len(buf)
+        m = _HERMES_HEAD.match(buf)
+        if m is not None:
+            name = json.loads(f'"{m.group(1)}"')
+            if name not in self._names:  # the header was text after all; so is the rest
+                head = self._ws + self._head
+                self._text(events, head, base - len(head))
+                self._ws, self._state = "", "text"
+                return True
+            self._buf, self._state = buf[m.end() :], "args"
+            self._start(events, name, named=False)
+            return True
+        if CLOSE in buf:
+            at = buf.index(CLOSE)
+            events += self._whole_hermes(buf[:at], complete=True, start=base)
+            self._buf, self._state = buf[at + len(CLOSE) :], "text"
+            return True
+        return False
+
+    def _in_tail(self, events: list[Event]) -> bool:
+        """After a call's arguments, up to the closing tag."""
+        buf = self._buf
         at = buf.find(CLOSE)
         if at < 0:
             self._buf = buf[len(buf) - _partial_suffix(buf, CLOSE) :]

@@ -61,7 +61,7 @@ class ToolSet:
             tool = self.get(self.forced)
             return {"type": tool.kind if tool else "function", "name": self.forced}
         if self.allowed is not None:
-            return {"type": "allowed_tools", "mode": self.choice, "tools": [self.get(n).openai() for n in sorted(self.allowed)]}  # type: ignore[union-attr]
+            return {"type": "allowed_tools", "mode": self.choice, "tools": [t.openai() for t in sorted(self.tools, key=lambda t: t.name) if t.name in self.allowed]}
         return self.choice
 
 

@@ -121,7 +121,7 @@ def _with_choice(toolset: ToolSet, choice: Any) -> ToolSet:
         raise InvalidRequest("tool_choice must be auto, none, required or an object.", param="tool_choice")
     kind = choice.get("type")
     if kind == "allowed_tools":  # Responses: {"type": "allowed_tools", "mode", "tools": [...]}
-        spec = choice.get("allowed_tools") if isinstance(choice.get("allowed_tools"), dict) else choice
+        spec: dict[str, Any] = choice["allowed_tools"] if isinstance(choice.get("allowed_tools"), dict) else choice
         mode = spec.get("mode", "auto")
         names = {(t.get("function") or t.get("custom") or t).get("name") for t in spec.get("tools") or [] if isinstance(t, dict)}
         unknown = [n for n in names if toolset.get(str(n)) is None]
@@ -130,7 +130,7 @@ def _with_choice(toolset: ToolSet, choice: Any) -> ToolSet:
         return replace(toolset, choice=mode, allowed=frozenset(str(n) for n in names))
     if kind not in ("function", "custom"):
         raise InvalidRequest(f"tool_choice type {kind!r} is not supported.", param="tool_choice.type")
-    nested = choice.get(kind) if isinstance(choice.get(kind), dict) else choice  # Chat nests it
+    nested: dict[str, Any] = choice[kind] if isinstance(choice.get(kind), dict) else choice  # Chat nests it
     name = nested.get("name")
     tool = toolset.get(name) if isinstance(name, str) else None
     if tool is None or tool.kind != kind:
