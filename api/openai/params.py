@@ -42,13 +42,18 @@ def _stop_tuple(stop: str | list[str] | None) -> tuple[str, ...]:
     return stops
 
 
+def check_stream_options(stream: bool, stream_options: object) -> None:
+    """stream_options only with stream: the rule of every endpoint that streams."""
+    if stream_options is not None and not stream:
+        raise InvalidRequest("stream_options is only allowed when stream is true.", param="stream_options")
+
+
 def _common(
     req: SamplingFields, max_tokens: int | None, *, n_generate: int, logprobs: int | None, beam: bool = False
 ) -> SamplingParams:
     """Every rule Chat, Completions and beam search share; `beam`: deterministic beam search,
     where n > 1 needs no temperature."""
-    if req.stream_options is not None and not req.stream:
-        raise InvalidRequest("stream_options is only allowed when stream is true.", param="stream_options")
+    check_stream_options(req.stream, req.stream_options)
     if not beam and req.n > 1 and req.temperature == 0.0:
         raise InvalidRequest("n > 1 needs temperature > 0 (greedy sampling would repeat one answer n times).", param="temperature")
     if req.top_k == 0:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.openai.grammars import format_guide
+from api.openai.params import check_stream_options
 from api.openai.schemas_responses import ResponsesRequest
 from api.openai.tools.grammar import tool_guide
 from api.openai.tools.prompt import render_conversation
@@ -112,8 +113,7 @@ def _refuse(req: ResponsesRequest) -> None:
             param="prompt.id" if named else "prompt",
             code="unsupported_parameter",
         )
-    if req.stream_options is not None and not req.stream:
-        raise InvalidRequest("stream_options is only allowed when stream is true.", param="stream_options")
+    check_stream_options(req.stream, req.stream_options)
     if req.metadata is not None:
         if len(req.metadata) > 16:
             raise InvalidRequest("metadata holds at most 16 key-value pairs.", param="metadata")

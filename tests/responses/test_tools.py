@@ -1,4 +1,4 @@
-"""api/tools.py and api/grammars.py on their own: the parser, the grammars, the prompt.
+"""api/openai/tools/ and api/openai/grammars.py on their own: the parser, the grammars, the prompt.
 
 Grammars are checked the way the engine will use them: compiled by llguidance against a real
 (tiny) tokenizer, then fed token ids. Embedded Lark grammars are checked against the `lark`
