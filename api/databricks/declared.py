@@ -37,12 +37,17 @@ def endpoint_specs(tables: Any, source: str = "config") -> list[CreateEndpointRe
     return [_endpoint(table, f"{source}: endpoints[{i}]") for i, table in enumerate(tables)]
 
 
-def _endpoint(table: Any, where: str) -> CreateEndpointRequest:
-    if not isinstance(table, Mapping):
+def _table(value: Any, where: str, known: tuple[str, ...]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
         raise ConfigError(f"{where} must be a table")
-    unknown = sorted(set(table) - set(ENDPOINT_KEYS))
+    unknown = sorted(set(value) - set(known))
     if unknown:
-        raise ConfigError(f"{where} has unknown keys {unknown}; known: {list(ENDPOINT_KEYS)}")
+        raise ConfigError(f"{where} has unknown keys {unknown}; known: {list(known)}")
+    return value
+
+
+def _endpoint(table: Any, where: str) -> CreateEndpointRequest:
+    table = _table(table, where, ENDPOINT_KEYS)
     name = table.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where} needs a name")
@@ -76,11 +81,7 @@ def _endpoint(table: Any, where: str) -> CreateEndpointRequest:
 
 def _served(item: Any, where: str) -> tuple[ServedEntityInput, RouteInput | None]:
     """One `served` entry: the entity, and its traffic route when it gives a percentage."""
-    if not isinstance(item, Mapping):
-        raise ConfigError(f"{where} must be a table")
-    unknown = sorted(set(item) - set(SERVED_KEYS))
-    if unknown:
-        raise ConfigError(f"{where} has unknown keys {unknown}; known: {list(SERVED_KEYS)}")
+    item = _table(item, where, SERVED_KEYS)
     model = item.get("model")
     if not isinstance(model, str) or not model:
         raise ConfigError(f"{where} needs model = \"<a served model's name>\"")

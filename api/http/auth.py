@@ -195,7 +195,7 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         who = who or f"client:{(scope.get('client') or ('?',))[0]}"
-        await self._limited(scope, receive, send, who, path)
+        await self._limited(scope, receive, send, who)
 
     async def _reject(self, send: Any, scope: dict[str, Any], status: int, message: str, retry_after: float | None = None) -> None:
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
@@ -204,7 +204,7 @@ class AuthMiddleware:
         assert self.errors is not None, "AuthMiddleware needs the app's error shapes to refuse"
         await self.errors.send(send, scope, HTTPError(status, message), headers)
 
-    async def _limited(self, scope: dict[str, Any], receive: Any, send: Any, who: str, path: str) -> None:
+    async def _limited(self, scope: dict[str, Any], receive: Any, send: Any, who: str) -> None:
         prompt = generate = 0
         replay = receive
         if self.limiter.config.tokens_per_minute and _runs_model(scope):  # its body is read up front to estimate tokens

@@ -10,8 +10,8 @@ through the same shapes. Which shape answers:
   request's path and query (Azure ML claims its paths and any `api-version` request,
   Databricks /serving-endpoints/ and /api/2.0/), else the default one (OpenAI's).
 Every shape gets `Retry-After` on an Overloaded. Also: `install` (the app's error handlers)
-and `send_error` (answering from ASGI middleware, before the app). Imports quart, werkzeug,
-msgspec and runtime; never a surface.
+and `ErrorShapes.send` (answering from ASGI middleware, before the app). Imports quart,
+werkzeug, msgspec, api.http.routes and runtime; never a surface.
 """
 
 from __future__ import annotations

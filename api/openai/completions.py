@@ -63,13 +63,7 @@ async def respond(models: ModelRegistry, req: CompletionRequest) -> Response:
     if req.use_beam_search:
         return await _beam_search(runtime, req, prompts, sampling)
     gen = await Generation(runtime, prompts, sampling, sampling.n).start()
-    head = {
-        "id": f"cmpl-{gen.request_id}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": runtime.served_name,
-        "system_fingerprint": runtime.fingerprint,
-    }
+    head = _head(runtime, f"cmpl-{gen.request_id}")
     per_prompt = sampling.n
     if req.stream:
         # A stream echoes the whole prompt: it starts before usage says what was truncated.
@@ -129,14 +123,7 @@ async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[P
         _choice(runtime, req, p * req.n + i, out, echoes[p]) for p, outs in enumerate(collected) for i, out in enumerate(outs)
     ]
     outs = [out for group in collected for out in group]
-    head = {
-        "id": f"cmpl-beam-{uuid.uuid4().hex[:16]}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": runtime.served_name,
-        "system_fingerprint": runtime.fingerprint,
-    }
-    body = {**head, "choices": choices, "usage": _usage(outs, req.n)}
+    body = {**_head(runtime, f"cmpl-beam-{uuid.uuid4().hex[:16]}"), "choices": choices, "usage": _usage(outs, req.n)}
     if not req.stream:
         return json_response(body)
 
@@ -145,6 +132,16 @@ async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[P
         yield sse.DONE
 
     return sse.response(events())
+
+
+def _head(runtime: Runtime, completion_id: str) -> dict[str, Any]:
+    return {
+        "id": completion_id,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": runtime.served_name,
+        "system_fingerprint": runtime.fingerprint,
+    }
 
 
 Echo = tuple[str, list[int]]  # what echo prepends to a prompt's choices: text and token ids

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,10 @@ class ToolCallParser:
         self._ws = ""  # whitespace before a `<tool_call`: dropped if it is a call
         self._head = ""  # the `<tool_call ...>` header of the call being read
         self._after_call = False  # the next text follows a call: its leading whitespace goes
+        self._steps: dict[str, Callable[[list[Event]], bool]] = {
+            "text": self._in_text, "header": self._in_header, "raw": self._raw,
+            "hermes": self._in_hermes, "args": self._args, "tail": self._in_tail,
+        }
 
     def feed(self, text: str) -> list[Event]:
         self._buf += text
@@ -103,11 +108,7 @@ class ToolCallParser:
     # parser is in: text, a `<tool_call ...>` header, a custom tool's raw input, a Hermes
     # body before its arguments, the arguments' JSON, and the tail up to `</tool_call>`.
     def _step(self, events: list[Event]) -> bool:
-        step = {
-            "text": self._in_text, "header": self._in_header, "raw": self._raw,
-            "hermes": self._in_hermes, "args": self._args, "tail": self._in_tail,
-        }[self._state]
-        return step(events)
+        return self._steps[self._state](events)
 
     def _in_text(self, events: list[Event]) -> bool:
         buf = self._buf
