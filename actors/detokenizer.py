@@ -110,15 +110,7 @@ class DetokenizerActor:
 
         usage = None
         if finish is not None:
-            start = state.start
-            usage = Usage(
-                prompt_tokens=start.num_prompt_tokens,
-                completion_tokens=state.num_output_tokens,
-                cached_tokens=start.num_cached_tokens,  # the scheduler core's count
-                truncated_prompt_tokens=start.num_truncated_tokens,
-                batch_size=state.batch_sizes,
-                queue_wait_time=state.queue_wait_us,
-            )
+            usage = self._usage(state)
             self._forget(state)
             self._log_finish(state, finish, now)
         state.start.mailbox.put(
@@ -137,9 +129,19 @@ class DetokenizerActor:
         state.first_token_time = now
         self._forget(state)
         self._log_finish(state, FinishReason.STOP, now)
+        state.start.mailbox.put(TextDelta(embedding=item.embedding, finish_reason=FinishReason.STOP, usage=self._usage(state)))
+
+    def _usage(self, state: DecodeState) -> Usage:
+        """The prompt's counts come from the scheduler core (RegisterRequest), the rest are ours."""
         start = state.start
-        usage = Usage(prompt_tokens=start.num_prompt_tokens, completion_tokens=0, truncated_prompt_tokens=start.num_truncated_tokens)
-        start.mailbox.put(TextDelta(embedding=item.embedding, finish_reason=FinishReason.STOP, usage=usage))
+        return Usage(
+            prompt_tokens=start.num_prompt_tokens,
+            completion_tokens=state.num_output_tokens,
+            cached_tokens=start.num_cached_tokens,
+            truncated_prompt_tokens=start.num_truncated_tokens,
+            batch_size=state.batch_sizes,
+            queue_wait_time=state.queue_wait_us,
+        )
 
     def _count_tokens(self, state: DecodeState, item: TokenDelta, now: float) -> None:
         n = len(item.token_ids)
