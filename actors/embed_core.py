@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from runtime.messages import FinishReason, RegisterRequest, ScheduledSeq, StepPlan, StepResult, TokenDelta, TokenizedRequest
+from actors.sequence import Sequence
+from runtime.messages import FinishReason, ScheduledSeq, StepPlan, StepResult, TokenDelta, TokenizedRequest
 
 
 class EmbeddingSchedulerCore:
@@ -80,16 +81,7 @@ class EmbeddingSchedulerCore:
                     batch_size=len(plan.seqs),
                     queue_wait_us=max(0, int((started - request.arrival_time) * 1e6)),
                     embedding=result.embeddings.get(item.request_id),
-                    register=RegisterRequest(
-                        request_id=request.request_id,
-                        mailbox=request.mailbox,
-                        sampling=request.sampling,
-                        arrival_time=request.arrival_time,
-                        scheduled_time=started,
-                        num_prompt_tokens=len(request.prompt_token_ids),
-                        num_cached_tokens=0,
-                        num_truncated_tokens=request.num_truncated_tokens,
-                    ),
+                    register=Sequence.of(request).take_register(started),
                 )
             )
         return out

@@ -1,7 +1,8 @@
 """The scheduler's pure core: continuous batching over a paged KV cache. No torch, no trio.
 
-Owns: the waiting and running queues, each request's progress (`num_computed_tokens`), block
-tables, and the decisions of every step. Two calls drive it (vLLM v1's shape, nano-vllm's size):
+Owns: the waiting and running queues, each request's `Sequence` (actors/sequence.py: its
+progress, block table, and the counts it reports, such as the prompt tokens the prefix cache
+served), and the decisions of every step. Two calls drive it (vLLM v1's shape, nano-vllm's size):
 
     plan = core.schedule()          # what the next packed forward computes
     outputs = core.update(plan, result)   # what it produced; finished requests leave

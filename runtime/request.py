@@ -11,7 +11,7 @@ Owners (each owner is one actor; these are its modules):
 
     edge         api/
     runtime      runtime/engine.py
-    core         actors/sched_core.py actors/blocks.py actors/sequence.py
+    core         actors/sched_core.py actors/blocks.py actors/sequence.py actors/embed_core.py
     detokenizer  actors/detokenizer.py
 
 The tokenizer and the scheduler shell (actors/scheduler.py) keep no per-request state: the
