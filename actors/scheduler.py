@@ -17,6 +17,7 @@ Imports trio and runtime.
 from __future__ import annotations
 
 import time
+
 import trio
 
 from actors.sched_core import SchedulerCore

@@ -49,7 +49,7 @@ Field                                Owner        How the others learn of it
     Sequence.num_truncated_tokens    core         RegisterRequest.num_truncated_tokens (the tokenizer's count, in TokenizedRequest)
     Sequence.num_preemptions         core         (core only)
     Sequence.admitted                core         (core only)
-    Sequence.matcher                 core         ScheduledSeq.matcher (the runner advances it; the core never reads it)
+    Sequence.matcher                 core         ScheduledSeq.matcher (the core only hands it on; the runner advances it)
     Sequence.prompt_logprobs         core         TokenDelta.prompt_logprobs
     Sequence.mailbox                 core         RegisterRequest.mailbox (held, never used)
     Sequence.registered              core         (core only: RegisterRequest sent)
