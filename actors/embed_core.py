@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from actors.sequence import Sequence
 from runtime.messages import FinishReason, ScheduledSeq, StepPlan, StepResult, TokenDelta, TokenizedRequest
 
 
@@ -19,6 +20,7 @@ class EmbeddingSchedulerCore:
         self.max_num_seqs = max_num_seqs
         self.waiting: OrderedDict[str, TokenizedRequest] = OrderedDict()
         self.requests = self.waiting  # every known request is waiting until its step
+        self._in_flight: dict[str, TokenizedRequest] = {}  # in the step being computed
         self._next_step_id = 0
         self.num_prefill_tokens = 0
         self.num_steps = 0
@@ -27,7 +29,8 @@ class EmbeddingSchedulerCore:
         self.waiting[request.request_id] = request
 
     def abort(self, request_id: str) -> bool:
-        return self.waiting.pop(request_id, None) is not None
+        """Forget a request; one in the step in flight gets no output. False if unknown."""
+        return (self.waiting.pop(request_id, None) or self._in_flight.pop(request_id, None)) is not None
 
     @property
     def has_work(self) -> bool:
@@ -41,6 +44,7 @@ class EmbeddingSchedulerCore:
             if seqs and (n > budget or len(seqs) >= self.max_num_seqs):
                 break
             del self.waiting[request_id]
+            self._in_flight[request_id] = request
             seqs.append(
                 ScheduledSeq(
                     request_id=request_id,
@@ -59,11 +63,15 @@ class EmbeddingSchedulerCore:
         self._next_step_id += 1
         return plan
 
-    def update(self, plan: StepPlan, result: StepResult) -> list[TokenDelta]:
+    def update(self, plan: StepPlan, result: StepResult, started: float = 0.0, finished: float = 0.0) -> list[TokenDelta]:
+        """Every input of the step finishes; its one delta also registers it (SchedulerCore.update)."""
         self.num_steps += 1
         out = []
         for item in plan.seqs:
             self.num_prefill_tokens += len(item.token_ids)
+            request = self._in_flight.pop(item.request_id, None)
+            if request is None:  # aborted during the step
+                continue
             out.append(
                 TokenDelta(
                     request_id=item.request_id,
@@ -71,7 +79,9 @@ class EmbeddingSchedulerCore:
                     finish_reason=FinishReason.ABORT if result.error else FinishReason.STOP,
                     error=result.error,
                     batch_size=len(plan.seqs),
+                    queue_wait_us=max(0, int((started - request.arrival_time) * 1e6)),
                     embedding=result.embeddings.get(item.request_id),
+                    register=Sequence.of(request).take_register(started),
                 )
             )
         return out
@@ -80,7 +90,7 @@ class EmbeddingSchedulerCore:
         return {
             "waiting": len(self.waiting),
             "running": 0,
-            "requests": len(self.waiting),
+            "requests": len(self.waiting) + len(self._in_flight),
             "kv_blocks_used": 0,
             "kv_blocks_free": 0,
             "prefix_queries": 0,

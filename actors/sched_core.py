@@ -1,7 +1,8 @@
 """The scheduler's pure core: continuous batching over a paged KV cache. No torch, no trio.
 
-Owns: the waiting and running queues, each request's progress (`num_computed_tokens`), block
-tables, and the decisions of every step. Two calls drive it (vLLM v1's shape, nano-vllm's size):
+Owns: the waiting and running queues, each request's `Sequence` (actors/sequence.py: its
+progress, block table, and the counts it reports, such as the prompt tokens the prefix cache
+served), and the decisions of every step. Two calls drive it (vLLM v1's shape, nano-vllm's size):
 
     plan = core.schedule()          # what the next packed forward computes
     outputs = core.update(plan, result)   # what it produced; finished requests leave
@@ -18,73 +19,13 @@ waiting queue is admitted before it, so no request starves.
 
 from __future__ import annotations
 
-import enum
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
 
 from actors.blocks import BlockManager
-from runtime.messages import (
-    FinishReason,
-    ForkedSeq,
-    Logprob,
-    ScheduledSeq,
-    StepPlan,
-    StepResult,
-    TokenDelta,
-    TokenizedRequest,
-)
-from runtime.sampling import SamplingParams
+from actors.sequence import SchedulerConfig, SeqStatus, Sequence
+from runtime.messages import FinishReason, ForkedSeq, Logprob, ScheduledSeq, StepPlan, StepResult, TokenDelta, TokenizedRequest
 
-
-class SeqStatus(enum.Enum):
-    WAITING = "waiting"
-    RUNNING = "running"
-    FINISHED = "finished"
-
-
-@dataclass(slots=True)
-class Sequence:
-    request_id: str
-    token_ids: list[int]  # prompt then outputs
-    num_prompt_tokens: int
-    sampling: SamplingParams
-    max_tokens: int
-    seed: int
-    arrival_time: float
-    status: SeqStatus = SeqStatus.WAITING
-    num_computed_tokens: int = 0
-    block_table: list[int] = field(default_factory=list)
-    num_hashed_blocks: int = 0
-    last_block_hash: int | None = None
-    last_block_ref: tuple[int, int] | None = None
-    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
-    num_preemptions: int = 0
-    admitted: bool = False
-    matcher: Any = None
-    prompt_logprobs: list[Logprob] = field(default_factory=list)  # collected, delivered with the first token
-
-    @property
-    def all_token_ids(self) -> list[int]:
-        return self.token_ids
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def num_output_tokens(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
-
-
-@dataclass(slots=True, frozen=True)
-class SchedulerConfig:
-    num_blocks: int
-    block_size: int = 16
-    max_num_seqs: int = 128
-    max_num_batched_tokens: int = 512
-    max_model_len: int = 8192
-    eos_token_ids: frozenset[int] = frozenset()
+__all__ = ["SchedulerConfig", "SchedulerCore", "SeqStatus", "Sequence"]
 
 
 class SchedulerCore:
@@ -104,22 +45,14 @@ class SchedulerCore:
         self.forks: dict[str, list[Sequence]] = {}
         self._pending_copies: list[tuple[int, int]] = []
         self._next_step_id = 0
+        self._step_times = (0.0, 0.0)  # (started, finished) of the step update() is applying
         self.num_prefill_tokens = 0  # prompt tokens computed (not served from cache), lifetime
         self.num_preemptions = 0
 
     # -- requests in and out ------------------------------------------------------------------
 
     def add(self, request: TokenizedRequest) -> None:
-        seq = Sequence(
-            request_id=request.request_id,
-            token_ids=list(request.prompt_token_ids),
-            num_prompt_tokens=len(request.prompt_token_ids),
-            sampling=request.sampling,
-            max_tokens=request.max_tokens,
-            seed=request.seed,
-            arrival_time=request.arrival_time,
-            matcher=request.matcher,
-        )
+        seq = Sequence.of(request)
         self.requests[seq.request_id] = seq
         parent = self.requests.get(request.fork_of) if request.fork_of else None
         if parent is not None and parent.num_computed_tokens < parent.num_prompt_tokens:
@@ -190,9 +123,15 @@ class SchedulerCore:
             return None
         return self._make_plan(scheduled)
 
-    def update(self, plan: StepPlan, result: StepResult) -> list[TokenDelta]:
-        """Apply a step's result. Tokens for requests aborted meanwhile are dropped."""
+    def update(self, plan: StepPlan, result: StepResult, started: float = 0.0, finished: float = 0.0) -> list[TokenDelta]:
+        """Apply a step's result. Tokens for requests aborted meanwhile are dropped.
+
+        `started` / `finished`: when the step was sent and when its result came back (the
+        shell's clock; the core keeps none). A request's first delta carries its
+        `RegisterRequest`, every token its queue wait.
+        """
         outputs: list[TokenDelta] = []
+        self._step_times = (started, finished)
         batch_size = len(plan.seqs) + sum(len(item.forks or ()) for item in plan.seqs)
         for item in plan.seqs:
             seq = self.requests.get(item.request_id)
@@ -200,6 +139,8 @@ class SchedulerCore:
                 if item.forks:  # the parent left during the step: its siblings go on alone
                     self._release_forks(item.request_id)
                 continue
+            if seq.scheduled_time is None:
+                seq.scheduled_time = started
             if result.error is not None:
                 for fork in item.forks or ():
                     self._fail(self.requests.get(fork.request_id), result.error, outputs)
@@ -234,6 +175,7 @@ class SchedulerCore:
         if finish is not None:
             self.running.remove(seq)
             self._finish(seq)
+        started, finished = self._step_times
         outputs.append(
             TokenDelta(
                 request_id=seq.request_id,
@@ -241,8 +183,10 @@ class SchedulerCore:
                 finish_reason=finish,
                 stop_token_id=stop_token,
                 batch_size=batch_size,
+                queue_wait_us=seq.queue_wait_us(started, finished),
                 logprobs=[logprob] if logprob is not None else None,
                 prompt_logprobs=self._take_prompt_logprobs(seq),
+                register=seq.take_register(started),
             )
         )
 
@@ -257,7 +201,8 @@ class SchedulerCore:
                 if seq in held:
                     held.remove(seq)
         self._finish(seq)
-        outputs.append(TokenDelta(request_id=seq.request_id, token_ids=[], finish_reason=FinishReason.ABORT, error=error))
+        register = seq.take_register(self._step_times[0])  # its mailbox, if the detokenizer has not got it yet
+        outputs.append(TokenDelta(request_id=seq.request_id, token_ids=[], finish_reason=FinishReason.ABORT, error=error, register=register))
 
     def _adopt_forks(
         self, parent: Sequence, forks: list[ForkedSeq], result: StepResult, batch_size: int, outputs: list[TokenDelta]

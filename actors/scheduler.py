@@ -6,21 +6,24 @@ again (aborts land before `update`, so tokens of a request that left are dropped
 result and forwards the new tokens to the detokenizer. One step is in flight at a time; while
 it runs on the device thread the event loop is free for HTTP and detokenization.
 `SchedulerInbox` is what the other actors and the runtime hold to send to it.
+
+It holds no per-request state of its own and reads no other actor's: what it learns of a
+request comes in its `TokenizedRequest` and `AbortRequest`s, and what the detokenizer needs
+leaves in `StepOutputs` (the core's deltas, each request's first one registering it) and
+`DropRequests` (requests the core aborted, so their decode state goes too).
 Imports trio and runtime.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 
 import trio
 
 from actors.embed_core import EmbeddingSchedulerCore
 from actors.sched_core import SchedulerCore
 from runtime.logging import get_logger
-from runtime.messages import AbortReason, AbortRequest, Shutdown, StepOutputs, StepPlan, StepResult, TokenDelta, TokenizedRequest
-from runtime.request import RequestContext
+from runtime.messages import AbortReason, AbortRequest, DropRequests, Shutdown, StepOutputs, StepPlan, StepResult, TokenizedRequest
 
 log = get_logger("scheduler")
 
@@ -84,8 +87,7 @@ class SchedulerActor:
         inbox: trio.MemoryReceiveChannel[Inbound],
         plans: trio.MemorySendChannel[StepPlan],
         results: trio.MemoryReceiveChannel[StepResult],
-        outputs: trio.MemorySendChannel[StepOutputs],
-        requests: Mapping[str, RequestContext],
+        outputs: trio.MemorySendChannel[StepOutputs | DropRequests],
         late_aborts: dict[str, AbortReason],  # the senders' SchedulerInbox.late_aborts
     ) -> None:
         self.core = core
@@ -93,11 +95,11 @@ class SchedulerActor:
         self.plans = plans
         self.results = results
         self.outputs = outputs
-        self.requests = requests
         self.num_steps = 0
         self.last_step_tokens = 0
         self.stopping = False  # a Shutdown arrived: no new step after the one in flight
         self.late_aborts = late_aborts  # see SchedulerInbox
+        self._dropped: list[str] = []  # aborted since the last DropRequests went out
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -105,6 +107,9 @@ class SchedulerActor:
             while True:
                 if not self._drain() or self.stopping:
                     return
+                if self._dropped:
+                    dropped, self._dropped = self._dropped, []
+                    await self.outputs.send(DropRequests(dropped))
                 if not self.core.has_work:
                     try:
                         self._handle(await self.inbox.receive())
@@ -125,60 +130,45 @@ class SchedulerActor:
 
     async def _step(self, plan: StepPlan) -> None:
         started = time.perf_counter()
-        for item in plan.seqs:
-            ctx = self.requests.get(item.request_id)
-            if ctx is not None and ctx.scheduled_time is None:
-                ctx.scheduled_time = started
-                ctx.num_cached_tokens = item.start_pos  # a first chunk starts past the cached prefix
         await self.plans.send(plan)
         result = await self.results.receive()
         finished = time.perf_counter()
         self._drain()
-        items = self.core.update(plan, result)
+        items = self.core.update(plan, result, started, finished)
         self.num_steps += 1
         self.last_step_tokens = plan.num_tokens
         if items:
-            self._stamp_queue_waits(items, started, finished)
             await self.outputs.send(StepOutputs(step_id=plan.step_id, items=items))
-
-    def _stamp_queue_waits(self, items: list[TokenDelta], started: float, finished: float) -> None:
-        """How long each request waited for this step: since arrival until its first step for
-        its first token, since the end of its previous step after that (seed 004)."""
-        for item in items:
-            ctx = self.requests.get(item.request_id)
-            if ctx is None:
-                continue
-            if ctx.ready_time is None:  # first token (a forked sibling is first scheduled now)
-                if ctx.scheduled_time is None:
-                    ctx.scheduled_time = started
-                wait = ctx.scheduled_time - ctx.arrival_time
-            else:
-                wait = started - ctx.ready_time
-            item.queue_wait_us = max(0, int(wait * 1e6))
-            ctx.ready_time = finished
 
     def _drain(self) -> bool:
         """Apply everything already in the inbox. False when the inbox is closed and empty."""
-        while self.late_aborts:
-            self.core.abort(self.late_aborts.popitem()[0])
+        is_open = True
         while True:
             try:
                 self._handle(self.inbox.receive_nowait())
             except trio.WouldBlock:
-                return True
+                break
             except trio.EndOfChannel:
-                return self.core.has_work
+                is_open = False
+                break
+        # Late aborts after the channel: a request they name was sent (if at all) before its
+        # abort was (the tokenizer never sends a request the runtime has marked aborted), so
+        # it is in the core by now and the abort finds it.
+        while self.late_aborts:
+            self._abort(self.late_aborts.popitem()[0])
+        return is_open or self.core.has_work
 
     def _handle(self, message: Inbound) -> None:
         if isinstance(message, AbortRequest):
-            self.core.abort(message.request_id)
+            self._abort(message.request_id)
         elif isinstance(message, Shutdown):
             self.stopping = True
         else:
-            ctx = self.requests.get(message.request_id)
-            if ctx is None or ctx.aborted:
-                return
             self.core.add(message)
+
+    def _abort(self, request_id: str) -> None:
+        if self.core.abort(request_id):
+            self._dropped.append(request_id)
 
     def statistics(self) -> dict[str, int]:
         return {**self.core.statistics(), "steps": self.num_steps, "inbox": self.inbox.statistics().current_buffer_used}

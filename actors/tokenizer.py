@@ -8,7 +8,10 @@ order, so a long prompt never blocks the event loop. A request whose grammar is 
 yet is handed to a compile task instead (at most `compile_concurrency` at once, also in worker
 threads) and reaches the scheduler when its matcher is ready, so one slow compilation holds up
 neither the requests behind it that need none (they keep their order) nor other compilations.
-Imports trio, runtime and (through the tokenizer object) transformers.
+It writes no request state: what it works out (token ids, resolved max_tokens and seed, the
+tokens truncation dropped) leaves in the `TokenizedRequest`, and a request it cannot admit
+is failed through its mailbox. Imports trio, msgspec, runtime and (through the tokenizer
+object) transformers.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import functools
 import random
 from typing import Any
 
+import msgspec
 import trio
 
 from actors.guidance import GuideCompiler
@@ -130,8 +134,8 @@ class TokenizerActor:
                 if ctx.aborted:
                     continue
                 try:
-                    ids, matcher = await trio.to_thread.run_sync(self._prepare, ctx, limiter=self._limiter)
-                    request = self._admit(ctx, ids)
+                    ids, truncated, matcher = await trio.to_thread.run_sync(self._prepare, ctx, limiter=self._limiter)
+                    request = self._admit(ctx, ids, truncated, matcher)
                 except Exception as exc:
                     self._fail(ctx, exc)
                     continue
@@ -139,7 +143,6 @@ class TokenizerActor:
                 if guide is not None and matcher is None:  # not compiled yet: not in this line
                     compiles.start_soon(self._compile_and_send, ctx, request, guide)
                     continue
-                request.matcher = matcher
                 self._send(ctx, request)
 
     async def _compile_and_send(self, ctx: RequestContext, request: TokenizedRequest, guide: Any) -> None:
@@ -148,11 +151,11 @@ class TokenizerActor:
             if all(c.aborted for c in (ctx, *ctx.siblings)):
                 return
             try:
-                request.matcher = await trio.to_thread.run_sync(self.guides.matcher, guide)
+                matcher = await trio.to_thread.run_sync(self.guides.matcher, guide)
             except Exception as exc:
                 self._fail(ctx, exc)
                 return
-        self._send(ctx, request)
+        self._send(ctx, msgspec.structs.replace(request, matcher=matcher))
 
     def _send(self, ctx: RequestContext, request: TokenizedRequest) -> None:
         try:
@@ -175,7 +178,6 @@ class TokenizerActor:
             c.mailbox.fail(exc)
 
     def _fork(self, first: TokenizedRequest, index: int, sibling: RequestContext) -> TokenizedRequest:
-        sibling.num_prompt_tokens = len(first.prompt_token_ids)
         matcher = first.matcher.deep_copy() if first.matcher is not None else None
         seed = (first.seed + index) % (1 << 63) if sibling.sampling.seed is not None else self._rng.getrandbits(63)
         return TokenizedRequest(
@@ -187,29 +189,33 @@ class TokenizerActor:
             arrival_time=sibling.arrival_time,
             matcher=matcher,
             fork_of=first.request_id,
+            num_truncated_tokens=first.num_truncated_tokens,
+            mailbox=sibling.mailbox,
         )
 
-    def _prepare(self, ctx: RequestContext) -> tuple[list[int], Any]:
-        """Worker thread: encode the prompt; the request's matcher when its grammar is already
-        compiled (None: no grammar, or one still to compile)."""
+    def _prepare(self, ctx: RequestContext) -> tuple[list[int], int, Any]:
+        """Worker thread: encode the prompt. Returns its ids, the tokens dropped to fit it (a
+        message prompt that asked to be truncated), and the request's matcher when its grammar
+        is already compiled (None: no grammar, or one still to compile)."""
         if self.task == "embed":
-            return self._encode_for_embedding(ctx), None
+            return *self._encode_for_embedding(ctx), None
         prompt = ctx.prompt
+        truncated = 0
         if prompt.messages is not None and prompt.truncate:
             ids, dropped, full = fit_messages(self.tokenizer, prompt, self.max_model_len - output_room(ctx.sampling.max_tokens, self.max_model_len))
             if dropped:
-                ctx.num_truncated_tokens = max(0, full - len(ids))
+                truncated = max(0, full - len(ids))
                 log.info("prompt_truncated", request_id=ctx.request_id, messages_dropped=dropped, tokens=len(ids))
         else:
             ids = encode_prompt(self.tokenizer, prompt)
         guide = ctx.sampling.guide
         if guide is None:
-            return ids, None
+            return ids, truncated, None
         if self.guides is None:
             raise InvalidRequest("Constrained decoding is not available for this model.", param=guide.param)
-        return ids, self.guides.cached(guide)
+        return ids, truncated, self.guides.cached(guide)
 
-    def _encode_for_embedding(self, ctx: RequestContext) -> list[int]:
+    def _encode_for_embedding(self, ctx: RequestContext) -> tuple[list[int], int]:
         # Like sentence-transformers: inputs past the model's max_seq_length are cut at the end
         # (special tokens kept), and the usage says how many tokens were dropped.
         prompt = ctx.prompt
@@ -217,22 +223,30 @@ class TokenizerActor:
             ids = list(prompt.token_ids)
         else:
             ids = self.tokenizer.encode(prompt.text or "", add_special_tokens=True)
+        truncated = 0
         if len(ids) > self.max_model_len:
-            ctx.num_truncated_tokens = len(ids) - self.max_model_len
+            truncated = len(ids) - self.max_model_len
             ids = ids[: self.max_model_len - 1] + ids[-1:] if prompt.token_ids is None else ids[: self.max_model_len]
-        return ids
+        return ids, truncated
 
-    def _admit(self, ctx: RequestContext, ids: list[int]) -> TokenizedRequest:
+    def _admit(self, ctx: RequestContext, ids: list[int], truncated: int, matcher: Any) -> TokenizedRequest:
+        """The request for the scheduler; `truncated`: tokens already dropped in `_prepare`."""
         param = "messages" if ctx.prompt.messages is not None else "prompt"
         if not ids:
             raise InvalidRequest("The prompt is empty.", param=param)
         if self.task == "embed":
-            ctx.num_prompt_tokens = len(ids)
             return TokenizedRequest(
-                request_id=ctx.request_id, prompt_token_ids=ids, sampling=ctx.sampling, max_tokens=0, seed=0, arrival_time=ctx.arrival_time
+                request_id=ctx.request_id,
+                prompt_token_ids=ids,
+                sampling=ctx.sampling,
+                max_tokens=0,
+                seed=0,
+                arrival_time=ctx.arrival_time,
+                num_truncated_tokens=truncated,
+                mailbox=ctx.mailbox,
             )
         # Chat prompts that are too long lose whole messages instead (fit_messages, above).
-        ids, max_tokens, truncated = fit_context(
+        ids, max_tokens, cut = fit_context(
             ids,
             ctx.sampling.max_tokens,
             self.max_model_len,
@@ -240,10 +254,6 @@ class TokenizerActor:
             param=param,
             max_tokens_param=ctx.sampling.max_tokens_param,
         )
-        if truncated:
-            ctx.num_truncated_tokens = truncated
-        num_prompt = len(ids)
-        ctx.num_prompt_tokens = num_prompt
         seed = ctx.sampling.seed if ctx.sampling.seed is not None else self._rng.getrandbits(63)
         return TokenizedRequest(
             request_id=ctx.request_id,
@@ -252,4 +262,7 @@ class TokenizerActor:
             max_tokens=max_tokens,
             seed=seed,
             arrival_time=ctx.arrival_time,
+            matcher=matcher,
+            num_truncated_tokens=cut or truncated,
+            mailbox=ctx.mailbox,
         )

@@ -38,7 +38,7 @@ from runtime.admission import estimate_tokens, is_full
 from runtime.config import RuntimeConfig
 from runtime.errors import EngineDead, InvalidRequest, Overloaded
 from runtime.logging import get_logger
-from runtime.mailbox import GroupSignal
+from runtime.mailbox import DeltaMailbox, GroupSignal
 from runtime.messages import AbortReason
 from runtime.request import Prompt, RequestContext
 from runtime.sampling import SamplingParams
@@ -67,6 +67,8 @@ class Runtime:
         self.served_name = served_name
         self.task = "embed" if config.task == "embeddings" else "generate"  # what routes may send it
         self.eos_token_ids = eos_token_ids
+        # Live requests, from open() until aborted or done. Only the runtime adds or removes
+        # entries (the detokenizer reports a finish through _forget); no actor holds the dict.
         self.requests: dict[str, RequestContext] = {}
         self.accepting = False
         self.dead_reason: str | None = None  # set when an actor crashed: the runtime is gone
@@ -129,9 +131,9 @@ class Runtime:
         if self.task == "generate":
             self.max_model_len = min(info.max_model_len, info.num_kv_blocks * info.block_size)
         core = self._make_core(info)
-        self.scheduler = SchedulerActor(core, sched_recv, plans_send, results_recv, out_send, self.requests, self._scheduler_inbox.late_aborts)
+        self.scheduler = SchedulerActor(core, sched_recv, plans_send, results_recv, out_send, self._scheduler_inbox.late_aborts)
         self.detokenizer = DetokenizerActor(
-            _fast_backend(self.tokenizer), self.eos_token_ids, self.requests, out_recv, self._scheduler_inbox.clone(), self.served_name
+            _fast_backend(self.tokenizer), self.eos_token_ids, out_recv, self._scheduler_inbox.clone(), self.served_name, on_done=self._forget
         )
         self.detokenizer.on_finish = self.on_finish
         guides = GuideCompiler(self.tokenizer, info.vocab_size) if self.task == "generate" else None
@@ -320,6 +322,13 @@ class Runtime:
             yield stream
         finally:
             stream.close()
+
+    def _forget(self, request_id: str, mailbox: DeltaMailbox) -> None:
+        """The detokenizer finished or failed the request: it is no longer live. (Matched by
+        mailbox too: an id the edge bound may have been reused once the first was aborted.)"""
+        ctx = self.requests.get(request_id)
+        if ctx is not None and ctx.mailbox is mailbox:
+            del self.requests[request_id]
 
     def abort(self, request_id: str, reason: AbortReason) -> None:
         ctx = self.requests.pop(request_id, None)

@@ -4,7 +4,9 @@ Owns: the msgspec structs passed (as objects, never encoded) over trio memory ch
 device thread, and the `FinishReason` / `AbortReason` vocabularies. Imports msgspec only.
 
 Batches are lists of per-request structs. Every message names its request (or step) so the
-receiving actor can bind log context per message.
+receiving actor can bind log context per message. The messages that carry per-request state
+from one actor to the next are frozen: their builder is their only writer (runtime/request.py
+has the ownership map).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ class AbortReason(str, enum.Enum):
     FAILED = "failed"
 
 
-class TokenizedRequest(msgspec.Struct, kw_only=True):
+class TokenizedRequest(msgspec.Struct, kw_only=True, frozen=True):
     """tokenizer → scheduler: a request ready to be scheduled."""
 
     request_id: str
@@ -41,6 +43,8 @@ class TokenizedRequest(msgspec.Struct, kw_only=True):
     arrival_time: float
     matcher: Any = None  # an llguidance matcher when sampling.guide is set (compiled off the loop)
     fork_of: str | None = None  # a sibling of this request (n > 1): admitted once that one's prompt is computed
+    num_truncated_tokens: int = 0  # dropped from the front of an over-long prompt (error_behavior "truncate")
+    mailbox: Any = None  # the request's DeltaMailbox; the scheduler only hands it on in RegisterRequest
 
 
 class AbortRequest(msgspec.Struct, frozen=True):
@@ -129,7 +133,25 @@ class StepResult(msgspec.Struct, kw_only=True):
     elapsed: float = 0.0
 
 
-class TokenDelta(msgspec.Struct, kw_only=True, gc=False):
+class RegisterRequest(msgspec.Struct, kw_only=True, frozen=True):
+    """scheduler core → detokenizer, on a request's first `TokenDelta`: create its decode state.
+
+    Everything the detokenizer knows of a request besides its tokens: where its text goes,
+    how to decode it, and the prompt's counts for `usage`. `num_cached_tokens` and
+    `scheduled_time` are the core's own; the rest the core passes on from `TokenizedRequest`.
+    """
+
+    request_id: str
+    mailbox: Any  # runtime.mailbox.DeltaMailbox
+    sampling: SamplingParams
+    arrival_time: float
+    scheduled_time: float  # start of the first step that computed any of it
+    num_prompt_tokens: int
+    num_cached_tokens: int  # prompt tokens the prefix cache served at admission
+    num_truncated_tokens: int
+
+
+class TokenDelta(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """scheduler → detokenizer: new tokens of one request and whether it finished."""
 
     request_id: str
@@ -142,11 +164,20 @@ class TokenDelta(msgspec.Struct, kw_only=True, gc=False):
     logprobs: list[Logprob] | None = None  # for token_ids (sampled tokens only)
     prompt_logprobs: list[Logprob] | None = None
     embedding: list[float] | None = None
+    register: RegisterRequest | None = None  # on the request's first delta only
 
 
-class StepOutputs(msgspec.Struct, kw_only=True):
+class StepOutputs(msgspec.Struct, kw_only=True, frozen=True):
+    """scheduler → detokenizer: what one step produced."""
+
     step_id: int
     items: list[TokenDelta]
+
+
+class DropRequests(msgspec.Struct, frozen=True):
+    """scheduler → detokenizer: requests it aborted; forget their decode state (if any)."""
+
+    request_ids: list[str]
 
 
 class Usage(msgspec.Struct, kw_only=True):

@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from runtime.engine import Runtime
     from runtime.messages import FinishReason, StepPlan
-    from runtime.request import RequestContext
+    from runtime.request import DecodeState
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
 _TOKEN_LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
@@ -85,19 +85,18 @@ class ServerMetrics:
         self.http_requests.labels(route, model, str(status)).inc()
         self.http_duration.labels(route).observe(seconds)
 
-    def _on_finish(self, model: str, ctx: RequestContext, finish: FinishReason, now: float) -> None:
-        arrival = ctx.arrival_time
-        if ctx.first_token_time is not None:
-            self.ttft.labels(model).observe(ctx.first_token_time - arrival)
-        if ctx.scheduled_time is not None:
-            self.queue_time.labels(model).observe(ctx.scheduled_time - arrival)
+    def _on_finish(self, model: str, state: DecodeState, finish: FinishReason, now: float) -> None:
+        arrival = state.start.arrival_time
+        if state.first_token_time is not None:
+            self.ttft.labels(model).observe(state.first_token_time - arrival)
+        self.queue_time.labels(model).observe(state.start.scheduled_time - arrival)
         self.e2e.labels(model).observe(now - arrival)
         itl = self.itl.labels(model)
-        for wait_us in ctx.token_wait_us[1:]:  # [0] is the wait for the first token (TTFT)
+        for wait_us in state.token_wait_us[1:]:  # [0] is the wait for the first token (TTFT)
             itl.observe(wait_us / 1e6)
         self.finished.labels(model, finish.value).inc()
-        self.prompt_tokens.labels(model).inc(ctx.num_prompt_tokens)
-        self.generation_tokens.labels(model).inc(ctx.num_output_tokens)
+        self.prompt_tokens.labels(model).inc(state.start.num_prompt_tokens)
+        self.generation_tokens.labels(model).inc(state.num_output_tokens)
 
     def _on_step(self, model: str, plan: StepPlan, elapsed: float, failed: bool) -> None:
         self.step_tokens.labels(model).observe(plan.num_tokens)

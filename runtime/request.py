@@ -1,8 +1,76 @@
-"""What the runtime knows about one live request, shared by the actors it passes through.
+"""Per-request state, and which actor writes each field of it.
 
-Owns: `Prompt` (what to tokenize) and `RequestContext` (mailbox, parameters, timings, and the
-detokenizer's per-request state). A context lives in `Runtime.requests` from submit until it
-finishes or is aborted; that dict is the single registry, so "nothing leaked" means it is empty.
+Owns: `Prompt` (what to tokenize), `RequestContext` (the runtime's record of a live request,
+which is also what the tokenizer is sent) and `DecodeState` (the detokenizer's). The scheduler
+core's record is `actors.sequence.Sequence`. Each field has exactly one writer; the other
+actors learn of it only through the typed, frozen messages in runtime/messages.py.
+tests/unit/test_ownership.py reads the table below and fails when code outside a field's
+owner writes it, or when a field is missing from the table.
+
+Owners (each owner is one actor; these are its modules):
+
+    edge         api/
+    runtime      runtime/engine.py
+    core         actors/sched_core.py actors/blocks.py actors/sequence.py actors/embed_core.py
+    detokenizer  actors/detokenizer.py
+
+The tokenizer and the scheduler shell (actors/scheduler.py) keep no per-request state: the
+tokenizer reads a `RequestContext` and sends a `TokenizedRequest`; the shell passes messages
+between the core and the other actors.
+
+Field                                Owner        How the others learn of it
+    Prompt.text                      edge         RequestContext.prompt (built once, never written)
+    Prompt.messages                  edge         RequestContext.prompt
+    Prompt.token_ids                 edge         RequestContext.prompt
+    Prompt.add_special_tokens        edge         RequestContext.prompt
+    Prompt.truncate                  edge         RequestContext.prompt
+    Prompt.chat_template_kwargs      edge         RequestContext.prompt
+    RequestContext.request_id        runtime      every message names it
+    RequestContext.prompt            runtime      read by the tokenizer (and the edge, for echo)
+    RequestContext.sampling          runtime      TokenizedRequest.sampling
+    RequestContext.arrival_time      runtime      TokenizedRequest.arrival_time
+    RequestContext.mailbox           runtime      TokenizedRequest.mailbox -> RegisterRequest.mailbox
+    RequestContext.siblings          runtime      read by the tokenizer: one TokenizedRequest each (fork_of)
+    RequestContext.aborted           runtime      read by the tokenizer; AbortRequest to the scheduler
+    Sequence.request_id              core         ScheduledSeq / TokenDelta
+    Sequence.token_ids               core         ScheduledSeq.token_ids / history; TokenDelta.token_ids
+    Sequence.num_prompt_tokens       core         RegisterRequest.num_prompt_tokens (len of TokenizedRequest.prompt_token_ids)
+    Sequence.sampling                core         ScheduledSeq.sampling
+    Sequence.max_tokens              core         (core only; from TokenizedRequest)
+    Sequence.seed                    core         ScheduledSeq.seed
+    Sequence.arrival_time            core         RegisterRequest.arrival_time
+    Sequence.status                  core         (core only)
+    Sequence.num_computed_tokens     core         ScheduledSeq.start_pos
+    Sequence.block_table             core         ScheduledSeq.block_table
+    Sequence.num_hashed_blocks       core         (core only: the block manager's prefix hashing)
+    Sequence.last_block_hash         core         (core only)
+    Sequence.last_block_ref          core         (core only)
+    Sequence.num_cached_tokens       core         RegisterRequest.num_cached_tokens -> usage.cached_tokens
+    Sequence.num_truncated_tokens    core         RegisterRequest.num_truncated_tokens (the tokenizer's count, in TokenizedRequest)
+    Sequence.num_preemptions         core         (core only)
+    Sequence.admitted                core         (core only)
+    Sequence.matcher                 core         ScheduledSeq.matcher (the core only hands it on; the runner advances it)
+    Sequence.prompt_logprobs         core         TokenDelta.prompt_logprobs
+    Sequence.mailbox                 core         RegisterRequest.mailbox (held, never used)
+    Sequence.registered              core         (core only: RegisterRequest sent)
+    Sequence.scheduled_time          core         RegisterRequest.scheduled_time
+    Sequence.ready_time              core         TokenDelta.queue_wait_us
+    DecodeState.start                detokenizer  (the RegisterRequest it was created from)
+    DecodeState.detok                detokenizer  on_finish hooks, after it finished
+    DecodeState.num_output_tokens    detokenizer  Usage.completion_tokens
+    DecodeState.first_token_time     detokenizer  on_finish hooks (metrics)
+    DecodeState.last_token_time      detokenizer  (detokenizer only)
+    DecodeState.batch_sizes          detokenizer  Usage.batch_size
+    DecodeState.queue_wait_us        detokenizer  Usage.queue_wait_time
+    DecodeState.token_wait_us        detokenizer  on_finish hooks (metrics)
+
+Life cycle: the runtime creates a `RequestContext` in `open()` and keeps it in
+`Runtime.requests` (its own dict: only the runtime adds or removes entries) until the request
+is aborted or the detokenizer reports it done (`DetokenizerActor.on_done`). The core creates a
+`Sequence` on `TokenizedRequest` and deletes it at finish or `AbortRequest`. The detokenizer
+creates a `DecodeState` on a delta's `RegisterRequest` and deletes it at finish, at failure, or
+on `DropRequests`. `DeltaMailbox` is a channel, not a field: the detokenizer puts deltas in it,
+and whoever ends a request early (tokenizer, runtime, detokenizer) fails it.
 Imports msgspec, runtime.
 """
 
@@ -14,6 +82,7 @@ from typing import Any
 import msgspec
 
 from runtime.mailbox import DeltaMailbox
+from runtime.messages import RegisterRequest
 from runtime.sampling import SamplingParams
 
 
@@ -30,18 +99,28 @@ class Prompt(msgspec.Struct, kw_only=True):
 
 @dataclass(slots=True, eq=False)
 class RequestContext:
+    """The runtime's record of a live request; the tokenizer's inbox carries it."""
+
     request_id: str
     prompt: Prompt
     sampling: SamplingParams
     arrival_time: float
     mailbox: DeltaMailbox = field(default_factory=DeltaMailbox)
     aborted: bool = False
-    num_prompt_tokens: int = 0
-    num_cached_tokens: int = 0
-    num_truncated_tokens: int = 0  # dropped from the front of an over-long prompt
+    # The other sequences of the same request (n > 1): tokenized once with this one, then
+    # forked in the scheduler so they share this one's prompt blocks.
+    siblings: list["RequestContext"] = field(default_factory=list)
+
+
+@dataclass(slots=True, eq=False)
+class DecodeState:
+    """The detokenizer's record of a request it is decoding (created on `RegisterRequest`)."""
+
+    start: RegisterRequest
+    detok: Any = None  # actors.detok_core.IncrementalDetokenizer, made with the first tokens
     num_output_tokens: int = 0
-    scheduled_time: float | None = None
     first_token_time: float | None = None
+    last_token_time: float | None = None
     # MindIE-style per-token usage (seed 004): the batch each token was generated in, and the
     # time (µs) the request waited in the queue for the step that made it.
     batch_sizes: list[int] = field(default_factory=list)
@@ -49,9 +128,7 @@ class RequestContext:
     # Per token, µs since the previous token reached the detokenizer ([0]: since scheduling);
     # the inter-token latency metric reads it.
     token_wait_us: list[int] = field(default_factory=list)
-    last_token_time: float | None = None
-    ready_time: float | None = None  # end of the step that made its latest token (scheduler)
-    detok: Any = None  # actors.detok_core.IncrementalDetokenizer, created by the detokenizer
-    # The other sequences of the same request (n > 1): tokenized once with this one, then
-    # forked in the scheduler so they share this one's prompt blocks.
-    siblings: list["RequestContext"] = field(default_factory=list)
+
+    @property
+    def request_id(self) -> str:
+        return self.start.request_id

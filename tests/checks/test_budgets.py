@@ -10,7 +10,6 @@ from tests.checks.tools import ROOT
 # within budget fails the test below, so it is deleted here when its work lands.
 KNOWN = {
     "actors/runners/torch_runner.py": "issue 12 rewrites the runners (native model path)",
-    "actors/sched_core.py": "issue 11 item 2 (one writer per request field) reworks the scheduler core",
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 
 import httpx
+import openai
 import pytest
 
 from tests.conftest import Server
@@ -133,3 +134,34 @@ async def test_cached_tokens_are_part_of_the_prompt_tokens(server: Server, http:
     # Sent again, the whole prompt (bar the last block) is cached, still at most the prompt.
     again = (await complete(http, prompt=prompt, n=4, max_tokens=2, temperature=1.0, seed=1, ignore_eos=True))["usage"]
     assert 0 < again["prompt_tokens_details"]["cached_tokens"] <= again["prompt_tokens"], again
+
+
+async def test_cached_tokens_are_the_scheduler_cores_count(
+    server: Server, http: httpx.AsyncClient, client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two requests sharing a prefix: the second is served the prefix's full blocks from the
+    cache, and `usage.prompt_tokens_details.cached_tokens` is the count the scheduler core
+    kept for it (Sequence.num_cached_tokens, carried to the detokenizer in RegisterRequest).
+    A core that counted one block fewer changes what the client sees: nothing else counts."""
+    from actors.sched_core import SchedulerCore
+
+    block = server.config.block_size
+    shared = _prompt_of(6 * block, 13)
+    first = await complete(http, prompt=shared + [7, 8, 9], max_tokens=2, temperature=0, ignore_eos=True)
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # a fresh server
+    second = await complete(http, prompt=shared + [10, 11, 12], max_tokens=2, temperature=0, ignore_eos=True)
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == 6 * block
+
+    counted: dict[str, int] = {}
+    attach = SchedulerCore._attach_cached_prefix
+
+    def one_block_fewer(core: SchedulerCore, seq: object) -> None:
+        attach(core, seq)
+        if not seq.admitted and seq.num_cached_tokens:  # type: ignore[attr-defined]
+            seq.num_cached_tokens -= block  # type: ignore[attr-defined]
+            counted[seq.request_id] = seq.num_cached_tokens  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(SchedulerCore, "_attach_cached_prefix", one_block_fewer)
+    third = await in_thread(client.completions.create, model="tiny", prompt=shared + [14, 15], max_tokens=2, temperature=0, extra_body={"ignore_eos": True})
+    assert list(counted.values()) == [5 * block]
+    assert third.usage.prompt_tokens_details.cached_tokens == 5 * block

@@ -39,6 +39,7 @@ def leaks(runtime: Any) -> dict[str, int]:
         "scheduler_inbox": stats["inbox"],
         "tokenizer_inbox": runtime.tokenizer_actor.inbox.statistics().current_buffer_used,
         "detokenizer_inbox": runtime.detokenizer.inbox.statistics().current_buffer_used,
+        "detokenizer_states": len(runtime.detokenizer.requests),
         "executor_inbox": runtime.executor.plans.statistics().current_buffer_used,
         "pending_tokens": runtime.pending_tokens(),
         "requests_dict": len(runtime.requests),

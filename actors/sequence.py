@@ -1,0 +1,116 @@
+"""One request as the scheduler core sees it. Pure: no torch, no trio.
+
+Owns: `Sequence` (a request's tokens, progress, blocks and the counts the core reports),
+`SeqStatus` and `SchedulerConfig`. Only the scheduler core (actors/sched_core.py,
+actors/blocks.py) writes a `Sequence`; what others need of it leaves in messages: the block
+table and tokens in `ScheduledSeq`, new tokens in `TokenDelta`, and once per request the
+`RegisterRequest` that carries the core's cached-token count to the detokenizer.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.messages import Logprob, RegisterRequest, TokenizedRequest
+from runtime.sampling import SamplingParams
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(slots=True)
+class Sequence:
+    request_id: str
+    token_ids: list[int]  # prompt then outputs
+    num_prompt_tokens: int
+    sampling: SamplingParams
+    max_tokens: int
+    seed: int
+    arrival_time: float
+    status: SeqStatus = SeqStatus.WAITING
+    num_computed_tokens: int = 0
+    block_table: list[int] = field(default_factory=list)
+    num_hashed_blocks: int = 0
+    last_block_hash: int | None = None
+    last_block_ref: tuple[int, int] | None = None
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
+    num_truncated_tokens: int = 0  # the tokenizer's count, passed on in RegisterRequest
+    num_preemptions: int = 0
+    admitted: bool = False
+    matcher: Any = None
+    prompt_logprobs: list[Logprob] = field(default_factory=list)  # collected, delivered with the first token
+    mailbox: Any = None  # opaque here: handed to the detokenizer in RegisterRequest
+    registered: bool = False  # its RegisterRequest went out (on its first TokenDelta)
+    scheduled_time: float | None = None  # start of the first step that computed any of it
+    ready_time: float | None = None  # end of the step that made its latest token
+
+    @classmethod
+    def of(cls, request: TokenizedRequest) -> Sequence:
+        return cls(
+            request_id=request.request_id,
+            token_ids=list(request.prompt_token_ids),
+            num_prompt_tokens=len(request.prompt_token_ids),
+            sampling=request.sampling,
+            max_tokens=request.max_tokens,
+            seed=request.seed,
+            arrival_time=request.arrival_time,
+            matcher=request.matcher,
+            num_truncated_tokens=request.num_truncated_tokens,
+            mailbox=request.mailbox,
+        )
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    def queue_wait_us(self, started: float, finished: float) -> int:
+        """How long it waited for the step (started..finished) that made its next token: since
+        arrival until its first step for the first token, since the end of its previous
+        token's step after that (seed 004's queue_wait_time)."""
+        if self.ready_time is None:
+            if self.scheduled_time is None:  # a forked sibling: first computed in this step
+                self.scheduled_time = started
+            wait = self.scheduled_time - self.arrival_time
+        else:
+            wait = started - self.ready_time
+        self.ready_time = finished
+        return max(0, int(wait * 1e6))
+
+    def take_register(self, now: float) -> RegisterRequest | None:
+        """The detokenizer's registration, the first time it is asked for; None after."""
+        if self.registered:
+            return None
+        self.registered = True
+        return RegisterRequest(
+            request_id=self.request_id,
+            mailbox=self.mailbox,
+            sampling=self.sampling,
+            arrival_time=self.arrival_time,
+            scheduled_time=self.scheduled_time if self.scheduled_time is not None else now,
+            num_prompt_tokens=self.num_prompt_tokens,
+            num_cached_tokens=self.num_cached_tokens,
+            num_truncated_tokens=self.num_truncated_tokens,
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class SchedulerConfig:
+    num_blocks: int
+    block_size: int = 16
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int = 512
+    max_model_len: int = 8192
+    eos_token_ids: frozenset[int] = frozenset()
