@@ -5,7 +5,8 @@ for tool calls (the Lark grammar of the tool-call format in `api/tools.py`, with
 JSON schema inlined as `%json {...}` and each custom tool's grammar embedded), and checking
 every schema and grammar a client sends by compiling it with llguidance, so a bad one is a 400
 naming the field instead of a failure inside the engine. Validation is cached by the text of
-the schema or grammar (an agent sends the same tools on every turn). Imports llguidance,
+the schema or grammar (an agent sends the same tools on every turn), and done off the event
+loop (`validated`). Imports llguidance, trio,
 runtime and `actors.guidance` (the engine's compiler, so the edge checks exactly what the
 engine will compile, with the same `JSON_OPTIONS`).
 
@@ -19,9 +20,11 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import llguidance
+import trio
 
 from actors.guidance import JSON_OPTIONS, json_schema_grammar
 from runtime.errors import InvalidRequest
@@ -31,9 +34,22 @@ if TYPE_CHECKING:
     from api.tools import Tool, ToolSet
 
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+T = TypeVar("T")
+# Requests whose schemas and grammars may be compiling at once, each on a worker thread.
+_VALIDATING = trio.CapacityLimiter(2)
 
 
 # -- validation --------------------------------------------------------------------------------
+
+
+async def validated(build: Callable[..., T], *args: Any, compiles: bool) -> T:
+    """`build(*args)` (a request's parameters), on a worker thread when `compiles`: the request
+    has tools or a response format, whose schemas and grammars are checked by compiling them,
+    which for one not seen before takes milliseconds to seconds: on the event loop, that
+    would stall every other request's stream. Without them it runs here (no thread hop)."""
+    if not compiles:
+        return build(*args)
+    return await trio.to_thread.run_sync(functools.partial(build, *args), limiter=_VALIDATING)
 
 
 @functools.lru_cache(maxsize=512)

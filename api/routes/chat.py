@@ -10,6 +10,7 @@ from quart import Quart, Response
 from api import sse
 from api.app import decode_body
 from api.errors import json_response
+from api.grammars import validated
 from api.logprobs import chat_logprobs
 from api.params import chat_params, chat_tools
 from api.schemas import ChatCompletionRequest
@@ -30,7 +31,8 @@ def register(app: Quart, models: ModelRegistry) -> None:
 async def respond(models: ModelRegistry, req: ChatCompletionRequest) -> Response:
     """A decoded chat request → its JSON body or SSE stream (also used by api/databricks.py, api/routes/azure.py)."""
     runtime = models.resolve(req.model)
-    prompt, sampling = chat_params(req, template_tools=template_takes_tools(runtime.tokenizer))
+    template_tools = template_takes_tools(runtime.tokenizer)
+    prompt, sampling = await validated(chat_params, req, template_tools, compiles=bool(req.tools or req.response_format))
     toolset = chat_tools(req)
     toolset = toolset if toolset is not None and toolset.callable() else None
     gen = await Generation(runtime, [prompt], sampling, sampling.n).start()

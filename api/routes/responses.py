@@ -23,6 +23,7 @@ from quart import Quart
 from api import sse
 from api.app import decode_body
 from api.errors import json_response
+from api.grammars import validated
 from api.logprobs import chat_logprobs
 from api.params_responses import responses_params
 from api.responses_events import Event, ResponsesEventBuilder, new_id
@@ -49,7 +50,8 @@ def register(app: Quart, models: ModelRegistry) -> None:
     async def create_response():  # type: ignore[no-untyped-def]
         req = await decode_body(ResponsesRequest)
         runtime = models.resolve(req.model)
-        params = responses_params(req, template_tools=template_takes_tools(runtime.tokenizer))
+        template_tools = template_takes_tools(runtime.tokenizer)
+        params = await validated(responses_params, req, template_tools, compiles=bool(req.tools or req.text))
         gen: Generation | RequestFailed
         try:
             gen = await _start(Generation(runtime, [params.prompt], params.sampling))
