@@ -6,9 +6,10 @@ error JSON (and unknown routes, wrong methods, oversized bodies into the error s
 surface the request addressed: Azure's for Azure's paths or any `api-version` request), route
 registration, and the ASGI stack, outermost first:
 
-    EdgeMiddleware (request id, access log, metrics)
-      -> AuthMiddleware (API key, then load shedding via api.edge.Admission, then rate limits)
-        -> the Quart app (routing, body decoding, handlers)
+    BodyDrain (a response sent before the body was read: read the rest, or close the connection)
+      -> EdgeMiddleware (request id, access log, metrics)
+        -> AuthMiddleware (API key, then load shedding via api.edge.Admission, then rate limits)
+          -> the Quart app (routing, body decoding, handlers)
 
 Imports quart/quart_trio, msgspec, api and runtime.
 """
@@ -21,6 +22,7 @@ import msgspec
 from quart import current_app, request
 from quart_trio import QuartTrio
 
+from api.body_drain import BodyDrain
 from api.edge import Admission, EdgeMiddleware, note_model, note_route
 from api.errors import error_response, from_decode_error, json_response, surface_error
 from runtime.metrics import ServerMetrics
@@ -73,6 +75,7 @@ def create_app(models: ModelRegistry, platform_config: Any = None) -> QuartTrio:
     admission = app.extensions["admission"] = Admission(models)
     platform.install(app, models, platform_config, admission)  # auth, shedding, rate limits, Databricks, Azure
     app.asgi_app = EdgeMiddleware(app.asgi_app, metrics, models, app.url_map)  # type: ignore[method-assign]
+    app.asgi_app = BodyDrain(app.asgi_app, MAX_BODY_BYTES)  # type: ignore[method-assign]
 
     @app.before_request
     async def _note_route() -> None:

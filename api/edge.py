@@ -139,12 +139,8 @@ class Admission:
         return bool(candidates) and all(r.accepting and len(r.requests) >= r.config.max_pending for r in candidates)
 
     async def refuse(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        # Read (and drop) the body first: answering mid-upload would leave the client a reset
-        # connection instead of a 429 it can act on.
-        while True:
-            message = await receive()
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                break
+        # The body is left unread: api/body_drain.py reads (and drops) it before this goes out,
+        # or closes the connection, as for every early answer.
         body, extra = surface_error(scope.get("path", ""), Overloaded.status, SHED_MESSAGE, scope.get("query_string", b""), code=Overloaded.code)
         raw = msgspec.json.encode(body)
         headers = [
