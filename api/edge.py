@@ -17,10 +17,11 @@ before rate limits and any body read (so a request without a valid key always ge
 and a shed request costs no one's rate budget): a request to any generation route
 (/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, Azure's
 /chat/completions, /serving-endpoints/{name}/invocations) that arrives while every runtime
-able to take it is at `max_pending` gets a 429 + Retry-After at once, in its surface's error
-shape, without the app reading or decoding it (shedding must cost less than serving, or
-overload feeds itself). `Runtime.open` applies the same rule, and the token budget, to what
-gets through.
+able to take it is at `max_pending`, or has spent its token budget (`Runtime.tokens_spent`),
+gets a 429 + Retry-After at once, in its surface's error shape, without the app reading or
+decoding it (shedding must cost less than serving, or overload feeds itself). `Runtime.open`
+applies the same rules to what gets through, and the token budget to each request's own
+estimate (which needs its body).
 
 Route and model are learnt from inside the app through a per-request `EdgeInfo` that the
 app's hooks fill in (`note_route`, `note_model`); contextvars flow from this task into the
@@ -136,7 +137,7 @@ class Admission:
 
     def overloaded(self, scope: dict[str, Any]) -> bool:
         candidates = self.candidates(scope)
-        return bool(candidates) and all(r.accepting and len(r.requests) >= r.config.max_pending for r in candidates)
+        return bool(candidates) and all(r.accepting and (len(r.requests) >= r.config.max_pending or r.tokens_spent()) for r in candidates)
 
     async def refuse(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         # The body is left unread: api/body_drain.py reads (and drops) it before this goes out,

@@ -326,6 +326,18 @@ class Runtime:
         costs = self._costs
         return sum(costs.get(rid, 0) for rid in self.requests)
 
+    def tokens_spent(self) -> bool:
+        """Whether `max_pending_tokens` refuses every request now, whatever its size: `open`
+        refuses pending + cost > budget once anything is pending, and every request costs at
+        least 1. The edge sheds on this before reading a body; whether a request that may fit
+        does fit depends on its prompt and max_tokens, so that check (`open`) needs the body,
+        which the edge bounds (api.app.MAX_BODY_BYTES, BODY_TIMEOUT)."""
+        budget = self.config.max_pending_tokens
+        if budget is None:
+            return False
+        pending = self.pending_tokens()
+        return pending > 0 and pending >= budget
+
     @asynccontextmanager
     async def submit(self, prompt: Prompt, sampling: SamplingParams) -> AsyncIterator[RequestStream]:
         """`open()` as a context manager: leaving the block early aborts the request."""
