@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import llguidance
 import trio
 
-from actors.guidance import JSON_OPTIONS, json_schema_grammar
+from actors.guidance import JSON_OPTIONS, closed_objects, json_schema_grammar
 from runtime.errors import InvalidRequest
 from runtime.sampling import Guide
 
@@ -186,7 +186,7 @@ def _embedded_grammar(i: int, tool: Tool) -> str:
 
 
 def _inline_schema(schema: dict[str, Any]) -> str:
-    schema = dict(schema)
+    schema = closed_objects(schema)
     schema.setdefault("x-guidance", JSON_OPTIONS)
     return json.dumps(schema)
 
