@@ -1,6 +1,7 @@
 """The `switchyard` command: CLI → RuntimeConfig → trio.run(Runtime + Hypercorn).
 
-Owns: argument parsing, the TOML config file, logging set-up, hosting the app on Hypercorn in
+Owns: argument parsing (bad input: one line naming the flag, exit 2, before any model loads;
+the socket is bound first), the TOML config file, logging set-up, hosting the app on Hypercorn in
 the runtime's nursery, and the shutdown order on SIGINT/SIGTERM: stop admitting, drain
 in-flight requests up to the deadline, abort the rest, then stop the actors.
 
@@ -130,9 +131,6 @@ async def serve_runtime(
     factory = runtime_factory or build_runtime
     models = ModelRegistry([factory(c) for c in (config, *extra_models)])  # type: ignore[misc]
     app = create_app(models, platform)
-    # Our own drain (below) waits for in-flight requests before hypercorn is told to stop, so
-    # its graceful period only has to flush the last bytes; a long one made every idle
-    # keep-alive connection hold shutdown up for the whole period.
 
     async with trio.open_nursery() as nursery:
         # Listen for signals from the start, so a SIGTERM during model loading is queued (and
@@ -170,8 +168,8 @@ def _hypercorn_config(config: RuntimeConfig) -> HypercornConfig:
     hconfig = HypercornConfig()
     hconfig.bind = [f"{config.host}:{config.port}"]
     hconfig.accesslog = None
-    # Our own drain (below) waits for in-flight requests before hypercorn is told to stop, so
-    # its graceful period only has to flush the last bytes; a long one made every idle
+    # Our own drain (serve_runtime) waits for in-flight requests before hypercorn is told to
+    # stop, so its graceful period only has to flush the last bytes; a long one made every idle
     # keep-alive connection hold shutdown up for the whole period.
     hconfig.graceful_timeout = 2.0
     hconfig.keep_alive_timeout = 75

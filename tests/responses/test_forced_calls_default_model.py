@@ -6,15 +6,13 @@ named or required until max_tokens cut it; now the call ends, with declared keys
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import openai
 import pytest
-import trio
 
-from runtime.config import RuntimeConfig
-from tests.conftest import Server, start_server
+from tests.conftest import Server
 from tests.generation.helpers import in_thread
+from tests.responses.test_guided_default_model import real_server  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -22,16 +20,7 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city.", "parameters": SCHEMA}}
 
 
-@pytest.fixture
-async def real_server() -> AsyncIterator[Server]:
-    config = RuntimeConfig(model=None, port=0, dtype="float32", kv_cache_gib=0.25, max_num_batched_tokens=64, drain_timeout=5.0)
-    async with trio.open_nursery() as nursery:
-        srv = await start_server(nursery, config)
-        yield srv
-        srv.stop.set()
-
-
-async def test_forced_calls_end_with_declared_keys(real_server: Server) -> None:
+async def test_forced_calls_end_with_declared_keys(real_server: Server) -> None:  # noqa: F811
     model = real_server.runtime.served_name  # type: ignore[attr-defined]
     with openai.OpenAI(base_url=real_server.openai_url, api_key="unused", max_retries=0, timeout=300) as client:
         for choice in ({"type": "function", "function": {"name": "get_weather"}}, "required"):
