@@ -22,8 +22,6 @@ from runtime.grammar_spec import guide_grammar
 from runtime.sampling import Guide
 
 _CACHE_SIZE = 256
-
-
 class GuideCompiler:
     """Compiled guides for one model's vocabulary. Thread-safe: several threads may compile
     at once; two asking for the same uncompiled guide compile it once (the second waits)."""

@@ -9,9 +9,10 @@ ANCHORS E2), and putting the pieces together, the one place that knows them all:
   in the table has its view;
 - the ASGI stack, outermost first:
 
-    EdgeMiddleware (request id, access log, metrics)
-      -> AuthMiddleware (API key, then load shedding via Admission, then rate limits)
-        -> the Quart app (routing, body decoding, handlers)
+    BodyDrain (a response sent before the body was read: read the rest, or close the connection)
+      -> EdgeMiddleware (request id, access log, metrics)
+        -> AuthMiddleware (API key, then load shedding via Admission, then rate limits)
+          -> the Quart app (routing, body decoding, handlers)
 
 Imports quart_trio and api.
 """
@@ -32,6 +33,7 @@ from api.databricks.store import EndpointStore
 from api.http import errors, server
 from api.http.admission import Admission
 from api.http.auth import AuthMiddleware
+from api.http.body_drain import BodyDrain
 from api.http.edge import EdgeMiddleware, note_route
 from api.http.routes import check_bound
 from api.openai import surface as openai
@@ -66,8 +68,8 @@ def create_app(models: ModelRegistry, platform_config: PlatformConfig | None = N
     errors.install(app, shapes, MAX_BODY_BYTES)
 
     admission = app.extensions["admission"] = Admission(models, endpoints, shapes)
-    app.asgi_app = AuthMiddleware(app.asgi_app, config, admission=admission, errors=shapes)  # type: ignore[method-assign]
-    app.asgi_app = EdgeMiddleware(app.asgi_app, metrics, models)  # type: ignore[method-assign]
+    authed = AuthMiddleware(app.asgi_app, config, admission=admission, errors=shapes)
+    app.asgi_app = BodyDrain(EdgeMiddleware(authed, metrics, models), MAX_BODY_BYTES)  # type: ignore[method-assign,assignment]
     log.info("platform", api_keys=len(config.api_keys), requests_per_minute=config.requests_per_minute,
              tokens_per_minute=config.tokens_per_minute, endpoints_db=str(config.endpoints_db),
              declared_endpoints=[e.name for e in config.endpoints])

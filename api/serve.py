@@ -1,6 +1,7 @@
 """The `switchyard` command: CLI → RuntimeConfig → trio.run(Runtime + Hypercorn).
 
-Owns: argument parsing, the TOML config file, logging set-up, hosting the app on Hypercorn in
+Owns: argument parsing (bad input: one line naming the flag, exit 2, before any model loads;
+the socket is bound first), the TOML config file, logging set-up, hosting the app on Hypercorn in
 the runtime's nursery, and the shutdown order on SIGINT/SIGTERM: stop admitting, drain
 in-flight requests up to the deadline, abort the rest, then stop the actors.
 
@@ -21,6 +22,7 @@ refused with an error naming it (a misspelt table must not be ignored):
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -28,12 +30,14 @@ import tomllib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
+from hypercorn.config import Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
 
 from api.app import create_app
 from api.databricks.declared import endpoint_specs
@@ -42,6 +46,7 @@ from runtime.config import RuntimeConfig
 from runtime.engine import Runtime, build_runtime
 from runtime.logging import configure_logging, get_logger
 from runtime.memory import bound_native_caches
+from runtime.model_store import model_error
 from runtime.registry import ModelRegistry
 
 log = get_logger("serve")
@@ -114,20 +119,17 @@ async def serve_runtime(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     extra_models: Sequence[RuntimeConfig] = (),
     platform: platform_config.PlatformConfig | None = None,
+    sockets: Sockets | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the runtime and the HTTP server until `shutdown_trigger` returns, then drain."""
+    """Run the runtime and the HTTP server until `shutdown_trigger` returns, then drain.
+    `sockets`: the listening sockets (`listen(config)`); None: bound here, before any model
+    is loaded, so a taken port fails at once."""
+    hconfig = _hypercorn_config(config)
+    sockets = sockets if sockets is not None else listen(config, hconfig)
     factory = runtime_factory or build_runtime
     models = ModelRegistry([factory(c) for c in (config, *extra_models)])
     app = create_app(models, platform)
-    hconfig = HypercornConfig()
-    hconfig.bind = [f"{config.host}:{config.port}"]
-    hconfig.accesslog = None
-    # Our own drain (below) waits for in-flight requests before hypercorn is told to stop, so
-    # its graceful period only has to flush the last bytes; a long one made every idle
-    # keep-alive connection hold shutdown up for the whole period.
-    hconfig.graceful_timeout = 2.0
-    hconfig.keep_alive_timeout = 75
 
     async with trio.open_nursery() as nursery:
         # Listen for signals from the start, so a SIGTERM during model loading is queued (and
@@ -137,7 +139,7 @@ async def serve_runtime(
         await nursery.start(models.run)
         stop_http = trio.Event()
         async with trio.open_nursery() as http:
-            binds = await http.start(partial(serve, app, hconfig, shutdown_trigger=stop_http.wait))
+            binds = await http.start(partial(worker_serve, wrap_app(app, hconfig.wsgi_max_body_size, "asgi"), hconfig, sockets=sockets, shutdown_trigger=stop_http.wait))
             log.info("listening", binds=binds)
             task_status.started(binds)
             await shutdown.wait()
@@ -159,6 +161,37 @@ async def serve_runtime(
         models.stop()
         watcher.cancel()
         log.info("stopped")
+
+
+def _hypercorn_config(config: RuntimeConfig) -> HypercornConfig:
+    hconfig = HypercornConfig()
+    hconfig.bind = [f"{config.host}:{config.port}"]
+    hconfig.accesslog = None
+    # Our own drain (serve_runtime) waits for in-flight requests before hypercorn is told to
+    # stop, so its graceful period only has to flush the last bytes; a long one made every idle
+    # keep-alive connection hold shutdown up for the whole period.
+    hconfig.graceful_timeout = 2.0
+    hconfig.keep_alive_timeout = 75
+    return hconfig
+
+
+def listen(config: RuntimeConfig, hconfig: HypercornConfig | None = None) -> Sockets:
+    """The listening sockets for --host and --port; `BindError` naming the flag when the
+    address cannot be had (in use, or not this machine's)."""
+    hconfig = hconfig or _hypercorn_config(config)
+    try:
+        sockets = hconfig.create_sockets()
+    except OSError as exc:
+        reason = "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be listened on: {exc.strerror or exc}"
+        flag = "--port" if exc.errno == errno.EADDRINUSE else "--host"
+        raise BindError(f"{flag}: {config.host}:{config.port} {reason}") from None
+    for sock in sockets.insecure_sockets:
+        sock.listen(hconfig.backlog)
+    return sockets
+
+
+class BindError(Exception):
+    pass
 
 
 def _live(models: ModelRegistry) -> int:
@@ -275,6 +308,10 @@ def load(argv: list[str] | None = None) -> tuple[list[RuntimeConfig], platform_c
     path = _CLI_EXTRAS.get("config")
     file = read_config_file(path) if isinstance(path, str) else None
     configs = model_configs(config, file, not _CLI_EXTRAS.get("no_embeddings", False))
+    for i, model in enumerate(c.model for c in configs):
+        error = model_error(model)
+        if error:  # checked now: loading the other models first would take a while
+            raise SystemExit(f"{file.path}: models[{i}].model: {error}" if file and file.models else f"switchyard: {error}")
     try:
         platform = platform_config.from_args(
             _CLI_EXTRAS["args"], file.platform if file else None, file.endpoints if file else ()
@@ -286,9 +323,17 @@ def load(argv: list[str] | None = None) -> tuple[list[RuntimeConfig], platform_c
 
 def main(argv: list[str] | None = None) -> None:
     bound_native_caches()  # before anything loads torch (runtime/memory.py)
-    configs, platform = load(argv)
     try:
-        trio.run(partial(serve_runtime, configs[0], extra_models=configs[1:], platform=platform))
+        configs, platform = load(argv)
+        sockets = listen(configs[0])  # before any model loads: a taken port fails at once
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            usage_error(exc.code)
+        raise
+    except BindError as exc:
+        usage_error(f"switchyard: {exc}")
+    try:
+        trio.run(partial(serve_runtime, configs[0], extra_models=configs[1:], platform=platform, sockets=sockets))
     except KeyboardInterrupt:
         pass
     except platform_config.ConfigError as exc:  # e.g. an [[endpoints]] table naming no served model
@@ -299,6 +344,14 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def usage_error(line: str) -> NoReturn:
+    """Bad command-line input: one line naming the flag (or file entry), exit status 2, as
+    argparse's own usage errors; never a traceback."""
+    print(line, file=sys.stderr)
+    sys.stderr.flush()
+    raise SystemExit(2)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
-"""Admission rules, each written once: when a runtime is full (`max_pending`), and what a
-request is charged against `max_pending_tokens` before it is tokenized.
+"""Admission rules, each written once: when a runtime is full (`max_pending`), what a
+request is charged against `max_pending_tokens` before it is tokenized, and the token budget
+itself.
 
-`is_full` is applied by `Runtime.open` to every request and by the API edge's load shedding
-(api/http/admission.py) before a body is read; `estimate_tokens` by `Runtime.open`. Pure: no
-trio, no tokenizer.
+`is_full` and `TokenBudget.spent` are applied by `Runtime.open` to every request and by the
+API edge's load shedding (api/http/admission.py) before a body is read; `estimate_tokens` and
+`TokenBudget.refuses` by `Runtime.open`, since they need the request's body. Pure: no trio, no
+tokenizer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from runtime.request import Prompt
@@ -42,3 +45,36 @@ def _text_bytes(content: Any) -> int:
     if isinstance(content, list):  # content parts
         return sum(_text_bytes(part.get("text") if isinstance(part, dict) else part) for part in content)
     return 0
+
+
+class TokenBudget:
+    """`max_pending_tokens`: the admission estimates of live requests against a budget.
+
+    Costs are charged when a request is admitted and forgotten lazily once it is no longer
+    live (the runtime's `requests` is the one record of what is live)."""
+
+    def __init__(self, budget: int | None) -> None:
+        self.budget = budget
+        self._costs: dict[str, int] = {}  # request id -> its admission estimate
+
+    def charge(self, request_id: str, cost: int) -> None:
+        self._costs[request_id] = cost
+
+    def pending(self, live: Collection[str]) -> int:
+        """Estimated tokens of the `live` requests (0 without a budget). O(live)."""
+        if len(self._costs) > 2 * len(live) + 64:  # forget finished requests' costs
+            self._costs = {rid: c for rid, c in self._costs.items() if rid in live}
+        return sum(self._costs.get(rid, 0) for rid in live)
+
+    def refuses(self, pending: int, cost: int) -> bool:
+        """Whether a request costing `cost` must wait. A lone request is always admitted, so
+        one larger than the budget is not refused forever."""
+        return self.budget is not None and pending > 0 and pending + cost > self.budget
+
+    def spent(self, live: Collection[str]) -> bool:
+        """Whether the budget refuses every request now, whatever its size (each costs at least
+        1): the edge sheds on this before reading a body."""
+        if self.budget is None:
+            return False
+        pending = self.pending(live)
+        return pending > 0 and pending >= self.budget

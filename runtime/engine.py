@@ -34,7 +34,7 @@ from actors.runners.base import ModelInfo, Runner
 from actors.sched_core import SchedulerConfig, SchedulerCore
 from actors.scheduler import SchedulerActor, SchedulerInbox
 from actors.tokenizer import TokenizerActor
-from runtime.admission import estimate_tokens, is_full
+from runtime.admission import TokenBudget, estimate_tokens, is_full
 from runtime.config import RuntimeConfig
 from runtime.errors import EngineDead, InvalidRequest, Overloaded
 from runtime.logging import get_logger
@@ -84,7 +84,7 @@ class Runtime:
         # executor. Synchronous and cheap: they run on the event loop's hot path.
         self.on_finish: list[Callable[..., None]] = []
         self.on_step: list[Callable[..., None]] = []
-        self._costs: dict[str, int] = {}  # request id -> admission estimate (max_pending_tokens)
+        self._budget = TokenBudget(config.max_pending_tokens)
         self._fingerprint: str | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -268,10 +268,10 @@ class Runtime:
         if is_full(len(self.requests), self.config.max_pending, n):
             raise Overloaded(f"{len(self.requests)} requests are in flight; retry shortly.")
         cost = 0
-        if self.config.max_pending_tokens is not None:
+        if self._budget.budget is not None:
             cost = estimate_tokens(prompt, sampling, self.max_model_len)
             pending = self.pending_tokens()
-            if pending and pending + n * cost > self.config.max_pending_tokens:
+            if self._budget.refuses(pending, n * cost):
                 raise Overloaded(f"{pending} tokens are pending and this request may need {n * cost} more; retry shortly.")
         bound_id = structlog.contextvars.get_contextvars().get("request_id")
         now = time.perf_counter()
@@ -296,7 +296,7 @@ class Runtime:
         for ctx in contexts:
             self.requests[ctx.request_id] = ctx
             if cost:
-                self._costs[ctx.request_id] = cost
+                self._budget.charge(ctx.request_id, cost)
         return [RequestStream(self, ctx) for ctx in contexts]
 
     async def encode(self, prompt: Prompt) -> list[int]:
@@ -308,11 +308,12 @@ class Runtime:
         return await self.tokenizer_actor.decode(token_ids, skip_special_tokens)
 
     def pending_tokens(self) -> int:
-        """Estimated tokens of live requests (0 unless max_pending_tokens is set). O(live)."""
-        if len(self._costs) > 2 * len(self.requests) + 64:  # forget finished requests' costs
-            self._costs = {rid: c for rid, c in self._costs.items() if rid in self.requests}
-        costs = self._costs
-        return sum(costs.get(rid, 0) for rid in self.requests)
+        """Estimated tokens of live requests (0 unless max_pending_tokens is set)."""
+        return self._budget.pending(self.requests.keys())
+
+    def tokens_spent(self) -> bool:
+        """Whether `max_pending_tokens` refuses every request now, whatever its size."""
+        return self._budget.spent(self.requests.keys())
 
     @asynccontextmanager
     async def submit(self, prompt: Prompt, sampling: SamplingParams) -> AsyncIterator[RequestStream]:

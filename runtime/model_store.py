@@ -52,10 +52,24 @@ def resolve_model(model: str | None, task: str = "chat") -> tuple[str, Path]:
         return DEFAULT_EMBEDDING_MODEL, _package_dir(_EMBEDDING_PACKAGE) / "model"
     if model in (None, "", DEFAULT_CHAT_MODEL):
         return DEFAULT_CHAT_MODEL, ensure_default_chat_model()
+    error = model_error(model)
+    if error:
+        raise FileNotFoundError(error)
     path = Path(model).expanduser()
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"--model {model!r}: not a directory with a config.json")
     return path.name, path
+
+
+def model_error(model: str | None) -> str | None:
+    """Why `resolve_model` would refuse this model argument, found without loading or
+    converting anything (the command line checks it before it starts); None when it is fine."""
+    if model in (None, "", DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL):
+        return None
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        return f"--model {model!r}: no such directory (give a local Hugging Face model directory, or {DEFAULT_CHAT_MODEL})"
+    if not (path / "config.json").is_file():
+        return f"--model {model!r}: not a model directory (it has no config.json)"
+    return None
 
 
 def ensure_default_chat_model() -> Path:

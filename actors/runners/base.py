@@ -21,6 +21,7 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     dtype: str
     num_kv_blocks: int
     block_size: int
+    embedding_size: int | None = None  # an embedder's vector length (the API checks `dimensions` by it)
     # A digest of everything that changes outputs (weights path, dtype, engine knobs); the API
     # reports it as system_fingerprint.
     fingerprint: str = ""

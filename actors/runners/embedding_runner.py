@@ -48,6 +48,7 @@ class EmbeddingRunner:
             dtype=str(self._dtype).removeprefix("torch."),
             num_kv_blocks=0,
             block_size=1,
+            embedding_size=int(self.model.config.hidden_size),
             fingerprint=f"fp_{digest}",
         )
 

@@ -3,8 +3,10 @@
 A request to a route that runs a model (api/http/routes.py) that arrives while every runtime
 able to take it is full gets a 429 + Retry-After at once, in its surface's error shape,
 without the app reading or decoding it: shedding must cost less than serving, or overload
-feeds itself. "Full" is the one overload rule, `runtime.admission.is_full`, which
-`Runtime.open` applies to whatever gets through (with the token budget). api/http/auth.py
+feeds itself. "Full" is the one overload rule, `runtime.admission.is_full`, or a token budget
+already spent (`Runtime.tokens_spent`: no request of any size fits), which `Runtime.open`
+applies to whatever gets through (with each request's own token estimate, which needs its
+body). api/http/auth.py
 calls it after the API key check and before rate limits and any body read, so a request
 without a valid key always gets its 401, and a shed request costs no one's rate budget.
 
@@ -70,15 +72,11 @@ class Admission:
 
     def overloaded(self, scope: dict[str, Any]) -> bool:
         candidates = self.candidates(scope)
-        return bool(candidates) and all(r.accepting and is_full(len(r.requests), r.config.max_pending) for r in candidates)
+        return bool(candidates) and all(r.accepting and (is_full(len(r.requests), r.config.max_pending) or r.tokens_spent()) for r in candidates)
 
     async def refuse(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        # Read (and drop) the body first: answering mid-upload would leave the client a reset
-        # connection instead of a 429 it can act on.
-        while True:
-            message = await receive()
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                break
+        # The body is left unread: api/http/body_drain.py reads (and drops) it before this goes
+        # out, or closes the connection, as for every early answer.
         assert self.errors is not None, "Admission needs the app's error shapes to refuse"
         await self.errors.send(send, scope, Overloaded(SHED_MESSAGE))
 

@@ -11,6 +11,7 @@ from api.http import sse
 from api.http.body import decode_body
 from api.http.errors import json_response
 from api.http.routes import bind
+from api.openai.grammars import validated
 from api.openai.logprobs import chat_logprobs
 from api.openai.params import chat_params, chat_tools
 from api.openai.schemas import ChatCompletionRequest
@@ -35,7 +36,8 @@ async def respond(models: ModelRegistry, req: ChatCompletionRequest) -> Response
     """A decoded chat request → its JSON body or SSE stream (also what Azure ML's and Databricks'
     chat routes answer with: create_app hands it to them)."""
     runtime = models.resolve(req.model)
-    prompt, sampling = chat_params(req, template_tools=template_takes_tools(runtime.tokenizer))
+    template_tools = template_takes_tools(runtime.tokenizer)
+    prompt, sampling = await validated(chat_params, req, template_tools, compiles=bool(req.tools or req.response_format))
     toolset = chat_tools(req)
     toolset = toolset if toolset is not None and toolset.callable() else None
     gen = await Generation(runtime, [prompt], sampling, sampling.n).start()

@@ -68,19 +68,24 @@ def _prompts(req: EmbeddingRequest) -> list[Prompt]:
     return prompts
 
 
+def _check_dimensions(dimensions: int | None, size: int | None) -> None:
+    """Before the model runs: `dimensions` must be the model's own vector length (vectors are
+    not shortened), which the runner reports when it loads."""
+    if dimensions is not None and dimensions != size:
+        what = f"returns {size}-dimensional embeddings" if size is not None else "does not report its embedding size"
+        raise InvalidRequest(f"This model {what} and cannot shorten them to {dimensions}.", param="dimensions")
+
+
 async def respond(models: ModelRegistry, req: EmbeddingRequest) -> Response:
     runtime = models.resolve(req.model, task="embed")
     prompts = _prompts(req)
+    _check_dimensions(req.dimensions, runtime.info.embedding_size if runtime.info is not None else None)
     gen = await Generation(runtime, prompts, SamplingParams(max_tokens=0)).start()
     outs = await gen.collect()
     data: list[dict[str, Any]] = []
     prompt_tokens = 0
     for index, out in enumerate(outs):
         vector = out.embedding or []
-        if req.dimensions is not None and req.dimensions != len(vector):
-            raise InvalidRequest(
-                f"This model returns {len(vector)}-dimensional embeddings and cannot shorten them.", param="dimensions"
-            )
         encoded: Any = vector
         if req.encoding_format == "base64":
             encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()

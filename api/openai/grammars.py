@@ -5,7 +5,8 @@ the object schema a function's arguments follow, embedding a client's Lark gramm
 namespace (the tool-call grammar itself is api/openai/tools/grammar.py), and checking every
 schema and grammar a client sends by compiling it with llguidance, so a bad one is a 400
 naming the field instead of a failure inside the engine. Validation is cached by the text of
-the schema or grammar (an agent sends the same tools on every turn). Imports llguidance,
+the schema or grammar (an agent sends the same tools on every turn), and done off the event
+loop (`validated`). Imports llguidance, trio,
 runtime (runtime/grammar_spec.py: the grammar text the engine's compiler compiles, so the
 edge checks exactly what the engine will compile, with the same `JSON_OPTIONS`).
 
@@ -19,18 +20,33 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import llguidance
+import trio
 
 from runtime.errors import InvalidRequest
 from runtime.grammar_spec import json_schema_grammar
 from runtime.sampling import Guide
 
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+T = TypeVar("T")
+# Requests whose schemas and grammars may be compiling at once, each on a worker thread.
+_VALIDATING = trio.CapacityLimiter(2)
 
 
 # -- validation --------------------------------------------------------------------------------
+
+
+async def validated(build: Callable[..., T], *args: Any, compiles: bool) -> T:
+    """`build(*args)` (a request's parameters), on a worker thread when `compiles`: the request
+    has tools or a response format, whose schemas and grammars are checked by compiling them,
+    which for one not seen before takes milliseconds to seconds: on the event loop, that
+    would stall every other request's stream. Without them it runs here (no thread hop)."""
+    if not compiles:
+        return build(*args)
+    return await trio.to_thread.run_sync(functools.partial(build, *args), limiter=_VALIDATING)
 
 
 @functools.lru_cache(maxsize=512)

@@ -31,6 +31,11 @@ def _unsupported(param: str, what: str) -> InvalidRequest:
 STOP_MAX_CHARS = 32 * 1024
 
 
+# Seed 004: a completion's seed is a uint64 in (0, 18446744073709551615]; Chat's is OpenAI's
+# int64 (seed 003 sets no range), checked in _common.
+SEED_MAX = 2**64 - 1
+
+
 def _stop_tuple(stop: str | list[str] | None) -> tuple[str, ...]:
     if stop is None:
         return ()
@@ -99,6 +104,7 @@ def chat_params(req: ChatCompletionRequest, template_tools: bool = False) -> tup
         sampling = msgspec.structs.replace(sampling, guide=guide)
     if req.max_completion_tokens is not None:  # it wins over max_tokens: errors name it
         sampling = msgspec.structs.replace(sampling, max_tokens_param="max_completion_tokens")
+    _check_roles(req.messages)
     messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
     messages, tool_kwargs = render_conversation(messages, toolset, template_tools)
     kwargs: dict[str, Any] = {**(req.chat_template_kwargs or {}), **tool_kwargs}
@@ -121,6 +127,20 @@ def _response_format_guide(response_format: dict[str, Any] | None) -> Any:
     if response_format.get("type") == "json_schema" and schema is None:
         raise InvalidRequest("response_format json_schema needs json_schema.schema.", param="response_format.json_schema.schema")
     return format_guide(response_format.get("type", "text"), schema, "response_format", "response_format.json_schema.schema")
+
+
+def _check_roles(messages: list[ChatMessage]) -> None:
+    """Seeds 000-002: the system role "may be used only once, as the first message" (a
+    developer message is the same system prompt under OpenAI's newer name); seed 001: a tool
+    message carries the tool_call_id of the call it answers."""
+    for i, message in enumerate(messages):
+        if message.role in ("system", "developer") and i > 0:
+            raise InvalidRequest(
+                f"A {message.role} message may appear only once, as the first message; messages[{i}] is a {message.role} message.",
+                param=f"messages[{i}].role",
+            )
+        if message.role == "tool" and not message.tool_call_id:
+            raise InvalidRequest("A tool message needs the tool_call_id of the call it answers.", param=f"messages[{i}].tool_call_id")
 
 
 def _message_dict(index: int, message: ChatMessage) -> dict[str, Any]:
@@ -157,6 +177,8 @@ def completion_params(req: CompletionRequest) -> tuple[list[Prompt], SamplingPar
     `sampling.n` is how many sequences run per prompt: best_of when given (the route returns
     the n best by cumulative logprob), else n. use_beam_search goes to `_beam_params`.
     """
+    if req.seed is not None and not 0 < req.seed <= SEED_MAX:
+        raise InvalidRequest(f"seed must be in (0, {SEED_MAX}] (seed 004); got {req.seed}.", param="seed", code="invalid_value")
     if req.use_beam_search:
         return _beam_params(req)
     best_of = req.best_of if req.best_of is not None else req.n

@@ -24,6 +24,7 @@ from api.http import sse
 from api.http.body import decode_body
 from api.http.errors import json_response
 from api.http.routes import bind
+from api.openai.grammars import validated
 from api.openai.logprobs import chat_logprobs
 from api.openai.params_responses import responses_params
 from api.openai.responses_events import Event, ResponsesEventBuilder, new_id
@@ -47,7 +48,8 @@ def register(app: Quart, models: ModelRegistry) -> None:
     async def create_response() -> Response:
         req = await decode_body(ResponsesRequest)
         runtime = models.resolve(req.model)
-        params = responses_params(req, template_tools=template_takes_tools(runtime.tokenizer))
+        template_tools = template_takes_tools(runtime.tokenizer)
+        params = await validated(responses_params, req, template_tools, compiles=bool(req.tools or req.text))
         gen: Generation | RequestFailed
         try:
             gen = await _start(Generation(runtime, [params.prompt], params.sampling))

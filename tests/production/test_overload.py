@@ -220,7 +220,7 @@ def test_admission_knows_every_generation_route() -> None:
     from api.http.admission import Admission
 
     def rt(name: str, task: str, live: int) -> SimpleNamespace:
-        return SimpleNamespace(served_name=name, task=task, accepting=True, requests=[0] * live, config=SimpleNamespace(max_pending=2))
+        return SimpleNamespace(served_name=name, task=task, accepting=True, requests=[0] * live, config=SimpleNamespace(max_pending=2), tokens_spent=lambda: False)
 
     chat, other, embed = rt("chat", "generate", 2), rt("other", "generate", 0), rt("embed", "embed", 2)
     endpoints = {

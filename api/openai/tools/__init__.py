@@ -6,7 +6,7 @@ its output is read back as tool calls. One module per job:
 - prompt.py: putting tools and tool-call history into the prompt;
 - parser.py: `ToolCallParser`, reading calls out of generated text incrementally;
 - chat.py: Chat's shapes of calls, whole and streamed (`ChatDeltas`).
-The grammar that forces the format is api/openai/grammars.py `tool_guide`.
+The grammar that forces the format is api/openai/tools/grammar.py `tool_guide`.
 
 The format the model writes (and is forced to write when a call is required or named):
 

@@ -15,7 +15,7 @@ import llguidance
 
 from api.openai import grammars
 from api.openai.tools.spec import Tool, ToolSet
-from runtime.grammar_spec import JSON_OPTIONS
+from runtime.grammar_spec import JSON_OPTIONS, closed_objects
 from runtime.sampling import Guide
 
 
@@ -84,7 +84,7 @@ def _embedded_grammar(i: int, tool: Tool) -> str:
 
 
 def _inline_schema(schema: dict[str, Any]) -> str:
-    schema = dict(schema)
+    schema = closed_objects(schema)
     schema.setdefault("x-guidance", JSON_OPTIONS)
     return json.dumps(schema)
 
