@@ -30,6 +30,9 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # it: a seeded request gives the same text alone or in any batch, in bf16 too (the
     # runner's `_fixed_block_linear` says why and what it costs).
     batch_invariant: bool = False
+    # Which model code runs the steps: "native" (our Llama-family decoder, for the
+    # architectures it supports), "transformers" (any causal LM), or "auto" (native when it can).
+    model_impl: str = "auto"
     host: str = "127.0.0.1"
     port: int = 8000
     drain_timeout: float = 30.0

@@ -76,3 +76,49 @@ def build_tiny_llama(path: Path, *, seed: int = 0, layers: int = 2) -> Path:
     )
     model.save_pretrained(path)
     return path
+
+
+def build_tiny_decoder(path: Path, family: str, *, seed: int = 0, layers: int = 2, **config_overrides: object) -> Path:
+    """A tiny random decoder of another Llama-family architecture (the native path's other
+    shapes): "qwen2" (GQA, q/k/v biases, untied), "qwen3" (GQA, per-head q/k norms, tied),
+    "mistral", or "llama" with any config overrides (tied embeddings, rope scaling)."""
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    classes = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "mistral": (MistralConfig, MistralForCausalLM),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    }
+    config_cls, model_cls = classes[family]
+    tokenizer = build_tokenizer(path)
+    settings: dict[str, object] = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    if family == "qwen3":
+        settings.update(head_dim=32, tie_word_embeddings=True)  # head_dim != hidden / heads, as in real Qwen3
+    settings.update(config_overrides)
+    config = config_cls(**settings)
+    torch.manual_seed(seed)
+    model = model_cls(config)
+    with torch.no_grad():  # see build_tiny_llama: spread the logits so greedy has no near-ties
+        model.get_output_embeddings().weight.mul_(8.0)
+        for name, param in model.named_parameters():
+            if name.endswith("_proj.bias") or name.endswith("_norm.weight"):
+                param.normal_(mean=1.0 if name.endswith("norm.weight") else 0.0, std=0.2)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    model.save_pretrained(path)
+    return path

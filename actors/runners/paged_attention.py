@@ -81,7 +81,7 @@ def paged_attention_forward(
     num_tokens = query.shape[2]
     out = query.new_empty(num_tokens, query.shape[1], query.shape[3])  # [T, H, d]
     if step.decode_idx is not None:
-        out[step.decode_idx] = _decode_attention(query[0][:, step.decode_idx], k_rows, v_rows, kv_heads, step, scaling)
+        out[step.decode_idx] = decode_attention(query[0][:, step.decode_idx], k_rows, v_rows, kv_heads, step, scaling)
     for chunk in step.prefills:
         q = query[:, :, chunk.start : chunk.end]
         if chunk.fresh:
@@ -96,7 +96,7 @@ def paged_attention_forward(
     return out.unsqueeze(0), None
 
 
-def _decode_attention(
+def decode_attention(
     q: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, kv_heads: int, step: PagedStep, scaling: float | None
 ) -> torch.Tensor:
     """One query per sequence: q [H, B, d] → [B, H, d].
@@ -112,7 +112,7 @@ def _decode_attention(
     group = num_heads // kv_heads
     k = k_rows.index_select(0, step.decode_rows).view(kv_heads, batch, step.decode_len, head_dim)
     v = v_rows.index_select(0, step.decode_rows).view(kv_heads, batch, step.decode_len, head_dim)
-    qg = q.view(kv_heads, group, batch, head_dim).transpose(1, 2)  # [KVH, B, G, d]
+    qg = q.reshape(kv_heads, group, batch, head_dim).transpose(1, 2)  # [KVH, B, G, d]
     scale = scaling if scaling is not None else head_dim**-0.5
     if step.per_sequence_decode:
         outs = []
@@ -148,11 +148,13 @@ def build_step(
     k_cache: list[torch.Tensor],
     v_cache: list[torch.Tensor],
     per_sequence_decode: bool = False,
+    chunk_metadata: bool = True,
 ) -> tuple[PagedStep, torch.Tensor]:
     """Metadata for a packed step. `seqs` holds (start_pos, num_new_tokens) per sequence.
 
     Returns the step and the position ids `[T]`. Index math runs on the CPU in int64 and is
-    moved to the cache's device once.
+    moved to the cache's device once. `chunk_metadata=False` skips the per-chunk gather rows
+    and masks (the native path batches its prefill chunks itself).
     """
     device = k_cache[0].device
     kv_heads, num_slots, _ = k_cache[0].shape
@@ -176,7 +178,7 @@ def build_step(
         else:
             chunk = PrefillChunk(start=cursor, end=cursor + num_new, fresh=start == 0)
             prefills.append(chunk)
-            if not chunk.fresh:
+            if not chunk.fresh and chunk_metadata:
                 chunk_meta.append((chunk, table, start))
         cursor += num_new
 
