@@ -44,7 +44,7 @@ def _packed_logits(model_dir: Path, sequences: list[list[int]], splits: list[lis
     done = [0] * len(sequences)
     out: list[list[torch.Tensor]] = [[] for _ in sequences]
     for step in range(max(len(s) for s in splits)):
-        active = [i for i in range(len(sequences)) if step < len(splits[i])]
+        active = [i for i in range(len(sequences)) if step < len(splits[i]) and splits[i][step] > 0]  # 0: sits this step out
         seqs = [(done[i], splits[i][step]) for i in active]
         step_meta, positions = runner.model.build_step(seqs, [tables[i] for i in active], 4, runner.k_cache, runner.v_cache)
         ids = torch.tensor([t for i in active for t in sequences[i][done[i] : done[i] + splits[i][step]]])
@@ -64,8 +64,9 @@ def test_native_logits_match_transformers_forward(shaped_model: Path) -> None:
     ref = AutoModelForCausalLM.from_pretrained(shaped_model, dtype=torch.float32).eval()
     gen = torch.Generator().manual_seed(0)
     sequences = [torch.randint(3, 300, (n,), generator=gen).tolist() for n in (21, 9, 5, 30)]
-    # fresh chunk then continued chunks, a one-token prompt then decodes, several prefills at once
-    splits = [[8, 7, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1, 1], [5], [12, 1, 10, 1, 6]]
+    # fresh chunk then continued chunks, a one-token prompt then decodes, several fresh prefills
+    # at once, then a fresh prompt beside a continued chunk (the gathered, masked batch)
+    splits = [[8, 7, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1, 1], [0, 5, 1], [12, 1, 10, 1, 6]]
     got = _packed_logits(shaped_model, sequences, splits)
     for seq, logits in zip(sequences, got):
         with torch.no_grad():

@@ -8,8 +8,8 @@ The cache is the runner's: per layer a head-major `[kv_heads, num_slots, head_di
 paged_attention's grouped decode kernel (two batched matmuls over a padded gather). Prefill
 chunks are attended together too: queries padded to the longest chunk `[P, Qmax]`, keys
 gathered to the longest context `[P, Lmax]`, one SDPA call with a boolean mask, so a step
-never loops over its sequences in Python. A lone fresh chunk (the common first step of a
-request) skips the gather and uses its own keys with `is_causal`.
+never loops over its sequences in Python. When every chunk is a fresh prompt (the common
+first step of requests) the gather is skipped: each uses its own keys with `is_causal`.
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ def _prefill_batch(
         num_chunks=len(chunks),
         max_q=max_q,
     )
-    if len(chunks) == 1 and chunks[0][0] == 0:
-        return batch
+    if all(start == 0 for start, _, _, _ in chunks):
+        return batch  # fresh prompts: each attends over its own new keys, causally (see _prefill)
     ctx = torch.tensor([start + n for start, n, _, _ in chunks])
     batch.max_ctx = max_ctx = int(ctx.max())
     max_blocks = -(-max_ctx // block_size)
@@ -127,7 +127,9 @@ def _prefill(
     head_dim = q.shape[-1]
     p, qmax = batch.num_chunks, batch.max_q
     qp = q[batch.tokens].view(p, qmax, -1, head_dim).transpose(1, 2)  # [P, H, Qmax, d]
-    if batch.ctx_rows is None:  # one fresh chunk: its own keys are its whole context
+    if batch.ctx_rows is None:
+        # Fresh chunks: a chunk's own keys are its whole context. Padding sits after each
+        # chunk's real tokens, so the causal mask alone keeps real queries off the pads.
         kp = k[batch.tokens].view(p, qmax, kv_heads, head_dim).transpose(1, 2)
         vp = v[batch.tokens].view(p, qmax, kv_heads, head_dim).transpose(1, 2)
         o = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, scale=scale, enable_gqa=True)
