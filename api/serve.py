@@ -78,6 +78,7 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
         help="a seeded request gives the same text alone or in any batch, bf16 included (matmuls in fixed 32-row blocks; slower at low concurrency)",
     )
     p.add_argument("--model-impl", default=DEFAULTS.model_impl, choices=["auto", "native", "transformers"], help="model code: native (Llama, Mistral, Qwen2, Qwen3), transformers (any causal LM), auto (native when supported)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the native path at start-up (about a minute the first time; inductor's disk cache after)")
     platform_config.add_arguments(p)
     args = parser.parse_args(argv)
     _CLI_EXTRAS.update(config=args.config, no_embeddings=args.no_embeddings, args=args)
@@ -101,6 +102,7 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
         num_threads=args.num_threads,
         batch_invariant=args.batch_invariant,
         model_impl=args.model_impl,
+        compile=args.compile,
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
     )
@@ -200,7 +202,7 @@ async def _watch_for_shutdown(
 MODEL_KEYS = {
     "model", "served_name", "task", "device", "dtype", "kv_cache_gib", "num_kv_blocks", "block_size", "max_num_seqs",
     "max_num_batched_tokens", "max_model_len", "max_pending", "max_pending_tokens", "num_threads", "batch_invariant",
-    "model_impl",
+    "model_impl", "compile",
 }
 
 

@@ -424,5 +424,6 @@ def build_runtime(config: RuntimeConfig) -> Runtime:
         max_model_len=config.max_model_len,
         batch_invariant=config.batch_invariant,
         model_impl=config.model_impl,
+        compile=config.compile,
     )
     return Runtime(config, runner, tokenizer, config.served_name or name, frozenset(eos))

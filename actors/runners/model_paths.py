@@ -96,9 +96,10 @@ def _module_fixed_block_linear(module: torch.nn.Linear, x: torch.Tensor) -> torc
 
 
 def choose(
-    model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None
+    model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None, compile: bool = False
 ) -> ModelPath:
-    """The native path when asked for or (auto) when it supports the model; else transformers."""
+    """The native path when asked for or (auto) when it supports the model; else transformers.
+    `compile` applies to the native path only (transformers' modules stay eager)."""
     if model_impl not in ("auto", "native", "transformers"):
         raise ValueError(f"model_impl must be auto, native or transformers, not {model_impl!r}")
     started = time.perf_counter()
@@ -111,7 +112,7 @@ def choose(
         if unsupported is None:
             from actors.runners.native.path import NativePath
 
-            path: ModelPath = NativePath(model_dir, hf, dtype, device, batch_invariant, max_len)
+            path: ModelPath = NativePath(model_dir, hf, dtype, device, batch_invariant, max_len, compile=compile)
             log.info("model_path", impl=path.impl, model=str(model_dir), load_s=round(time.perf_counter() - started, 2))
             return path
         if model_impl == "native":

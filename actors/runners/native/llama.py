@@ -92,6 +92,17 @@ class LlamaModel:
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
+        q, k, v = self.pre_attention(h, w, cos, sin)
+        o = attend(q, k, v, k_cache, v_cache, step, self.scale)
+        return self.post_attention(h, o, w)
+
+    # The dense parts of a layer, on either side of the paged attention: the pieces
+    # native/compiled.py hands to torch.compile (the same two graphs serve every layer).
+
+    def pre_attention(
+        self, h: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Residual stream `[T, D]` → rotated q `[T, H, d]`, k and v `[T, KVH, d]`."""
         cfg = self.cfg
         tokens = h.shape[0]
         x = rms_norm(h, w.input_norm, cfg.rms_norm_eps)
@@ -102,10 +113,12 @@ class LlamaModel:
         if w.q_norm is not None and w.k_norm is not None:
             q = rms_norm(q, w.q_norm, cfg.rms_norm_eps)
             k = rms_norm(k, w.k_norm, cfg.rms_norm_eps)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        o = attend(q, k, v, k_cache, v_cache, step, self.scale)
-        h = h + self.linear(o.reshape(tokens, self.q_size), w.o_proj, w.o_bias)
-        x = rms_norm(h, w.post_norm, cfg.rms_norm_eps)
+        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
+
+    def post_attention(self, h: torch.Tensor, o: torch.Tensor, w: LayerWeights) -> torch.Tensor:
+        """Attention output `[T, H, d]` → the layer's new residual stream `[T, D]`."""
+        h = h + self.linear(o.reshape(h.shape[0], self.q_size), w.o_proj, w.o_bias)
+        x = rms_norm(h, w.post_norm, self.cfg.rms_norm_eps)
         gate, up = self.linear(x, w.gate_up, None).chunk(2, dim=-1)
         return h + self.linear(F.silu(gate) * up, w.down, None)
 

@@ -12,17 +12,27 @@ from typing import Any
 import torch
 
 from actors.runners.model_paths import fixed_block_linear
-from actors.runners.native import attention
+from actors.runners.native import attention, compiled
 from actors.runners.native.config import native_config
 from actors.runners.native.llama import LlamaModel
 from actors.runners.native.loader import load_weights
+from runtime.logging import get_logger
+
+log = get_logger("runner")
 
 
 class NativePath:
-    impl = "native"
+    impl = "native"  # "native+compiled" once compiled (shown in /v1/models)
 
     def __init__(
-        self, model_dir: Path, hf: Any, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None
+        self,
+        model_dir: Path,
+        hf: Any,
+        dtype: torch.dtype,
+        device: torch.device,
+        batch_invariant: bool,
+        max_len: int | None,
+        compile: bool = False,
     ) -> None:
         cfg = native_config(hf)
         self.cfg = cfg
@@ -37,6 +47,11 @@ class NativePath:
         self.model = LlamaModel(cfg, weights, max_len or cfg.max_position_embeddings)
         if batch_invariant:
             self.model.linear = fixed_block_linear
+        if compile:
+            self.impl = "native+compiled"
+            compiled.compile_model(self.model)
+            seconds = compiled.warm_up(self.model)
+            log.info("compiled", seconds=round(seconds, 1), cache_dir=compiled.use_disk_cache())
 
     def build_step(self, seqs, tables, block_size, k_cache, v_cache):  # type: ignore[no-untyped-def]
         return attention.build_step(seqs, tables, block_size, k_cache, v_cache, per_sequence_decode=self.batch_invariant)
