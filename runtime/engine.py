@@ -425,5 +425,6 @@ def build_runtime(config: RuntimeConfig) -> Runtime:
         batch_invariant=config.batch_invariant,
         model_impl=config.model_impl,
         compile=config.compile,
+        quantization=config.quantization,
     )
     return Runtime(config, runner, tokenizer, config.served_name or name, frozenset(eos))

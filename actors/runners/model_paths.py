@@ -96,13 +96,16 @@ def _module_fixed_block_linear(module: torch.nn.Linear, x: torch.Tensor) -> torc
 
 
 def choose(
-    model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None, compile: bool = False
+    model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None, compile: bool = False, quantization: str | None = None
 ) -> ModelPath:
     """The native path when asked for or (auto) when it supports the model; else transformers.
-    `compile` applies to the native path only (transformers' modules stay eager)."""
+    `compile` and `quantization` apply to the native path only (transformers' modules stay
+    eager and dense); quantization with a model the native path cannot run is an error."""
     if model_impl not in ("auto", "native", "transformers"):
         raise ValueError(f"model_impl must be auto, native or transformers, not {model_impl!r}")
     started = time.perf_counter()
+    if quantization and model_impl == "transformers":
+        raise ValueError("--quantization runs on the native path only, not with --model-impl transformers")
     reason = "forced by --model-impl transformers"
     if model_impl != "transformers":
         from actors.runners.native import config as native_config
@@ -112,11 +115,11 @@ def choose(
         if unsupported is None:
             from actors.runners.native.path import NativePath
 
-            path: ModelPath = NativePath(model_dir, hf, dtype, device, batch_invariant, max_len, compile=compile)
+            path: ModelPath = NativePath(model_dir, hf, dtype, device, batch_invariant, max_len, compile=compile, quantization=quantization)
             log.info("model_path", impl=path.impl, model=str(model_dir), load_s=round(time.perf_counter() - started, 2))
             return path
-        if model_impl == "native":
-            raise ValueError(f"--model-impl native cannot run {model_dir}: {unsupported}")
+        if model_impl == "native" or quantization:
+            raise ValueError(f"{'--quantization' if quantization else '--model-impl native'} needs the native path, which cannot run {model_dir}: {unsupported}")
         reason = unsupported
     path = TransformersPath(model_dir, dtype, device, batch_invariant)
     log.info("model_path", impl=path.impl, model=str(model_dir), reason=reason, load_s=round(time.perf_counter() - started, 2))

@@ -99,6 +99,7 @@ class TorchRunner:
         batch_invariant: bool = False,
         model_impl: str = "auto",
         compile: bool = False,
+        quantization: str | None = None,
     ) -> None:
         self.model_dir = Path(model_dir)
         self._requested_device = device
@@ -112,6 +113,7 @@ class TorchRunner:
         self._batch_invariant = batch_invariant
         self._model_impl = model_impl
         self._compile = compile
+        self._quantization = quantization
         self.model: ModelPath | None = None
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
@@ -127,7 +129,9 @@ class TorchRunner:
             torch.set_num_threads(self._num_threads)
         self.device = pick_device(self._requested_device)
         self.dtype = pick_dtype(self._requested_dtype, self.device)
-        model = choose(self.model_dir, self._model_impl, self.dtype, self.device, self._batch_invariant, self._max_model_len, self._compile)
+        model = choose(
+            self.model_dir, self._model_impl, self.dtype, self.device, self._batch_invariant, self._max_model_len, self._compile, self._quantization
+        )
         self.model = model
         bytes_per_slot = 2 * model.num_layers * model.num_kv_heads * model.head_dim * torch.finfo(self.dtype).bits // 8
         num_blocks = self._num_kv_blocks or max(

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from actors.runners.model_paths import fixed_block_linear
-from actors.runners.native import attention, compiled
+from actors.runners.native import attention, compiled, quant
 from actors.runners.native.config import native_config
 from actors.runners.native.llama import LlamaModel
 from actors.runners.native.loader import load_weights
@@ -22,7 +22,7 @@ log = get_logger("runner")
 
 
 class NativePath:
-    impl = "native"  # "native+compiled" once compiled (shown in /v1/models)
+    impl = "native"  # with "+int8" / "+int4" and "+compiled" when so (shown in /v1/models)
 
     def __init__(
         self,
@@ -33,6 +33,7 @@ class NativePath:
         batch_invariant: bool,
         max_len: int | None,
         compile: bool = False,
+        quantization: str | None = None,
     ) -> None:
         cfg = native_config(hf)
         self.cfg = cfg
@@ -47,8 +48,13 @@ class NativePath:
         self.model = LlamaModel(cfg, weights, max_len or cfg.max_position_embeddings)
         if batch_invariant:
             self.model.linear = fixed_block_linear
+        if quantization:
+            bits = {"int8": 8, "int4": 4}[quantization]
+            quant.quantize_model(weights, bits)
+            self.model.linear = quant.QuantLinear(quant.MAX_ROWS[bits])
+            self.impl = f"native+{quantization}"
         if compile:
-            self.impl = "native+compiled"
+            self.impl += "+compiled"
             compiled.compile_model(self.model)
             seconds = compiled.warm_up(self.model)
             log.info("compiled", seconds=round(seconds, 1), cache_dir=compiled.use_disk_cache())
