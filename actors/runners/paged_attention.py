@@ -51,10 +51,27 @@ class PagedStep:
     decode_len: int = 0  # Lmax
     decode_bias: torch.Tensor | None = None  # [1, B, 1, Lmax] float32: 0 or -inf (padding)
     decode_lens: list[int] = field(default_factory=list)  # [B] each sequence's own length
-    # Batch-invariant mode: each decode sequence attends alone over exactly its own length, so
-    # its products never depend on the longest sequence beside it (TorchRunner's batch_invariant).
+    # Batch-invariant mode: a decode sequence's keys are padded to its own length's bucket
+    # (INVARIANT_KV_BUCKET), never to the longest sequence beside it, and sequences of one
+    # bucket are attended together: a row of a batched matmul or softmax comes out bit-identical
+    # whatever the batch count, so its result depends on its own length alone (TorchRunner's
+    # batch_invariant). One pair of matmuls per bucket, not per sequence.
     per_sequence_decode: bool = False
+    decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillChunk] = field(default_factory=list)
+
+
+INVARIANT_KV_BUCKET = 64
+
+
+@dataclass(slots=True)
+class DecodeGroup:
+    """Decode sequences attended together over one padded key length."""
+
+    members: torch.Tensor  # [Bg] their indices among the step's decode sequences
+    rows: torch.Tensor  # [kv_heads * Bg * length] gathered cache rows (padding: slot 0)
+    length: int
+    bias: torch.Tensor  # [1, Bg, 1, length] float32: 0 or -inf (padding)
 
 
 def paged_attention_forward(
@@ -108,22 +125,27 @@ def decode_attention(
     as it comes, with no copy; softmax runs in float32.
     """
     num_heads, batch, head_dim = q.shape
-    assert step.decode_rows is not None and step.decode_bias is not None
-    group = num_heads // kv_heads
-    k = k_rows.index_select(0, step.decode_rows).view(kv_heads, batch, step.decode_len, head_dim)
-    v = v_rows.index_select(0, step.decode_rows).view(kv_heads, batch, step.decode_len, head_dim)
-    qg = q.reshape(kv_heads, group, batch, head_dim).transpose(1, 2)  # [KVH, B, G, d]
+    qg = q.reshape(kv_heads, num_heads // kv_heads, batch, head_dim).transpose(1, 2)  # [KVH, B, G, d]
     scale = scaling if scaling is not None else head_dim**-0.5
-    if step.per_sequence_decode:
-        outs = []
-        for b, length in enumerate(step.decode_lens):
-            scores = torch.matmul(qg[:, b : b + 1], k[:, b : b + 1, :length].transpose(-1, -2)).float() * scale
-            outs.append(torch.matmul(scores.softmax(dim=-1).to(v.dtype), v[:, b : b + 1, :length]))
-        return torch.cat(outs, dim=1).permute(1, 0, 2, 3).reshape(batch, num_heads, head_dim)
-    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale + step.decode_bias  # [KVH, B, G, L]
-    probs = scores.softmax(dim=-1).to(v.dtype)
-    out = torch.matmul(probs, v)  # [KVH, B, G, d]
+    if not step.per_sequence_decode:
+        assert step.decode_rows is not None and step.decode_bias is not None
+        out = _grouped_decode(qg, k_rows, v_rows, step.decode_rows, step.decode_len, step.decode_bias, scale)
+        return out.permute(1, 0, 2, 3).reshape(batch, num_heads, head_dim)
+    out = qg.new_empty(qg.shape)
+    for group in step.decode_groups:
+        out[:, group.members] = _grouped_decode(qg[:, group.members], k_rows, v_rows, group.rows, group.length, group.bias, scale)
     return out.permute(1, 0, 2, 3).reshape(batch, num_heads, head_dim)
+
+
+def _grouped_decode(
+    qg: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, rows: torch.Tensor, length: int, bias: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """qg [KVH, B, G, d] over B sequences' gathered keys of `length` → [KVH, B, G, d]."""
+    kv_heads, batch, _, head_dim = qg.shape
+    k = k_rows.index_select(0, rows).view(kv_heads, batch, length, head_dim)
+    v = v_rows.index_select(0, rows).view(kv_heads, batch, length, head_dim)
+    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale + bias  # [KVH, B, G, L]
+    return torch.matmul(scores.softmax(dim=-1).to(v.dtype), v)
 
 
 def _no_mask(*args: object, **kwargs: object) -> None:
@@ -192,9 +214,12 @@ def build_step(
     )
     if decode_tok:
         step.decode_idx = torch.tensor(decode_tok, dtype=torch.long, device=device)
-        decode_slots, step.decode_bias = _decode_gather(decode_tables, decode_lens, block_size, device)
-        step.decode_rows = _rows(decode_slots.reshape(-1), kv_heads, num_slots).to(device)
-        step.decode_len = decode_slots.shape[1]
+        if per_sequence_decode:
+            step.decode_groups = _invariant_groups(decode_tables, decode_lens, block_size, kv_heads, num_slots, device)
+        else:
+            decode_slots, step.decode_bias = _decode_gather(decode_tables, decode_lens, block_size, device)
+            step.decode_rows = _rows(decode_slots.reshape(-1), kv_heads, num_slots).to(device)
+            step.decode_len = decode_slots.shape[1]
     for chunk, table, start in chunk_meta:
         ctx = start + (chunk.end - chunk.start)
         chunk.rows = _rows(_slots_of(table, ctx, block_size), kv_heads, num_slots).to(device)
@@ -228,16 +253,32 @@ def _slots_of(table: list[int], ctx: int, block_size: int) -> torch.Tensor:
     return (blocks[:, None] * block_size + offsets[None, :]).reshape(-1)[:ctx]
 
 
+def _invariant_groups(
+    tables: list[list[int]], lens: list[int], block_size: int, kv_heads: int, num_slots: int, device: torch.device
+) -> list[DecodeGroup]:
+    """Decode sequences grouped by their own length's bucket, each padded to that bucket."""
+    buckets: dict[int, list[int]] = {}
+    for i, length in enumerate(lens):
+        buckets.setdefault(-(-length // INVARIANT_KV_BUCKET) * INVARIANT_KV_BUCKET, []).append(i)
+    groups = []
+    for padded, members in sorted(buckets.items()):
+        slots, bias = _decode_gather([tables[i] for i in members], [lens[i] for i in members], block_size, device, padded)
+        rows = _rows(slots.reshape(-1), kv_heads, num_slots).to(device)
+        groups.append(DecodeGroup(torch.tensor(members, dtype=torch.long, device=device), rows, padded, bias))
+    return groups
+
+
 def _decode_gather(
-    tables: list[list[int]], lens: list[int], block_size: int, device: torch.device
+    tables: list[list[int]], lens: list[int], block_size: int, device: torch.device, padded_len: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    max_blocks = max(len(t) for t in tables)
+    """Each sequence's slots, padded to the longest (or `padded_len`), and the -inf padding bias."""
+    max_len = padded_len or max(lens)
+    max_blocks = max(max(len(t) for t in tables), -(-max_len // block_size))
     padded = torch.zeros(len(tables), max_blocks, dtype=torch.long)
     for row, table in enumerate(tables):
         padded[row, : len(table)] = torch.tensor(table, dtype=torch.long)
     offsets = torch.arange(block_size, dtype=torch.long)
     slots = (padded[:, :, None] * block_size + offsets).reshape(len(tables), -1)
-    max_len = max(lens)
     slots = slots[:, :max_len]
     padding = torch.arange(max_len)[None, :] >= torch.tensor(lens)[:, None]
     bias = torch.zeros(padding.shape, dtype=torch.float32).masked_fill_(padding, float("-inf"))

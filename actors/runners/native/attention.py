@@ -37,8 +37,10 @@ class PrefillBatch:
 
 @dataclass(slots=True)
 class NativeStep:
-    paged: PagedStep  # write rows and the decode group
-    prefill: PrefillBatch | None
+    paged: PagedStep  # write rows and the decode group(s)
+    # One batch of every prefill chunk; in batch-invariant mode one per chunk, so a chunk's
+    # padded shapes (and so its rounding) never depend on the chunks beside it.
+    prefills: list[PrefillBatch]
 
 
 def build_step(
@@ -54,8 +56,9 @@ def build_step(
         seqs, block_tables, block_size, k_cache, v_cache, per_sequence_decode, chunk_metadata=False
     )
     chunks = [(start, n, table, cursor) for (start, n), table, cursor in zip(seqs, block_tables, _cursors(seqs)) if n > 1]
-    prefill = _prefill_batch(chunks, block_size, k_cache[0].shape, positions.device) if chunks else None
-    return NativeStep(paged=paged, prefill=prefill), positions
+    groups = [[chunk] for chunk in chunks] if per_sequence_decode else [chunks] if chunks else []
+    prefills = [_prefill_batch(group, block_size, k_cache[0].shape, positions.device) for group in groups]
+    return NativeStep(paged=paged, prefills=prefills), positions
 
 
 def _cursors(seqs: list[tuple[int, int]]) -> list[int]:
@@ -110,13 +113,13 @@ def attend(
     paged = step.paged
     k_rows.index_copy_(0, paged.write_rows, k.transpose(0, 1).reshape(-1, head_dim))
     v_rows.index_copy_(0, paged.write_rows, v.transpose(0, 1).reshape(-1, head_dim))
-    if step.prefill is None and paged.decode_idx is not None and paged.decode_idx.shape[0] == q.shape[0]:
+    if not step.prefills and paged.decode_idx is not None and paged.decode_idx.shape[0] == q.shape[0]:
         return paged_attention.decode_attention(q.transpose(0, 1), k_rows, v_rows, kv_heads, paged, scale)
     out = q.new_empty(q.shape)
     if paged.decode_idx is not None:
         out[paged.decode_idx] = paged_attention.decode_attention(q[paged.decode_idx].transpose(0, 1), k_rows, v_rows, kv_heads, paged, scale)
-    if step.prefill is not None:
-        out[step.prefill.real_tokens] = _prefill(q, k, v, k_rows, v_rows, kv_heads, step.prefill, scale)
+    for batch in step.prefills:
+        out[batch.real_tokens] = _prefill(q, k, v, k_rows, v_rows, kv_heads, batch, scale)
     return out
 
 
