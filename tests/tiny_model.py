@@ -49,39 +49,17 @@ def build_tokenizer(path: Path):  # type: ignore[no-untyped-def]
 
 def build_tiny_llama(path: Path, *, seed: int = 0, layers: int = 2) -> Path:
     """Write a tiny random Llama + tokenizer to `path` and return it."""
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = build_tokenizer(path)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
-    # Random init puts near-ties everywhere; a wider spread of logits makes greedy decoding
-    # well defined so token-identity comparisons test the engine, not float noise.
-    with torch.no_grad():
-        model.lm_head.weight.mul_(8.0)
-    model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
-    )
-    model.save_pretrained(path)
-    return path
+    return build_tiny_decoder(path, "llama", seed=seed, layers=layers, perturb_norms=False)
 
 
-def build_tiny_decoder(path: Path, family: str, *, seed: int = 0, layers: int = 2, **config_overrides: object) -> Path:
-    """A tiny random decoder of another Llama-family architecture (the native path's other
-    shapes): "qwen2" (GQA, q/k/v biases, untied), "qwen3" (GQA, per-head q/k norms, tied),
-    "mistral", or "llama" with any config overrides (tied embeddings, rope scaling)."""
+def build_tiny_decoder(
+    path: Path, family: str, *, seed: int = 0, layers: int = 2, perturb_norms: bool = True, **config_overrides: object
+) -> Path:
+    """A tiny random decoder + tokenizer of a Llama-family architecture: "llama", "mistral",
+    "qwen2" (GQA, q/k/v biases, untied), "qwen3" (GQA, per-head q/k norms, tied), with any
+    config overrides (tied embeddings, rope scaling). `perturb_norms` draws norm weights and
+    biases at random (transformers initialises them to ones and zeros, which would hide a
+    loader that drops them)."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
@@ -112,10 +90,12 @@ def build_tiny_decoder(path: Path, family: str, *, seed: int = 0, layers: int = 
     config = config_cls(**settings)
     torch.manual_seed(seed)
     model = model_cls(config)
-    with torch.no_grad():  # see build_tiny_llama: spread the logits so greedy has no near-ties
+    with torch.no_grad():
+        # Random init puts near-ties everywhere; a wider spread of logits makes greedy decoding
+        # well defined so token-identity comparisons test the engine, not float noise.
         model.get_output_embeddings().weight.mul_(8.0)
         for name, param in model.named_parameters():
-            if name.endswith("_proj.bias") or name.endswith("_norm.weight"):
+            if perturb_norms and (name.endswith("_proj.bias") or name.endswith("norm.weight")):
                 param.normal_(mean=1.0 if name.endswith("norm.weight") else 0.0, std=0.2)
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id

@@ -19,7 +19,6 @@ decode time. torch.set_num_threads(threads) and torch.inference_mode throughout.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -129,6 +128,7 @@ def _cpu_model() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from ops.bench.bare_forward import emit_json
     from ops.bench.load import parse_levels
     from ops.bench.prompt import default_model_dir
 
@@ -143,11 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     model_dir = args.model or str(default_model_dir())
     result = run_bare_native(model_dir, [v for v in args.variants.split(",") if v], args.batches, args.dtype, args.steps, args.threads)
-    text = json.dumps(result, indent=2)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    print(text)
+    emit_json(result, args.out)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,13 @@ section's tok/s over the bare native step at the same batch size (the server's o
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from ops.bench.procs import json_from_subprocess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VARIANT_PREFIX = "switchyard:"  # results key of a variant's section: "switchyard:<name>"
@@ -46,17 +46,7 @@ def run_bare_native(
         sys.executable, "-m", "ops.bench.bare_native", "--variants", variants, "--batches", ",".join(map(str, batches)),
         "--dtype", dtype, "--steps", str(steps), "--threads", str(threads), "--model", model_dir, "--out", str(tmp),
     ]  # fmt: skip
-    print(f"[bare-native] {' '.join(cmd)}", file=sys.stderr, flush=True)
-    try:
-        proc = subprocess.run(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"bare native ran past {timeout:.0f}s"}
-    if proc.returncode != 0 or not tmp.exists():
-        return {"error": f"bare native exited {proc.returncode}"}
-    try:
-        return json.loads(tmp.read_text())
-    finally:
-        tmp.unlink(missing_ok=True)
+    return json_from_subprocess("bare native", cmd, tmp, REPO_ROOT, timeout)
 
 
 def bare_native_tok_s(result: dict[str, Any], variant: str, batch: int) -> float | None:

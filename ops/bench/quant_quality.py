@@ -11,7 +11,6 @@ python -m ops.bench.quant_quality [--model DIR] [--variants bf16,int8,int4] [--o
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 from typing import Any
@@ -64,6 +63,7 @@ def score(model_dir: str, variant: str, threads: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from ops.bench.bare_forward import emit_json
     from ops.bench.bare_native import _cpu_model
     from ops.bench.prompt import default_model_dir
 
@@ -80,11 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         "model_dir": model_dir, "cpu": _cpu_model(), "platform": platform.platform(), "mean_token_logprob": means,
         "change_vs_bf16": {v: round(m - base, 4) for v, m in means.items()} if base is not None else None,
     }  # fmt: skip
-    text = json.dumps(result, indent=2)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    print(text)
+    emit_json(result, args.out)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from typing import Any
 
 from ops.bench import native_sections
 from ops.bench.load import DEFAULT_LEVELS, OUTPUT_TOKENS, parse_levels, prompts_needed, sweep, switchyard_target
+from ops.bench.procs import json_from_subprocess
 from ops.bench.prompt import PROMPT_TOKENS, build_prompts, default_model_dir, has_bos, load_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -80,17 +81,7 @@ def run_bare(model_dir: str, batches: list[int], dtypes: list[str], steps: int, 
         "--batches", ",".join(map(str, batches)), "--dtypes", ",".join(dtypes),
         "--steps", str(steps), "--threads", str(threads), "--model", model_dir, "--out", str(tmp),
     ]  # fmt: skip
-    log(f"[bare] {' '.join(cmd)}")
-    try:
-        proc = subprocess.run(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"bare forward ran past {timeout:.0f}s"}
-    if proc.returncode != 0 or not tmp.exists():
-        return {"error": f"bare forward exited {proc.returncode}"}
-    try:
-        return json.loads(tmp.read_text())
-    finally:
-        tmp.unlink(missing_ok=True)
+    return json_from_subprocess("bare forward", cmd, tmp, REPO_ROOT, timeout)
 
 
 _DTYPE_RE = re.compile(r"dtype[\"']?\s*[=:]\s*[\"']?(?:torch\.)?(bfloat16|float32|float16)")
