@@ -95,6 +95,20 @@ def _module_fixed_block_linear(module: torch.nn.Linear, x: torch.Tensor) -> torc
     return fixed_block_linear(x, module.weight, module.bias)
 
 
+def _check_quantization(quantization: str | None, model_impl: str, device: torch.device, batch_invariant: bool) -> None:
+    if quantization is None:
+        return
+    if quantization not in ("int8", "int4"):
+        raise ValueError(f"quantization must be int8 or int4, not {quantization!r}")
+    if model_impl == "transformers":
+        raise ValueError("--quantization runs on the native path only, not with --model-impl transformers")
+    if device.type != "cpu":
+        raise ValueError(f"--quantization uses aten's CPU kernels; not on {device}")
+    if batch_invariant:
+        # The quantized kernels' rounding has not been shown to be independent of the row count.
+        raise ValueError("--quantization and --batch-invariant cannot be combined")
+
+
 def choose(
     model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None, compile: bool = False, quantization: str | None = None
 ) -> ModelPath:
@@ -103,9 +117,8 @@ def choose(
     eager and dense); quantization with a model the native path cannot run is an error."""
     if model_impl not in ("auto", "native", "transformers"):
         raise ValueError(f"model_impl must be auto, native or transformers, not {model_impl!r}")
+    _check_quantization(quantization, model_impl, device, batch_invariant)
     started = time.perf_counter()
-    if quantization and model_impl == "transformers":
-        raise ValueError("--quantization runs on the native path only, not with --model-impl transformers")
     reason = "forced by --model-impl transformers"
     if model_impl != "transformers":
         from actors.runners.native import config as native_config

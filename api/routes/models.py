@@ -17,7 +17,7 @@ def model_card(runtime: Runtime) -> dict:
         "created": runtime.created,
         "owned_by": "switchyard",
         "max_model_len": runtime.max_model_len,
-        "model_impl": runtime.info.impl if runtime.info else None,  # native | transformers
+        "model_impl": (runtime.info.impl or None) if runtime.info else None,  # native[+int4...] | transformers
     }
 
 

@@ -38,9 +38,17 @@ def test_quantized_steps_stay_close_and_large_steps_run_dense(tiny_model_dir: Pa
     assert torch.equal(_logits(quantized, limit + 1), _logits(dense, limit + 1))
 
 
-def test_quantization_needs_the_native_path(tiny_model_dir: Path) -> None:
-    with pytest.raises(ValueError, match="native path only"):
-        TorchRunner(tiny_model_dir, num_kv_blocks=32, block_size=4, model_impl="transformers", quantization="int8").load()
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (dict(model_impl="transformers", quantization="int8"), "native path only"),
+        (dict(quantization="int3"), "int8 or int4"),
+        (dict(quantization="int4", batch_invariant=True), "cannot be combined"),
+    ],
+)
+def test_quantization_settings_that_cannot_run_are_refused_at_load(tiny_model_dir: Path, settings: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TorchRunner(tiny_model_dir, num_kv_blocks=32, block_size=4, **settings).load()
 
 
 def test_kernels_compute_the_dequantized_product() -> None:

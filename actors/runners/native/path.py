@@ -41,7 +41,6 @@ class NativePath:
         self.num_layers = cfg.num_layers
         self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = cfg.head_dim
-        self.vocab_size = cfg.vocab_size
         self.max_position_embeddings = cfg.max_position_embeddings
         weights = load_weights(model_dir, cfg, dtype, device)
         self.vocab_size = weights.lm_head.shape[0]
