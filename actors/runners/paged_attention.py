@@ -214,18 +214,23 @@ def build_step(
     )
     if decode_tok:
         step.decode_idx = torch.tensor(decode_tok, dtype=torch.long, device=device)
-        if per_sequence_decode:
-            step.decode_groups = _invariant_groups(decode_tables, decode_lens, block_size, kv_heads, num_slots, device)
-        else:
-            decode_slots, step.decode_bias = _decode_gather(decode_tables, decode_lens, block_size, device)
-            step.decode_rows = _rows(decode_slots.reshape(-1), kv_heads, num_slots).to(device)
-            step.decode_len = decode_slots.shape[1]
+        _decode_metadata(step, decode_tables, block_size, kv_heads, num_slots, device)
     for chunk, table, start in chunk_meta:
         ctx = start + (chunk.end - chunk.start)
         chunk.rows = _rows(_slots_of(table, ctx, block_size), kv_heads, num_slots).to(device)
         q_pos = torch.arange(start, ctx, device=device)
         chunk.mask = torch.arange(ctx, device=device)[None, :] <= q_pos[:, None]
     return step, torch.tensor(positions, dtype=torch.long, device=device)
+
+
+def _decode_metadata(step: PagedStep, tables: list[list[int]], block_size: int, kv_heads: int, num_slots: int, device: torch.device) -> None:
+    """The decode group's gather rows and padding bias (batch-invariant mode: one per bucket)."""
+    if step.per_sequence_decode:
+        step.decode_groups = _invariant_groups(tables, step.decode_lens, block_size, kv_heads, num_slots, device)
+        return
+    slots, step.decode_bias = _decode_gather(tables, step.decode_lens, block_size, device)
+    step.decode_rows = _rows(slots.reshape(-1), kv_heads, num_slots).to(device)
+    step.decode_len = slots.shape[1]
 
 
 def copy_blocks(

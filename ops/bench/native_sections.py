@@ -49,6 +49,13 @@ def run_bare_native(
     return json_from_subprocess("bare native", cmd, tmp, REPO_ROOT, timeout)
 
 
+def bare_native_section(result: dict[str, Any], args: Any, model_dir: str, out_dir: Path) -> None:
+    """run.py's --bare-native: the baseline's results and its name into `result`."""
+    result["bare_native_baseline"] = args.bare_native_baseline
+    batches = args.bare_batches or args.levels
+    result["bare_native"] = run_bare_native(model_dir, args.bare_native, batches, "bfloat16", args.bare_steps, args.bare_threads, out_dir, args.bare_timeout)
+
+
 def bare_native_tok_s(result: dict[str, Any], variant: str, batch: int) -> float | None:
     entry = (result.get("bare_native") or {}).get("variants", {}).get(variant, {}).get("batches", {}).get(str(batch), {})
     return entry.get("decode_tok_s")

@@ -350,20 +350,16 @@ def main(argv: list[str] | None = None) -> None:
         )
     if args.bare_native:
         settle("bare_native")
-        result["bare_native_baseline"] = args.bare_native_baseline
-        result["bare_native"] = native_sections.run_bare_native(
-            model_dir, args.bare_native, args.bare_batches or args.levels, "bfloat16", args.bare_steps, args.bare_threads, out_path.parent, args.bare_timeout
-        )
+        native_sections.bare_native_section(result, args, model_dir, out_path.parent)
     if not args.skip_switchyard:
         settle("switchyard")
         result["switchyard"] = run_switchyard(
             args.model, served_name, prompts, args.levels, log_dir, shlex.split(args.server_args), args.startup_timeout, **sweep_kwargs
         )
     for name, extra in native_sections.parse_variants(args.switchyard_variants).items():
-        settle(f"switchyard:{name}")
-        result[native_sections.VARIANT_PREFIX + name] = run_switchyard(
-            args.model, served_name, prompts, args.levels, log_dir / name, [*shlex.split(args.server_args), *extra], args.startup_timeout, **sweep_kwargs
-        )
+        settle(native_sections.VARIANT_PREFIX + name)
+        variant_args = [*shlex.split(args.server_args), *extra]
+        result[native_sections.VARIANT_PREFIX + name] = run_switchyard(args.model, served_name, prompts, args.levels, log_dir / name, variant_args, args.startup_timeout, **sweep_kwargs)
     if args.peers:
         from ops.bench.peers import run_transformers_serve
 
