@@ -86,6 +86,9 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
         action="store_true",
         help="a seeded request gives the same text alone or in any batch, bf16 included (matmuls in fixed 32-row blocks; slower at low concurrency)",
     )
+    p.add_argument("--model-impl", default=DEFAULTS.model_impl, choices=["auto", "native", "transformers"], help="model code: native (Llama, Mistral, Qwen2, Qwen3), transformers (any causal LM), auto (native when supported)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the native path at start-up (about a minute the first time; inductor's disk cache after)")
+    p.add_argument("--quantization", default=None, choices=["int8", "int4"], help="weight-only quantized linears on the native path for steps of few rows (faster single streams); bf16 for larger batches")
     platform_config.add_arguments(p)
     args = parser.parse_args(argv)
     _CLI_EXTRAS.update(config=args.config, no_embeddings=args.no_embeddings, args=args)
@@ -108,6 +111,9 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
         log_prompts=args.log_prompts,
         num_threads=args.num_threads,
         batch_invariant=args.batch_invariant,
+        model_impl=args.model_impl,
+        compile=args.compile,
+        quantization=args.quantization,
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
     )
@@ -230,6 +236,7 @@ async def _watch_for_shutdown(
 MODEL_KEYS = {
     "model", "served_name", "task", "device", "dtype", "kv_cache_gib", "num_kv_blocks", "block_size", "max_num_seqs",
     "max_num_batched_tokens", "max_model_len", "max_pending", "max_pending_tokens", "num_threads", "batch_invariant",
+    "model_impl", "compile", "quantization",
 }
 
 

@@ -30,6 +30,15 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # it: a seeded request gives the same text alone or in any batch, in bf16 too (the
     # runner's `_fixed_block_linear` says why and what it costs).
     batch_invariant: bool = False
+    # Which model code runs the steps: "native" (our Llama-family decoder, for the
+    # architectures it supports), "transformers" (any causal LM), or "auto" (native when it can).
+    model_impl: str = "auto"
+    # torch.compile the native path's dense layer parts at start-up (actors/runners/native/
+    # compiled.py). Off: measured 0.84-0.91x of eager native per decode step on this EPYC.
+    compile: bool = False
+    # Weight-only "int8" or "int4" for the native path's linear layers, used by steps of few
+    # rows (decode at low concurrency); bf16 beyond (actors/runners/native/quant.py). None: off.
+    quantization: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
     drain_timeout: float = 30.0

@@ -142,7 +142,7 @@ class Runtime:
         await nursery.start(self.detokenizer.run)
         await nursery.start(self.tokenizer_actor.run)
         self.accepting = True
-        log.info("runtime_ready", model=self.served_name, device=info.device, dtype=info.dtype, kv_blocks=info.num_kv_blocks, max_model_len=self.max_model_len)
+        log.info("runtime_ready", model=self.served_name, impl=info.impl, device=info.device, dtype=info.dtype, kv_blocks=info.num_kv_blocks, max_model_len=self.max_model_len)
 
     def _die(self, exc: BaseException) -> None:
         self.accepting = False
@@ -394,5 +394,8 @@ def build_runtime(config: RuntimeConfig) -> Runtime:
         num_threads=config.num_threads,
         max_model_len=config.max_model_len,
         batch_invariant=config.batch_invariant,
+        model_impl=config.model_impl,
+        compile=config.compile,
+        quantization=config.quantization,
     )
     return Runtime(config, runner, tokenizer, config.served_name or name, frozenset(eos))

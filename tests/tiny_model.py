@@ -49,11 +49,30 @@ def build_tokenizer(path: Path):  # type: ignore[no-untyped-def]
 
 def build_tiny_llama(path: Path, *, seed: int = 0, layers: int = 2) -> Path:
     """Write a tiny random Llama + tokenizer to `path` and return it."""
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    return build_tiny_decoder(path, "llama", seed=seed, layers=layers, perturb_norms=False)
 
+
+def build_tiny_decoder(
+    path: Path, family: str, *, seed: int = 0, layers: int = 2, perturb_norms: bool = True, **config_overrides: object
+) -> Path:
+    """A tiny random decoder + tokenizer of a Llama-family architecture: "llama", "mistral",
+    "qwen2" (GQA, q/k/v biases, untied), "qwen3" (GQA, per-head q/k norms, tied), with any
+    config overrides (tied embeddings, rope scaling). `perturb_norms` draws norm weights and
+    biases at random (transformers initialises them to ones and zeros, which would hide a
+    loader that drops them)."""
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    classes = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "mistral": (MistralConfig, MistralForCausalLM),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    }
+    config_cls, model_cls = classes[family]
     tokenizer = build_tokenizer(path)
-    config = LlamaConfig(
+    settings: dict[str, object] = dict(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
@@ -65,12 +84,19 @@ def build_tiny_llama(path: Path, *, seed: int = 0, layers: int = 2) -> Path:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+    if family == "qwen3":
+        settings.update(head_dim=32, tie_word_embeddings=True)  # head_dim != hidden / heads, as in real Qwen3
+    settings.update(config_overrides)
+    config = config_cls(**settings)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
-    # Random init puts near-ties everywhere; a wider spread of logits makes greedy decoding
-    # well defined so token-identity comparisons test the engine, not float noise.
+    model = model_cls(config)
     with torch.no_grad():
-        model.lm_head.weight.mul_(8.0)
+        # Random init puts near-ties everywhere; a wider spread of logits makes greedy decoding
+        # well defined so token-identity comparisons test the engine, not float noise.
+        model.get_output_embeddings().weight.mul_(8.0)
+        for name, param in model.named_parameters():
+            if perturb_norms and (name.endswith("_proj.bias") or name.endswith("norm.weight")):
+                param.normal_(mean=1.0 if name.endswith("norm.weight") else 0.0, std=0.2)
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )

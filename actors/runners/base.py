@@ -25,6 +25,9 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     # A digest of everything that changes outputs (weights path, dtype, engine knobs); the API
     # reports it as system_fingerprint.
     fingerprint: str = ""
+    # Which model path runs the steps: "native" (our Llama-family decoder) or "transformers"
+    # (transformers' modules with our paged attention); "" for runners without the choice.
+    impl: str = ""
 
 
 class Runner(Protocol):

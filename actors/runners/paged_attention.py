@@ -51,10 +51,27 @@ class PagedStep:
     decode_len: int = 0  # Lmax
     decode_bias: torch.Tensor | None = None  # [1, B, 1, Lmax] float32: 0 or -inf (padding)
     decode_lens: list[int] = field(default_factory=list)  # [B] each sequence's own length
-    # Batch-invariant mode: each decode sequence attends alone over exactly its own length, so
-    # its products never depend on the longest sequence beside it (TorchRunner's batch_invariant).
+    # Batch-invariant mode: a decode sequence's keys are padded to its own length's bucket
+    # (INVARIANT_KV_BUCKET), never to the longest sequence beside it, and sequences of one
+    # bucket are attended together: a row of a batched matmul or softmax comes out bit-identical
+    # whatever the batch count, so its result depends on its own length alone (TorchRunner's
+    # batch_invariant). One pair of matmuls per bucket, not per sequence.
     per_sequence_decode: bool = False
+    decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillChunk] = field(default_factory=list)
+
+
+INVARIANT_KV_BUCKET = 64
+
+
+@dataclass(slots=True)
+class DecodeGroup:
+    """Decode sequences attended together over one padded key length."""
+
+    members: torch.Tensor  # [Bg] their indices among the step's decode sequences
+    rows: torch.Tensor  # [kv_heads * Bg * length] gathered cache rows (padding: slot 0)
+    length: int
+    bias: torch.Tensor  # [1, Bg, 1, length] float32: 0 or -inf (padding)
 
 
 def paged_attention_forward(
@@ -81,7 +98,7 @@ def paged_attention_forward(
     num_tokens = query.shape[2]
     out = query.new_empty(num_tokens, query.shape[1], query.shape[3])  # [T, H, d]
     if step.decode_idx is not None:
-        out[step.decode_idx] = _decode_attention(query[0][:, step.decode_idx], k_rows, v_rows, kv_heads, step, scaling)
+        out[step.decode_idx] = decode_attention(query[0][:, step.decode_idx], k_rows, v_rows, kv_heads, step, scaling)
     for chunk in step.prefills:
         q = query[:, :, chunk.start : chunk.end]
         if chunk.fresh:
@@ -96,7 +113,7 @@ def paged_attention_forward(
     return out.unsqueeze(0), None
 
 
-def _decode_attention(
+def decode_attention(
     q: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, kv_heads: int, step: PagedStep, scaling: float | None
 ) -> torch.Tensor:
     """One query per sequence: q [H, B, d] → [B, H, d].
@@ -108,22 +125,27 @@ def _decode_attention(
     as it comes, with no copy; softmax runs in float32.
     """
     num_heads, batch, head_dim = q.shape
-    assert step.decode_rows is not None and step.decode_bias is not None
-    group = num_heads // kv_heads
-    k = k_rows.index_select(0, step.decode_rows).view(kv_heads, batch, step.decode_len, head_dim)
-    v = v_rows.index_select(0, step.decode_rows).view(kv_heads, batch, step.decode_len, head_dim)
-    qg = q.view(kv_heads, group, batch, head_dim).transpose(1, 2)  # [KVH, B, G, d]
+    qg = q.reshape(kv_heads, num_heads // kv_heads, batch, head_dim).transpose(1, 2)  # [KVH, B, G, d]
     scale = scaling if scaling is not None else head_dim**-0.5
-    if step.per_sequence_decode:
-        outs = []
-        for b, length in enumerate(step.decode_lens):
-            scores = torch.matmul(qg[:, b : b + 1], k[:, b : b + 1, :length].transpose(-1, -2)).float() * scale
-            outs.append(torch.matmul(scores.softmax(dim=-1).to(v.dtype), v[:, b : b + 1, :length]))
-        return torch.cat(outs, dim=1).permute(1, 0, 2, 3).reshape(batch, num_heads, head_dim)
-    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale + step.decode_bias  # [KVH, B, G, L]
-    probs = scores.softmax(dim=-1).to(v.dtype)
-    out = torch.matmul(probs, v)  # [KVH, B, G, d]
+    if not step.per_sequence_decode:
+        assert step.decode_rows is not None and step.decode_bias is not None
+        out = _grouped_decode(qg, k_rows, v_rows, step.decode_rows, step.decode_len, step.decode_bias, scale)
+        return out.permute(1, 0, 2, 3).reshape(batch, num_heads, head_dim)
+    out = qg.new_empty(qg.shape)
+    for group in step.decode_groups:
+        out[:, group.members] = _grouped_decode(qg[:, group.members], k_rows, v_rows, group.rows, group.length, group.bias, scale)
     return out.permute(1, 0, 2, 3).reshape(batch, num_heads, head_dim)
+
+
+def _grouped_decode(
+    qg: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, rows: torch.Tensor, length: int, bias: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """qg [KVH, B, G, d] over B sequences' gathered keys of `length` → [KVH, B, G, d]."""
+    kv_heads, batch, _, head_dim = qg.shape
+    k = k_rows.index_select(0, rows).view(kv_heads, batch, length, head_dim)
+    v = v_rows.index_select(0, rows).view(kv_heads, batch, length, head_dim)
+    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale + bias  # [KVH, B, G, L]
+    return torch.matmul(scores.softmax(dim=-1).to(v.dtype), v)
 
 
 def _no_mask(*args: object, **kwargs: object) -> None:
@@ -148,11 +170,13 @@ def build_step(
     k_cache: list[torch.Tensor],
     v_cache: list[torch.Tensor],
     per_sequence_decode: bool = False,
+    chunk_metadata: bool = True,
 ) -> tuple[PagedStep, torch.Tensor]:
     """Metadata for a packed step. `seqs` holds (start_pos, num_new_tokens) per sequence.
 
     Returns the step and the position ids `[T]`. Index math runs on the CPU in int64 and is
-    moved to the cache's device once.
+    moved to the cache's device once. `chunk_metadata=False` skips the per-chunk gather rows
+    and masks (the native path batches its prefill chunks itself).
     """
     device = k_cache[0].device
     kv_heads, num_slots, _ = k_cache[0].shape
@@ -176,7 +200,7 @@ def build_step(
         else:
             chunk = PrefillChunk(start=cursor, end=cursor + num_new, fresh=start == 0)
             prefills.append(chunk)
-            if not chunk.fresh:
+            if not chunk.fresh and chunk_metadata:
                 chunk_meta.append((chunk, table, start))
         cursor += num_new
 
@@ -190,15 +214,23 @@ def build_step(
     )
     if decode_tok:
         step.decode_idx = torch.tensor(decode_tok, dtype=torch.long, device=device)
-        decode_slots, step.decode_bias = _decode_gather(decode_tables, decode_lens, block_size, device)
-        step.decode_rows = _rows(decode_slots.reshape(-1), kv_heads, num_slots).to(device)
-        step.decode_len = decode_slots.shape[1]
+        _decode_metadata(step, decode_tables, block_size, kv_heads, num_slots, device)
     for chunk, table, start in chunk_meta:
         ctx = start + (chunk.end - chunk.start)
         chunk.rows = _rows(_slots_of(table, ctx, block_size), kv_heads, num_slots).to(device)
         q_pos = torch.arange(start, ctx, device=device)
         chunk.mask = torch.arange(ctx, device=device)[None, :] <= q_pos[:, None]
     return step, torch.tensor(positions, dtype=torch.long, device=device)
+
+
+def _decode_metadata(step: PagedStep, tables: list[list[int]], block_size: int, kv_heads: int, num_slots: int, device: torch.device) -> None:
+    """The decode group's gather rows and padding bias (batch-invariant mode: one per bucket)."""
+    if step.per_sequence_decode:
+        step.decode_groups = _invariant_groups(tables, step.decode_lens, block_size, kv_heads, num_slots, device)
+        return
+    slots, step.decode_bias = _decode_gather(tables, step.decode_lens, block_size, device)
+    step.decode_rows = _rows(slots.reshape(-1), kv_heads, num_slots).to(device)
+    step.decode_len = slots.shape[1]
 
 
 def copy_blocks(
@@ -226,16 +258,32 @@ def _slots_of(table: list[int], ctx: int, block_size: int) -> torch.Tensor:
     return (blocks[:, None] * block_size + offsets[None, :]).reshape(-1)[:ctx]
 
 
+def _invariant_groups(
+    tables: list[list[int]], lens: list[int], block_size: int, kv_heads: int, num_slots: int, device: torch.device
+) -> list[DecodeGroup]:
+    """Decode sequences grouped by their own length's bucket, each padded to that bucket."""
+    buckets: dict[int, list[int]] = {}
+    for i, length in enumerate(lens):
+        buckets.setdefault(-(-length // INVARIANT_KV_BUCKET) * INVARIANT_KV_BUCKET, []).append(i)
+    groups = []
+    for padded, members in sorted(buckets.items()):
+        slots, bias = _decode_gather([tables[i] for i in members], [lens[i] for i in members], block_size, device, padded)
+        rows = _rows(slots.reshape(-1), kv_heads, num_slots).to(device)
+        groups.append(DecodeGroup(torch.tensor(members, dtype=torch.long, device=device), rows, padded, bias))
+    return groups
+
+
 def _decode_gather(
-    tables: list[list[int]], lens: list[int], block_size: int, device: torch.device
+    tables: list[list[int]], lens: list[int], block_size: int, device: torch.device, padded_len: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    max_blocks = max(len(t) for t in tables)
+    """Each sequence's slots, padded to the longest (or `padded_len`), and the -inf padding bias."""
+    max_len = padded_len or max(lens)
+    max_blocks = max(max(len(t) for t in tables), -(-max_len // block_size))
     padded = torch.zeros(len(tables), max_blocks, dtype=torch.long)
     for row, table in enumerate(tables):
         padded[row, : len(table)] = torch.tensor(table, dtype=torch.long)
     offsets = torch.arange(block_size, dtype=torch.long)
     slots = (padded[:, :, None] * block_size + offsets).reshape(len(tables), -1)
-    max_len = max(lens)
     slots = slots[:, :max_len]
     padding = torch.arange(max_len)[None, :] >= torch.tensor(lens)[:, None]
     bias = torch.zeros(padding.shape, dtype=torch.float32).masked_fill_(padding, float("-inf"))

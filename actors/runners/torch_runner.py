@@ -11,8 +11,6 @@ import hashlib
 import json
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,36 +18,17 @@ import torch
 
 from actors.runners import paged_attention
 from actors.runners.base import ModelInfo
-from actors.runners.sampler import SamplingBatch, apply_penalties, sample, top_logprobs, unpack_bitmask
-from runtime.messages import Logprob, ScheduledSeq, StepPlan, StepResult
+from actors.runners.logit_rows import Draw, LogitRows
+from actors.runners.model_paths import ModelPath, choose
+from actors.runners.model_paths import _module_fixed_block_linear as _fixed_block_linear  # noqa: F401 (tests)
+from actors.runners.sampler import SamplingBatch, apply_penalties, sample, unpack_bitmask
+from runtime.messages import ScheduledSeq, StepPlan, StepResult
 
 
 def pick_device(requested: str | None) -> torch.device:
     if requested and requested != "auto":
         return torch.device(requested)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-# Batch invariance. oneDNN picks its GEMM blocking and thread split from the row count, so in
-# bf16 a row's product rounds differently with 1, 7 or 200 rows beside it (fp32 happens to
-# agree here; bf16 did not: 4 of 4 seeded prompts diverged alone vs beside 31 others). Run in
-# blocks of exactly _INVARIANT_ROWS rows (the last one zero-padded), every row goes through the
-# same kernel with the same split whatever the batch: measured here, a row's output was
-# bit-identical across 355 batch sizes and positions. Attention does its part in
-# paged_attention (`per_sequence_decode`). The cost, measured with the default model here:
-# 0.85x the tok/s at c=1 (a decode step does 32-row products) and 0.52x at c=32 (mostly the
-# per-sequence attention loop); README "Reproducibility" has the command.
-_INVARIANT_ROWS = 32
-
-
-def _fixed_block_linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    rows = x.reshape(-1, x.shape[-1])
-    m = rows.shape[0]
-    padded = -(-m // _INVARIANT_ROWS) * _INVARIANT_ROWS
-    if padded != m:
-        rows = torch.cat([rows, rows.new_zeros(padded - m, rows.shape[1])])
-    out = torch.cat([torch.nn.functional.linear(block, module.weight, module.bias) for block in rows.split(_INVARIANT_ROWS)])
-    return out[:m].reshape(*x.shape[:-1], out.shape[-1])
 
 
 def device_key(requested: str | None) -> str:
@@ -118,6 +97,9 @@ class TorchRunner:
         num_threads: int | None = None,
         max_model_len: int | None = None,
         batch_invariant: bool = False,
+        model_impl: str = "auto",
+        compile: bool = False,
+        quantization: str | None = None,
     ) -> None:
         self.model_dir = Path(model_dir)
         self._requested_device = device
@@ -129,7 +111,10 @@ class TorchRunner:
         self._num_threads = num_threads
         self._max_model_len = max_model_len
         self._batch_invariant = batch_invariant
-        self.model: torch.nn.Module | None = None
+        self._model_impl = model_impl
+        self._compile = compile
+        self._quantization = quantization
+        self.model: ModelPath | None = None
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
         # Grammar masks are computed on this helper thread while the forward runs (llguidance
@@ -140,38 +125,26 @@ class TorchRunner:
     # -- life cycle ---------------------------------------------------------------------------
 
     def load(self) -> ModelInfo:
-        from transformers import AutoModelForCausalLM
-
         if self._num_threads:
             torch.set_num_threads(self._num_threads)
         self.device = pick_device(self._requested_device)
         self.dtype = pick_dtype(self._requested_dtype, self.device)
-        paged_attention.register()
-        model = AutoModelForCausalLM.from_pretrained(
-            self.model_dir, dtype=self.dtype, attn_implementation=paged_attention.ATTN_NAME
+        model = choose(
+            self.model_dir, self._model_impl, self.dtype, self.device, self._batch_invariant, self._max_model_len, self._compile, self._quantization
         )
-        self.model = model.to(self.device).eval()
-        if self._batch_invariant:
-            for module in self.model.modules():
-                if isinstance(module, torch.nn.Linear):
-                    module.forward = partial(_fixed_block_linear, module)
-        config = model.config
-        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-        num_layers = text_config.num_hidden_layers
-        num_kv_heads = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
-        head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
-        bytes_per_slot = 2 * num_layers * num_kv_heads * head_dim * torch.finfo(self.dtype).bits // 8
+        self.model = model
+        bytes_per_slot = 2 * model.num_layers * model.num_kv_heads * model.head_dim * torch.finfo(self.dtype).bits // 8
         num_blocks = self._num_kv_blocks or max(
             16, int(self._kv_cache_gib * (1 << 30) // (bytes_per_slot * self.block_size))
         )
         num_slots = num_blocks * self.block_size
-        shape = (num_kv_heads, num_slots, head_dim)  # head-major: see paged_attention
-        self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(num_layers)]
-        self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(num_layers)]
-        self.vocab_size = model.get_output_embeddings().weight.shape[0]
-        max_len = self._max_model_len or getattr(text_config, "max_position_embeddings", 2048)
+        shape = (model.num_kv_heads, num_slots, model.head_dim)  # head-major: see paged_attention
+        self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(model.num_layers)]
+        self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(model.num_layers)]
+        self.vocab_size = model.vocab_size
+        max_len = self._max_model_len or model.max_position_embeddings
         fingerprint_src = json.dumps(
-            [_weights_identity(self.model_dir), str(self.dtype), self.device.type, num_blocks, self.block_size, int(max_len), torch.__version__, self._batch_invariant]
+            [_weights_identity(self.model_dir), str(self.dtype), self.device.type, num_blocks, self.block_size, int(max_len), torch.__version__, self._batch_invariant, model.impl]
         )
         return ModelInfo(
             max_model_len=int(max_len),
@@ -181,6 +154,7 @@ class TorchRunner:
             num_kv_blocks=num_blocks,
             block_size=self.block_size,
             fingerprint="fp_" + hashlib.sha256(fingerprint_src.encode()).hexdigest()[:12],
+            impl=model.impl,
         )
 
     def warmup(self) -> None:
@@ -212,33 +186,23 @@ class TorchRunner:
         started = time.perf_counter()
         assert self.model is not None
         seqs = plan.seqs
-        step, positions = paged_attention.build_step(
-            [(s.start_pos, len(s.token_ids)) for s in seqs],
-            [s.block_table for s in seqs],
-            self.block_size,
-            self.k_cache,
-            self.v_cache,
-            per_sequence_decode=self._batch_invariant,
+        step, positions = self.model.build_step(
+            [(s.start_pos, len(s.token_ids)) for s in seqs], [s.block_table for s in seqs], self.block_size, self.k_cache, self.v_cache
         )
         if plan.block_copies:
             paged_attention.copy_blocks(self.k_cache, self.v_cache, plan.block_copies, self.block_size)
         input_ids = torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.long, device=self.device)
-        rows = _LogitRows.plan(seqs)
+        rows = LogitRows.plan(seqs)
         guided = [(i, d.matcher) for i, d in enumerate(rows.draws) if d.matcher is not None]
         bitmask = self._bitmask(len(guided)) if guided else None
         masks: Future[dict[int, str]] | None = self._mask_pool.submit(self._fill_masks, guided, bitmask) if guided else None
-        outputs = self.model(
-            input_ids=input_ids[None, :],
-            position_ids=positions[None, :],
-            use_cache=False,
-            paged_step=step,
-            logits_to_keep=torch.tensor(rows.index or [input_ids.shape[0] - 1], dtype=torch.long, device=self.device),
-        )
+        keep = torch.tensor(rows.index or [input_ids.shape[0] - 1], dtype=torch.long, device=self.device)
+        logits = self.model.forward(input_ids, positions, step, keep, self.k_cache, self.v_cache)
         result = StepResult(step_id=plan.step_id, sampled={})
         if not rows.index:
             result.elapsed = time.perf_counter() - started
             return result
-        all_logits = outputs.logits[0].float()  # [rows, V], raw model scores
+        all_logits = logits.float()  # [rows, V], raw model scores
         logprob_rows = rows.logprob_rows()
         logprobs = torch.log_softmax(all_logits[logprob_rows], dim=-1) if logprob_rows else None
         if rows.draws:
@@ -252,7 +216,7 @@ class TorchRunner:
     def _sample(
         self,
         all_logits: torch.Tensor,
-        draws: list["_Draw"],
+        draws: list[Draw],
         guided: list[tuple[int, Any]],
         allowed: torch.Tensor | None,
         broken: dict[int, str],
@@ -294,7 +258,7 @@ class TorchRunner:
     def _sample_rows(
         self,
         all_logits: torch.Tensor,
-        draws: list["_Draw"],
+        draws: list[Draw],
         params: list[tuple[float, int, float, int, int]],
         mask_of: dict[int, int],
         allowed: torch.Tensor | None,
@@ -357,97 +321,3 @@ class TorchRunner:
                 broken.setdefault(i, "the grammar allows no next token")
                 allowed[j] = True  # keeps the batched sampling well-defined; the draw is dropped
         return allowed, broken
-
-
-@dataclass(slots=True)
-class _Draw:
-    """One token to sample: a sequence's own, or a forked sibling's from the same logits row."""
-
-    request_id: str
-    seq: ScheduledSeq  # whose logits, sampling parameters and history
-    row: int  # its row in the kept logits
-    seed: int
-    matcher: Any
-    position: int  # the index of the token being generated
-
-
-class _LogitRows:
-    """Which positions of the packed step get logits, and what each row is for.
-
-    A sampling sequence needs its last position (so do its forks). A sequence asking for prompt
-    logprobs needs every position of its chunk (position p's distribution scores token p + 1).
-    """
-
-    def __init__(self) -> None:
-        self.index: list[int] = []  # packed-step positions passed to logits_to_keep
-        self.draws: list[_Draw] = []
-        self.prompt_rows: dict[int, tuple[int, int]] = {}  # seq → (first kept row, count)
-        self._wanted: dict[int, int] = {}
-
-    @classmethod
-    def plan(cls, seqs: list[ScheduledSeq]) -> "_LogitRows":
-        rows = cls()
-        cursor = 0
-        for i, s in enumerate(seqs):
-            end = cursor + len(s.token_ids)
-            if s.sampling.prompt_logprobs is not None and s.start_pos < s.num_prompt_tokens:
-                rows.prompt_rows[i] = (len(rows.index), len(s.token_ids))
-                rows.index.extend(range(cursor, end))
-            elif s.sample:
-                rows.index.append(end - 1)
-            if s.sample:
-                row, position = len(rows.index) - 1, s.start_pos + len(s.token_ids)
-                rows.draws.append(_Draw(s.request_id, s, row, s.seed, s.matcher, position))
-                for fork in s.forks or ():
-                    rows.draws.append(_Draw(fork.request_id, s, row, fork.seed, fork.matcher, position))
-            cursor = end
-        return rows
-
-    def logprob_rows(self) -> list[int]:
-        wanted: list[int] = []
-        for first, count in self.prompt_rows.values():
-            wanted.extend(range(first, first + count))
-        seen = set(wanted)
-        for d in self.draws:  # forks share their parent's row
-            if d.seq.sampling.logprobs is not None and d.row not in seen:
-                wanted.append(d.row)
-                seen.add(d.row)
-        self._wanted = {row: j for j, row in enumerate(wanted)}
-        return wanted
-
-    def collect_logprobs(
-        self, seqs: list[ScheduledSeq], logprobs: torch.Tensor, sampled: dict[str, int]
-    ) -> dict[str, list[Logprob]]:
-        """Prompt logprobs, then the sampled token's, per request. One gather for all values;
-        top-k once per distinct width, over the rows that asked for it (a beam re-asking for a
-        wide k must not make every other row pay for it)."""
-        wanted: list[tuple[str, int, int, int]] = []  # (request id, kept row, token, width)
-        for i, (first, count) in self.prompt_rows.items():
-            s = seqs[i]
-            history = s.history or []
-            for offset in range(count):
-                pos = s.start_pos + offset + 1  # the token this row's distribution scores
-                if pos < s.num_prompt_tokens:
-                    wanted.append((s.request_id, first + offset, history[pos], s.sampling.prompt_logprobs or 0))
-        for d in self.draws:
-            if d.seq.sampling.logprobs is not None and d.request_id in sampled:
-                wanted.append((d.request_id, d.row, sampled[d.request_id], d.seq.sampling.logprobs))
-        if not wanted:
-            return {}
-        js = [self._wanted[row] for _, row, _, _ in wanted]
-        values = logprobs[js, [token for _, _, token, _ in wanted]].tolist()
-        tops: dict[tuple[int, int], list[tuple[int, float]]] = {}  # (row, width) -> top entries
-        by_width: dict[int, dict[int, None]] = {}  # width -> its rows, in order, once each
-        for (_, _, _, width), j in zip(wanted, js):
-            if width > 0:
-                by_width.setdefault(width, {})[j] = None
-        for width, row_set in by_width.items():
-            rows = list(row_set)
-            ids, vals = top_logprobs(logprobs[rows], width)
-            for j, row_ids, row_vals in zip(rows, ids, vals):
-                tops[(j, width)] = list(zip(row_ids, row_vals))
-        out: dict[str, list[Logprob]] = {}
-        for (request_id, _, token, width), j, value in zip(wanted, js, values):
-            top = tops.get((j, width), [])
-            out.setdefault(request_id, []).append(Logprob(token_id=token, logprob=value, top=top))
-        return out

@@ -18,6 +18,7 @@ def model_card(runtime: Runtime) -> dict[str, object]:
         "created": runtime.created,
         "owned_by": "switchyard",
         "max_model_len": runtime.max_model_len,
+        "model_impl": (runtime.info.impl or None) if runtime.info else None,  # native[+int4...] | transformers
     }
 
 

@@ -148,9 +148,14 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     model_dir = args.model or str(default_model_dir())
     result = run_bare_forward(model_dir, args.batches, [d for d in args.dtypes.split(",") if d], args.steps, args.threads)
+    emit_json(result, args.out)
+
+
+def emit_json(result: dict[str, Any], out: str | None) -> None:
+    """A measuring tool's result: printed, and written to `out` when given."""
     text = json.dumps(result, indent=2)
-    if args.out:
-        with open(args.out, "w") as f:
+    if out:
+        with open(out, "w") as f:
             f.write(text + "\n")
     print(text)
 

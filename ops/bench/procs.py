@@ -1,4 +1,5 @@
-"""Start a server subprocess on a free loopback port, wait for its health check, stop it.
+"""Start a server subprocess on a free loopback port, wait for its health check, stop it;
+run a measuring tool in a bounded subprocess and read back its JSON.
 
 Every wait is bounded. The server runs in its own session (process group), so stopping it
 signals exactly the group this module started: SIGTERM, then SIGKILL after a timeout.
@@ -15,6 +16,23 @@ import time
 from pathlib import Path
 
 import httpx
+
+
+def json_from_subprocess(name: str, cmd: list[str], out_file: Path, cwd: Path, timeout: float) -> dict:
+    """Run `cmd` (which writes its JSON to `out_file`) with a timeout; its JSON, or {"error"}."""
+    import json
+
+    print(f"[{name}] {' '.join(cmd)}", file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"{name} ran past {timeout:.0f}s"}
+    if proc.returncode != 0 or not out_file.exists():
+        return {"error": f"{name} exited {proc.returncode}"}
+    try:
+        return json.loads(out_file.read_text())
+    finally:
+        out_file.unlink(missing_ok=True)
 
 
 def free_port() -> int:

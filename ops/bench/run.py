@@ -29,12 +29,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ops.bench import native_sections
 from ops.bench.load import DEFAULT_LEVELS, OUTPUT_TOKENS, parse_levels, prompts_needed, sweep, switchyard_target
+from ops.bench.procs import json_from_subprocess
 from ops.bench.prompt import PROMPT_TOKENS, build_prompts, default_model_dir, has_bos, load_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEADLINE_C = 32
-SECTIONS = ("switchyard", "transformers_serve", "llama_server")  # the server sections, Switchyard first
+SECTIONS = native_sections.SECTIONS  # the server sections, Switchyard first
+sections = native_sections.sections  # with the Switchyard variants of this run
 
 
 def log(msg: str) -> None:
@@ -78,17 +81,7 @@ def run_bare(model_dir: str, batches: list[int], dtypes: list[str], steps: int, 
         "--batches", ",".join(map(str, batches)), "--dtypes", ",".join(dtypes),
         "--steps", str(steps), "--threads", str(threads), "--model", model_dir, "--out", str(tmp),
     ]  # fmt: skip
-    log(f"[bare] {' '.join(cmd)}")
-    try:
-        proc = subprocess.run(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"bare forward ran past {timeout:.0f}s"}
-    if proc.returncode != 0 or not tmp.exists():
-        return {"error": f"bare forward exited {proc.returncode}"}
-    try:
-        return json.loads(tmp.read_text())
-    finally:
-        tmp.unlink(missing_ok=True)
+    return json_from_subprocess("bare forward", cmd, tmp, REPO_ROOT, timeout)
 
 
 _DTYPE_RE = re.compile(r"dtype[\"']?\s*[=:]\s*[\"']?(?:torch\.)?(bfloat16|float32|float16)")
@@ -167,11 +160,14 @@ def compute_ratios(result: dict[str, Any]) -> dict[str, Any]:
     bare = result.get("bare_forward") or {}
     ratios: dict[str, Any] = {}
     bare_ttft = bare.get("dtypes", {}).get("bfloat16", {}).get("ttft_b1_ms")
-    for section_name in SECTIONS:
+    for section_name in sections(result):
         section = result.get(section_name)
         if not section or "sweep" not in section:
             continue
         r: dict[str, Any] = {}
+        if result.get("bare_native", {}).get("variants"):
+            baseline = result["bare_native_baseline"]
+            r[f"tok_s_over_bare_native[{baseline}]_per_level"] = native_sections.ratios_over_bare_native(result, section, baseline)
         lv32 = _level(section, HEADLINE_C)
         lv1 = _level(section, 1)
         # The headline numbers the brief asks for: tok/s at c=32 over bare bf16 batch 32, TTFT at c=1 over bare bf16 TTFT.
@@ -229,7 +225,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append("")
     elif bare.get("error"):
         lines += [f"Bare forward: {bare['error']}", ""]
-    for key in SECTIONS:
+    lines += native_sections.markdown(result, _fmt)
+    for key in sections(result):
         section = result.get(key)
         if not section:
             continue
@@ -254,7 +251,7 @@ def markdown(result: dict[str, Any]) -> str:
     ratios = result.get("ratios") or {}
     if ratios:
         lines += ["### Ratios", ""]
-        for key in SECTIONS:
+        for key in sections(result):
             r = ratios.get(key)
             if r:
                 lines.append(
@@ -262,6 +259,9 @@ def markdown(result: dict[str, Any]) -> str:
                     f"TTFT c=1 / bare bf16 TTFT = {_fmt(r.get('ttft_c1_over_bare_bf16_ttft'))} "
                     f"(/ bare bf16 prefill alone = {_fmt(r.get('ttft_c1_over_bare_bf16_prefill'))})"
                 )
+                native = next((v for k, v in r.items() if k.startswith("tok_s_over_bare_native")), None)
+                if native:
+                    lines.append(f"  - over the bare native step ({result.get('bare_native_baseline')}): " + ", ".join(f"c={c}: {_fmt(v)}" for c, v in native.items()))
         for peer in SECTIONS[1:]:
             if f"switchyard_over_{peer}_tok_s" in ratios:
                 lines.append(f"- switchyard / {peer} tok/s per c: " + ", ".join(f"c={c}: {_fmt(v)}" for c, v in ratios[f"switchyard_over_{peer}_tok_s"].items()))
@@ -294,6 +294,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bare-steps", type=int, default=OUTPUT_TOKENS)
     p.add_argument("--bare-threads", type=int, default=2)
     p.add_argument("--bare-timeout", type=float, default=1200.0)
+    p.add_argument("--bare-native", default=None, help="also the bare native step baseline (ops.bench.bare_native) for these variants, e.g. native,native+int4,transformers")
+    p.add_argument("--bare-native-baseline", default="native", help="the bare native variant the servers' tok/s are divided by")
+    p.add_argument("--switchyard-variants", default="", help="more Switchyard sections, 'name=server args;...', e.g. 'hf=--model-impl transformers;int4=--quantization int4'")
     p.add_argument("--peer-dtype", default="match", help="transformers serve --dtype; 'match' = the dtype Switchyard reported (else auto)")
     p.add_argument("--cb-num-blocks", type=int, default=80, help="transformers serve --cb-num-blocks (pages of 256 tokens; 0: its own default)")
     p.add_argument("--cb-max-batch-tokens", type=int, default=512, help="transformers serve --cb-max-batch-tokens (0: its own default)")
@@ -345,11 +348,18 @@ def main(argv: list[str] | None = None) -> None:
         result["bare_forward"] = run_bare(
             model_dir, args.bare_batches or args.levels, [d for d in args.bare_dtypes.split(",") if d], args.bare_steps, args.bare_threads, out_path.parent, args.bare_timeout
         )
+    if args.bare_native:
+        settle("bare_native")
+        native_sections.bare_native_section(result, args, model_dir, out_path.parent)
     if not args.skip_switchyard:
         settle("switchyard")
         result["switchyard"] = run_switchyard(
             args.model, served_name, prompts, args.levels, log_dir, shlex.split(args.server_args), args.startup_timeout, **sweep_kwargs
         )
+    for name, extra in native_sections.parse_variants(args.switchyard_variants).items():
+        settle(native_sections.VARIANT_PREFIX + name)
+        variant_args = [*shlex.split(args.server_args), *extra]
+        result[native_sections.VARIANT_PREFIX + name] = run_switchyard(args.model, served_name, prompts, args.levels, log_dir / name, variant_args, args.startup_timeout, **sweep_kwargs)
     if args.peers:
         from ops.bench.peers import run_transformers_serve
 

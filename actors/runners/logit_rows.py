@@ -1,0 +1,110 @@
+"""Which rows of a packed step get logits, and the draws and logprobs made from them.
+
+Owns: `LogitRows` (the kept positions of a step, what each is for: a sampled token, a fork's
+token from its parent's row, prompt logprobs) and `Draw`, one token to sample. Model-agnostic:
+both model paths (native and transformers) hand the runner logits for exactly these rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from actors.runners.sampler import top_logprobs
+from runtime.messages import Logprob, ScheduledSeq
+
+
+@dataclass(slots=True)
+class Draw:
+    """One token to sample: a sequence's own, or a forked sibling's from the same logits row."""
+
+    request_id: str
+    seq: ScheduledSeq  # whose logits, sampling parameters and history
+    row: int  # its row in the kept logits
+    seed: int
+    matcher: Any
+    position: int  # the index of the token being generated
+
+
+class LogitRows:
+    """Which positions of the packed step get logits, and what each row is for.
+
+    A sampling sequence needs its last position (so do its forks). A sequence asking for prompt
+    logprobs needs every position of its chunk (position p's distribution scores token p + 1).
+    """
+
+    def __init__(self) -> None:
+        self.index: list[int] = []  # packed-step positions passed to logits_to_keep
+        self.draws: list[Draw] = []
+        self.prompt_rows: dict[int, tuple[int, int]] = {}  # seq → (first kept row, count)
+        self._wanted: dict[int, int] = {}
+
+    @classmethod
+    def plan(cls, seqs: list[ScheduledSeq]) -> "LogitRows":
+        rows = cls()
+        cursor = 0
+        for i, s in enumerate(seqs):
+            end = cursor + len(s.token_ids)
+            if s.sampling.prompt_logprobs is not None and s.start_pos < s.num_prompt_tokens:
+                rows.prompt_rows[i] = (len(rows.index), len(s.token_ids))
+                rows.index.extend(range(cursor, end))
+            elif s.sample:
+                rows.index.append(end - 1)
+            if s.sample:
+                row, position = len(rows.index) - 1, s.start_pos + len(s.token_ids)
+                rows.draws.append(Draw(s.request_id, s, row, s.seed, s.matcher, position))
+                for fork in s.forks or ():
+                    rows.draws.append(Draw(fork.request_id, s, row, fork.seed, fork.matcher, position))
+            cursor = end
+        return rows
+
+    def logprob_rows(self) -> list[int]:
+        wanted: list[int] = []
+        for first, count in self.prompt_rows.values():
+            wanted.extend(range(first, first + count))
+        seen = set(wanted)
+        for d in self.draws:  # forks share their parent's row
+            if d.seq.sampling.logprobs is not None and d.row not in seen:
+                wanted.append(d.row)
+                seen.add(d.row)
+        self._wanted = {row: j for j, row in enumerate(wanted)}
+        return wanted
+
+    def collect_logprobs(
+        self, seqs: list[ScheduledSeq], logprobs: torch.Tensor, sampled: dict[str, int]
+    ) -> dict[str, list[Logprob]]:
+        """Prompt logprobs, then the sampled token's, per request. One gather for all values;
+        top-k once per distinct width, over the rows that asked for it (a beam re-asking for a
+        wide k must not make every other row pay for it)."""
+        wanted: list[tuple[str, int, int, int]] = []  # (request id, kept row, token, width)
+        for i, (first, count) in self.prompt_rows.items():
+            s = seqs[i]
+            history = s.history or []
+            for offset in range(count):
+                pos = s.start_pos + offset + 1  # the token this row's distribution scores
+                if pos < s.num_prompt_tokens:
+                    wanted.append((s.request_id, first + offset, history[pos], s.sampling.prompt_logprobs or 0))
+        for d in self.draws:
+            if d.seq.sampling.logprobs is not None and d.request_id in sampled:
+                wanted.append((d.request_id, d.row, sampled[d.request_id], d.seq.sampling.logprobs))
+        if not wanted:
+            return {}
+        js = [self._wanted[row] for _, row, _, _ in wanted]
+        values = logprobs[js, [token for _, _, token, _ in wanted]].tolist()
+        tops: dict[tuple[int, int], list[tuple[int, float]]] = {}  # (row, width) -> top entries
+        by_width: dict[int, dict[int, None]] = {}  # width -> its rows, in order, once each
+        for (_, _, _, width), j in zip(wanted, js):
+            if width > 0:
+                by_width.setdefault(width, {})[j] = None
+        for width, row_set in by_width.items():
+            rows = list(row_set)
+            ids, vals = top_logprobs(logprobs[rows], width)
+            for j, row_ids, row_vals in zip(rows, ids, vals):
+                tops[(j, width)] = list(zip(row_ids, row_vals))
+        out: dict[str, list[Logprob]] = {}
+        for (request_id, _, token, width), j, value in zip(wanted, js, values):
+            top = tops.get((j, width), [])
+            out.setdefault(request_id, []).append(Logprob(token_id=token, logprob=value, top=top))
+        return out

@@ -1,0 +1,107 @@
+"""Hugging Face safetensors → the native model's fused weights.
+
+Owns: reading a checkpoint's tensors (one file or an index of shards), casting them to the
+serving dtype, and mapping transformers' names onto the fused layout the native model runs:
+q/k/v as one `[(H + 2 KVH) * d, D]` matrix (and bias), gate/up as one `[2 I, D]` matrix, the
+lm_head tied to the embedding when the checkpoint says so or ships none.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from actors.runners.native.config import NativeConfig
+
+
+@dataclass(slots=True)
+class LayerWeights:
+    input_norm: torch.Tensor  # [D]
+    qkv: torch.Tensor  # [(H + 2 KVH) * d, D]
+    qkv_bias: torch.Tensor | None
+    q_norm: torch.Tensor | None  # [d] (Qwen3)
+    k_norm: torch.Tensor | None
+    o_proj: torch.Tensor  # [D, H * d]
+    o_bias: torch.Tensor | None
+    post_norm: torch.Tensor  # [D]
+    gate_up: torch.Tensor  # [2 I, D]
+    down: torch.Tensor  # [D, I]
+
+
+@dataclass(slots=True)
+class ModelWeights:
+    embed: torch.Tensor  # [V, D]
+    layers: list[LayerWeights]
+    final_norm: torch.Tensor  # [D]
+    lm_head: torch.Tensor  # [V, D]; the embedding itself when tied
+
+
+def checkpoint_files(model_dir: Path) -> list[Path]:
+    index = model_dir / "model.safetensors.index.json"
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [model_dir / name for name in shards]
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{model_dir}: no .safetensors weights (the native path reads safetensors only)")
+    return files
+
+
+def read_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for path in checkpoint_files(model_dir):
+        tensors.update(load_file(str(path)))
+    return tensors
+
+
+def load_weights(model_dir: Path, cfg: NativeConfig, dtype: torch.dtype, device: torch.device) -> ModelWeights:
+    raw = read_tensors(model_dir)
+    prefix = "model." if "model.embed_tokens.weight" in raw else ""
+
+    def take(name: str, required: bool = True) -> torch.Tensor | None:
+        tensor = raw.pop(prefix + name, None)
+        if tensor is None:
+            if required:
+                raise KeyError(f"{model_dir}: checkpoint has no {prefix + name}")
+            return None
+        return tensor.to(device=device, dtype=dtype).contiguous()
+
+    layers = [_layer(take, i) for i in range(cfg.num_layers)]
+    embed = take("embed_tokens.weight")
+    final_norm = take("norm.weight")
+    head = raw.pop("lm_head.weight", None)
+    lm_head = embed if cfg.tie_word_embeddings or head is None else head.to(device=device, dtype=dtype).contiguous()
+    assert embed is not None and final_norm is not None and lm_head is not None
+    return ModelWeights(embed=embed, layers=layers, final_norm=final_norm, lm_head=lm_head)
+
+
+def _layer(take, i: int) -> LayerWeights:  # type: ignore[no-untyped-def]
+    p = f"layers.{i}."
+    q, k, v = (take(p + f"self_attn.{n}_proj.weight") for n in "qkv")
+    biases = [take(p + f"self_attn.{n}_proj.bias", required=False) for n in "qkv"]
+    return LayerWeights(
+        input_norm=take(p + "input_layernorm.weight"),
+        qkv=torch.cat([q, k, v]),
+        qkv_bias=_fused_bias(biases, i),
+        q_norm=take(p + "self_attn.q_norm.weight", required=False),
+        k_norm=take(p + "self_attn.k_norm.weight", required=False),
+        o_proj=take(p + "self_attn.o_proj.weight"),
+        o_bias=take(p + "self_attn.o_proj.bias", required=False),
+        post_norm=take(p + "post_attention_layernorm.weight"),
+        gate_up=torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]),
+        down=take(p + "mlp.down_proj.weight"),
+    )
+
+
+def _fused_bias(biases: list[torch.Tensor | None], layer: int) -> torch.Tensor | None:
+    present = [b is not None for b in biases]
+    if not any(present):
+        return None
+    if not all(present):
+        raise ValueError(f"layer {layer}: q/k/v biases must be all present or all absent, found {present}")
+    return torch.cat(biases)  # type: ignore[arg-type]

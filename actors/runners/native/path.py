@@ -1,0 +1,65 @@
+"""The native model path as the runner sees it: load, step metadata, forward.
+
+Owns: `NativePath`, which reads the checkpoint (actors/runners/native/loader.py), builds the
+Llama-family model (llama.py) and answers the runner's `ModelPath` interface.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from actors.runners.model_paths import fixed_block_linear
+from actors.runners.native import attention, compiled, quant
+from actors.runners.native.config import native_config
+from actors.runners.native.llama import LlamaModel
+from actors.runners.native.loader import load_weights
+from runtime.logging import get_logger
+
+log = get_logger("runner")
+
+
+class NativePath:
+    impl = "native"  # with "+int8" / "+int4" and "+compiled" when so (shown in /v1/models)
+
+    def __init__(
+        self,
+        model_dir: Path,
+        hf: Any,
+        dtype: torch.dtype,
+        device: torch.device,
+        batch_invariant: bool,
+        max_len: int | None,
+        compile: bool = False,
+        quantization: str | None = None,
+    ) -> None:
+        cfg = native_config(hf)
+        self.cfg = cfg
+        self.batch_invariant = batch_invariant
+        self.num_layers = cfg.num_layers
+        self.num_kv_heads = cfg.num_kv_heads
+        self.head_dim = cfg.head_dim
+        self.max_position_embeddings = cfg.max_position_embeddings
+        weights = load_weights(model_dir, cfg, dtype, device)
+        self.vocab_size = weights.lm_head.shape[0]
+        self.model = LlamaModel(cfg, weights, max_len or cfg.max_position_embeddings)
+        if batch_invariant:
+            self.model.linear = fixed_block_linear
+        if quantization:
+            bits = {"int8": 8, "int4": 4}[quantization]
+            quant.quantize_model(weights, bits)
+            self.model.linear = quant.QuantLinear(quant.MAX_ROWS[bits])
+            self.impl = f"native+{quantization}"
+        if compile:
+            self.impl += "+compiled"
+            compiled.compile_model(self.model)
+            seconds = compiled.warm_up(self.model)
+            log.info("compiled", seconds=round(seconds, 1), cache_dir=compiled.use_disk_cache())
+
+    def build_step(self, seqs, tables, block_size, k_cache, v_cache):  # type: ignore[no-untyped-def]
+        return attention.build_step(seqs, tables, block_size, k_cache, v_cache, per_sequence_decode=self.batch_invariant)
+
+    def forward(self, input_ids, positions, step, keep, k_cache, v_cache):  # type: ignore[no-untyped-def]
+        return self.model.forward(input_ids, positions, step, keep, k_cache, v_cache)

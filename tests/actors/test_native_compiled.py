@@ -1,0 +1,53 @@
+"""The compiled native path: compiled once at load, then no step compiles again.
+
+Steady decode at several batch sizes and lengths, and prefill chunks beside decodes, must
+reuse the graphs compiled at start-up (torch._dynamo's error_on_recompile turns any recompile
+into an error), and give the eager path's greedy tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from actors.runners.torch_runner import TorchRunner
+from runtime.messages import ScheduledSeq, StepPlan
+from runtime.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
+
+
+def _run(runner: TorchRunner) -> list[dict[str, int]]:
+    """Prompts of 5 and 9 tokens, a one-token prompt joining later, 12 decode steps."""
+    tables = {"a": list(range(0, 8)), "b": list(range(8, 16)), "c": list(range(16, 24))}
+    prompts = {"a": [5, 6, 7, 8, 9], "b": list(range(20, 29)), "c": [40]}
+    history: dict[str, list[int]] = {k: list(v) for k, v in prompts.items()}
+    out = []
+    for step in range(12):
+        seqs = []
+        for rid in ("a", "b", "c") if step >= 3 else ("a", "b"):
+            fresh = len(history[rid]) == len(prompts[rid])
+            tokens = history[rid] if fresh else history[rid][-1:]
+            start = 0 if fresh else len(history[rid]) - 1
+            seqs.append(ScheduledSeq(request_id=rid, token_ids=tokens, start_pos=start, block_table=tables[rid], sample=True, sampling=GREEDY, seed=0))
+        result = runner.execute(StepPlan(step_id=step, seqs=seqs))
+        for rid, token in result.sampled.items():
+            history[rid].append(token)
+        out.append(result.sampled)
+    return out
+
+
+def test_compiled_steps_never_recompile_and_match_eager(tiny_model_dir: Path) -> None:
+    kwargs = dict(dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
+    eager = TorchRunner(tiny_model_dir, **kwargs)
+    eager.load()
+    compiled = TorchRunner(tiny_model_dir, compile=True, **kwargs)
+    assert compiled.load().impl == "native+compiled"
+    compiled.warmup()
+    torch._dynamo.config.error_on_recompile = True
+    try:
+        got = _run(compiled)
+    finally:
+        torch._dynamo.config.error_on_recompile = False
+    assert got == _run(eager)
