@@ -92,31 +92,8 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
     platform_config.add_arguments(p)
     args = parser.parse_args(argv)
     _CLI_EXTRAS.update(config=args.config, no_embeddings=args.no_embeddings, args=args)
-    return RuntimeConfig(
-        model=args.model,
-        served_name=args.served_name,
-        host=args.host,
-        port=args.port,
-        device=args.device,
-        dtype=args.dtype,
-        kv_cache_gib=args.kv_cache_gib,
-        num_kv_blocks=args.num_kv_blocks,
-        block_size=args.block_size,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_model_len=args.max_model_len,
-        max_pending=args.max_pending,
-        max_pending_tokens=args.max_pending_tokens,
-        step_deadline=args.step_deadline,
-        log_prompts=args.log_prompts,
-        num_threads=args.num_threads,
-        batch_invariant=args.batch_invariant,
-        model_impl=args.model_impl,
-        compile=args.compile,
-        quantization=args.quantization,
-        drain_timeout=args.drain_timeout,
-        log_level=args.log_level,
-    )
+    # Every per-model flag is named as its RuntimeConfig field (task comes from the config file).
+    return RuntimeConfig(**{name: getattr(args, name) for name in RuntimeConfig.__struct_fields__ if hasattr(args, name)})
 
 
 async def serve_runtime(

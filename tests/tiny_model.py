@@ -61,8 +61,17 @@ def build_tiny_decoder(
     biases at random (transformers initialises them to ones and zeros, which would hide a
     loader that drops them)."""
     import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
-    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (
+        GenerationConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     classes = {
         "llama": (LlamaConfig, LlamaForCausalLM),

@@ -16,31 +16,12 @@ from typing import Any, Protocol
 import torch
 
 from actors.runners import paged_attention
+from actors.runners.invariant import module_fixed_block_linear
+from actors.runners.native import config as native_config
+from actors.runners.native.path import NativePath
 from runtime.logging import get_logger
 
 log = get_logger("runner")
-
-# Batch invariance. oneDNN picks its GEMM blocking and thread split from the row count, so in
-# bf16 a row's product rounds differently with 1, 7 or 200 rows beside it (fp32 happens to
-# agree here; bf16 did not: 4 of 4 seeded prompts diverged alone vs beside 31 others). Run in
-# blocks of exactly INVARIANT_ROWS rows (the last one zero-padded), every row goes through the
-# same kernel with the same split whatever the batch: measured here, a row's output was
-# bit-identical across 355 batch sizes and positions. Attention does its part in
-# paged_attention (`per_sequence_decode`). The cost, measured with the default model on the
-# transformers path: 0.85x the tok/s at c=1 (a decode step does 32-row products) and 0.52x at
-# c=32 (mostly the per-sequence attention loop); README "Reproducibility" has the command.
-INVARIANT_ROWS = 32
-
-
-def fixed_block_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    rows = x.reshape(-1, x.shape[-1])
-    m = rows.shape[0]
-    padded = -(-m // INVARIANT_ROWS) * INVARIANT_ROWS
-    if padded != m:
-        rows = torch.cat([rows, rows.new_zeros(padded - m, rows.shape[1])])
-    out = torch.cat([torch.nn.functional.linear(block, weight, bias) for block in rows.split(INVARIANT_ROWS)])
-    return out[:m].reshape(*x.shape[:-1], out.shape[-1])
-
 
 class ModelPath(Protocol):
     impl: str  # "native" | "transformers": logged at start-up, shown in /v1/models
@@ -74,7 +55,7 @@ class TransformersPath:
         if batch_invariant:
             for module in self.model.modules():
                 if isinstance(module, torch.nn.Linear):
-                    module.forward = partial(_module_fixed_block_linear, module)
+                    module.forward = partial(module_fixed_block_linear, module)
         config = model.config
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         self.num_layers = text.num_hidden_layers
@@ -83,16 +64,12 @@ class TransformersPath:
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.max_position_embeddings = getattr(text, "max_position_embeddings", 2048)
 
-    def build_step(self, seqs, tables, block_size, k_cache, v_cache):  # type: ignore[no-untyped-def]
+    def build_step(self, seqs, tables, block_size, k_cache, v_cache):
         return paged_attention.build_step(seqs, tables, block_size, k_cache, v_cache, per_sequence_decode=self.batch_invariant)
 
-    def forward(self, input_ids, positions, step, keep, k_cache, v_cache):  # type: ignore[no-untyped-def]
+    def forward(self, input_ids, positions, step, keep, k_cache, v_cache):
         out = self.model(input_ids=input_ids[None, :], position_ids=positions[None, :], use_cache=False, paged_step=step, logits_to_keep=keep)
         return out.logits[0]
-
-
-def _module_fixed_block_linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return fixed_block_linear(x, module.weight, module.bias)
 
 
 def _check_quantization(quantization: str | None, model_impl: str, device: torch.device, batch_invariant: bool) -> None:
@@ -121,13 +98,9 @@ def choose(
     started = time.perf_counter()
     reason = "forced by --model-impl transformers"
     if model_impl != "transformers":
-        from actors.runners.native import config as native_config
-
         hf = native_config.load_hf_config(model_dir)
         unsupported = native_config.check(hf)
         if unsupported is None:
-            from actors.runners.native.path import NativePath
-
             path: ModelPath = NativePath(model_dir, hf, dtype, device, batch_invariant, max_len, compile=compile, quantization=quantization)
             log.info("model_path", impl=path.impl, model=str(model_dir), load_s=round(time.perf_counter() - started, 2))
             return path

@@ -18,9 +18,9 @@ import torch
 
 from actors.runners import paged_attention
 from actors.runners.base import ModelInfo
+from actors.runners.invariant import module_fixed_block_linear as _fixed_block_linear  # noqa: F401 (tests)
 from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, choose
-from actors.runners.model_paths import _module_fixed_block_linear as _fixed_block_linear  # noqa: F401 (tests)
 from actors.runners.sampler import SamplingBatch, apply_penalties, sample, unpack_bitmask
 from runtime.messages import ScheduledSeq, StepPlan, StepResult
 
@@ -56,7 +56,7 @@ def _cpu_has_native_bf16() -> bool:
     anything else runs on a 2-core machine picked fp32 on an AMX CPU. Timing is the fallback
     only when this torch cannot say.
     """
-    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    probes: list[Any] = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
     if all(probe is not None for probe in probes):
         return any(probe() for probe in probes)
     return _cpu_bf16_is_faster()
@@ -240,7 +240,7 @@ class TorchRunner:
                     failed.setdefault(draws[i].request_id, f"sampling failed: {type(exc).__name__}: {exc}")
                     tokens.append(None)
         sampled: dict[str, int] = {}
-        for i, (draw, token) in enumerate(zip(draws, tokens)):
+        for draw, token in zip(draws, tokens):
             if token is None or draw.request_id in failed:
                 continue
             if draw.matcher is not None:

@@ -9,7 +9,6 @@ from tests.checks.tools import ROOT
 # Over budget today, each in code another piece of work is rewriting; an entry that is back
 # within budget fails the test below, so it is deleted here when its work lands.
 KNOWN = {
-    "actors/runners/torch_runner.py": "issue 12 rewrites the runners (native model path)",
 }
 
 

@@ -80,7 +80,7 @@ def load_weights(model_dir: Path, cfg: NativeConfig, dtype: torch.dtype, device:
     return ModelWeights(embed=embed, layers=layers, final_norm=final_norm, lm_head=lm_head)
 
 
-def _layer(take, i: int) -> LayerWeights:  # type: ignore[no-untyped-def]
+def _layer(take, i: int) -> LayerWeights:
     p = f"layers.{i}."
     q, k, v = (take(p + f"self_attn.{n}_proj.weight") for n in "qkv")
     biases = [take(p + f"self_attn.{n}_proj.bias", required=False) for n in "qkv"]
@@ -104,4 +104,4 @@ def _fused_bias(biases: list[torch.Tensor | None], layer: int) -> torch.Tensor |
         return None
     if not all(present):
         raise ValueError(f"layer {layer}: q/k/v biases must be all present or all absent, found {present}")
-    return torch.cat(biases)  # type: ignore[arg-type]
+    return torch.cat(biases)

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from actors.runners.model_paths import fixed_block_linear
+from actors.runners.invariant import fixed_block_linear
 from actors.runners.native import attention, compiled, quant
 from actors.runners.native.config import native_config
 from actors.runners.native.llama import LlamaModel
@@ -58,8 +58,8 @@ class NativePath:
             seconds = compiled.warm_up(self.model)
             log.info("compiled", seconds=round(seconds, 1), cache_dir=compiled.use_disk_cache())
 
-    def build_step(self, seqs, tables, block_size, k_cache, v_cache):  # type: ignore[no-untyped-def]
+    def build_step(self, seqs, tables, block_size, k_cache, v_cache):
         return attention.build_step(seqs, tables, block_size, k_cache, v_cache, per_sequence_decode=self.batch_invariant)
 
-    def forward(self, input_ids, positions, step, keep, k_cache, v_cache):  # type: ignore[no-untyped-def]
+    def forward(self, input_ids, positions, step, keep, k_cache, v_cache):
         return self.model.forward(input_ids, positions, step, keep, k_cache, v_cache)

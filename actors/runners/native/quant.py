@@ -82,7 +82,7 @@ class QuantLinear:
         return out if bias is None else out + bias
 
 
-def quantize_model(weights, bits: int) -> None:  # type: ignore[no-untyped-def]
+def quantize_model(weights, bits: int) -> None:
     """Replace every linear matrix (and the lm_head) of a loaded ModelWeights in place."""
     quantize = quantize_int8 if bits == 8 else quantize_int4
     for layer in weights.layers:
