@@ -37,7 +37,7 @@ def install(app: Quart, models: ModelRegistry, config: PlatformConfig | None = N
     from api.routes.embeddings import EmbeddingRequest
 
     config = config if config is not None else PlatformConfig.from_env()
-    endpoints = ServingEndpoints(models, EndpointStore(config.endpoints_db))
+    endpoints = ServingEndpoints(models, config.endpoint_store or EndpointStore(config.endpoints_db))
     declared = endpoints.check_declared(config.endpoints)  # raises ValueError naming the table
     app.extensions["platform_config"] = config
     app.extensions["serving_endpoints"] = endpoints

@@ -53,6 +53,9 @@ class PlatformConfig:
     state_dir: str | None = None
     # api.serving_endpoints.CreateEndpointRequest per [[endpoints]] table of the config file
     endpoints: tuple[Any, ...] = ()
+    # Where serving endpoints are stored (load/put/delete, as api.endpoints_store.EndpointStore);
+    # None: the SQLite file at endpoints_db. A serve-ray replica passes the cluster's shared store.
+    endpoint_store: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if any(not key or key != key.strip() for key in self.api_keys):

@@ -51,6 +51,25 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
     parser = argparse.ArgumentParser(prog="switchyard", description="Switchyard LLM serving runtime")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="serve a model over HTTP")
+    _add_serve_arguments(p)
+    ray = sub.add_parser("serve-ray", help="serve the same API from replicas on Ray Serve (needs the ray extra)")
+    _add_serve_arguments(ray)
+    _add_cluster_arguments(ray)
+    args = parser.parse_args(argv)
+    _CLI_EXTRAS.update(config=args.config, no_embeddings=args.no_embeddings, args=args)
+    return _runtime_config(args)
+
+
+def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    """serve-ray's own flags; each overrides the config file's [cluster] table (api/cluster/settings.py)."""
+    p.add_argument("--address", default=None, help="a running Ray cluster to join (default: start a local Ray instance)")
+    p.add_argument("--replicas", type=int, default=None, help="model replicas (default 1)")
+    p.add_argument("--ingress-replicas", type=int, default=None, help="HTTP ingress replicas (default 1)")
+    p.add_argument("--replica-cpus", type=float, default=None, help="Ray CPUs reserved per model replica (default 1)")
+    p.add_argument("--router", choices=["prefix", "pow2"], default=None, help="prefix-aware routing (default) or Ray's power of two choices")
+
+
+def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="a local Hugging Face causal-LM directory (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--served-name", default=None)
     p.add_argument("--host", default=DEFAULTS.host)
@@ -78,8 +97,9 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
         help="a seeded request gives the same text alone or in any batch, bf16 included (matmuls in fixed 32-row blocks; slower at low concurrency)",
     )
     platform_config.add_arguments(p)
-    args = parser.parse_args(argv)
-    _CLI_EXTRAS.update(config=args.config, no_embeddings=args.no_embeddings, args=args)
+
+
+def _runtime_config(args: argparse.Namespace) -> RuntimeConfig:
     return RuntimeConfig(
         model=args.model,
         served_name=args.served_name,
@@ -113,14 +133,7 @@ async def serve_runtime(
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the runtime and the HTTP server until `shutdown_trigger` returns, then drain."""
-    from api.app import create_app
-    from runtime.engine import build_runtime
-
-    from runtime.registry import ModelRegistry
-
-    factory = runtime_factory or build_runtime
-    models = ModelRegistry([factory(c) for c in (config, *extra_models)])  # type: ignore[misc]
-    app = create_app(models, platform)
+    models, app = build_app([config, *extra_models], platform, runtime_factory)
     hconfig = HypercornConfig()
     hconfig.bind = [f"{config.host}:{config.port}"]
     hconfig.accesslog = None
@@ -162,6 +175,18 @@ async def serve_runtime(
         log.info("stopped")
 
 
+def build_app(configs: Sequence[RuntimeConfig], platform: object = None, runtime_factory: Callable[[RuntimeConfig], object] | None = None) -> tuple[Any, Any]:
+    """(ModelRegistry, Quart app) for the served models: the one HTTP stack, shared by
+    `switchyard serve` (on Hypercorn) and each `serve-ray` replica (api/cluster/host.py)."""
+    from api.app import create_app
+    from runtime.engine import build_runtime
+    from runtime.registry import ModelRegistry
+
+    factory = runtime_factory or build_runtime
+    models = ModelRegistry([factory(c) for c in configs])  # type: ignore[misc]
+    return models, create_app(models, platform)
+
+
 def _live(models: object) -> int:
     return sum(len(runtime.requests) for runtime in models)  # type: ignore[attr-defined]
 
@@ -201,7 +226,7 @@ MODEL_KEYS = {
 }
 
 
-CONFIG_TABLES = ("models", "endpoints", "platform")
+CONFIG_TABLES = ("models", "endpoints", "platform", "cluster")  # [cluster]: serve-ray only (api/cluster/settings.py)
 
 
 @dataclass
@@ -210,6 +235,7 @@ class ConfigFile:
     models: list[dict[str, Any]] = field(default_factory=list)
     endpoints: list[Any] = field(default_factory=list)  # api.serving_endpoints.CreateEndpointRequest
     platform: dict[str, Any] = field(default_factory=dict)  # keyword settings for PlatformConfig
+    cluster: dict[str, Any] = field(default_factory=dict)  # the [cluster] table, read by serve-ray
 
 
 def read_config_file(path: str, environ: Any = None) -> ConfigFile:
@@ -247,7 +273,10 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
             for entity in spec.config.served_entities or ():
                 if entity.entity_name not in names:
                     raise SystemExit(f"{path}: endpoint {spec.name!r} serves {entity.entity_name!r}, which no [[models]] table names ({names})")
-    return ConfigFile(path=path, models=tables, endpoints=endpoints, platform=settings)
+    cluster = document.get("cluster", {})
+    if not isinstance(cluster, dict):
+        raise SystemExit(f"{path}: cluster must be a table ([cluster])")
+    return ConfigFile(path=path, models=tables, endpoints=endpoints, platform=settings, cluster=cluster)
 
 
 def model_configs(base: RuntimeConfig, config: str | ConfigFile | None, with_embeddings: bool) -> list[RuntimeConfig]:
@@ -288,6 +317,11 @@ def load(argv: list[str] | None = None) -> tuple[list[RuntimeConfig], platform_c
 def main(argv: list[str] | None = None) -> None:
     bound_native_caches()  # before anything loads torch (runtime/memory.py)
     configs, platform = load(argv)
+    if _CLI_EXTRAS["args"].command == "serve-ray":  # type: ignore[attr-defined]
+        from api.cluster.cli import serve_ray
+
+        serve_ray(configs, platform, _CLI_EXTRAS["args"])
+        return
     try:
         trio.run(partial(serve_runtime, configs[0], extra_models=configs[1:], platform=platform))
     except KeyboardInterrupt:
