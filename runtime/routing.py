@@ -13,10 +13,11 @@ Serve's RequestRouter; nothing here knows Ray, trio or torch):
 - `RoutingPolicy.rank`: the replicas to try, best first, as Ray Serve ranks them:
   1. a session's replica (rendezvous hash of the session id over the live replicas, so every
      ingress replica picks the same one without sharing state), while within the load bound;
-  2. the replica holding the longest known prefix of the prompt, while within the bound;
-  3. for a prompt no replica is known to hold, the rendezvous hash of its first block, so
-     requests sharing a system prompt meet on one replica from every ingress;
-  4. otherwise (or past the bound) the less loaded of two random replicas.
+  2. the replica holding the longest known prefix of the prompt, when that prefix is at least
+     `min_match` of the prompt's blocks (a match on a chat template's opening block alone
+     would herd every request onto one replica for nothing) and the replica is within bound;
+  3. otherwise (or past the bound) the less loaded of two random replicas. Its choice is then
+     recorded, so the next request sharing the prefix follows it there.
 
 The bound is consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam 2018):
 a preferred replica is taken only while its load is below `(1 + epsilon)` times the mean
@@ -59,7 +60,7 @@ class ReplicaLoad:
 @dataclass(slots=True)
 class Decision:
     ranks: list[list[str]]
-    reason: str  # session, prefix, first_block, balanced: how the first rank was chosen
+    reason: str  # session, prefix, balanced: how the first rank was chosen
     matched_blocks: int = 0
 
 
@@ -109,6 +110,7 @@ class RoutingPolicy:
     epsilon: float = 0.25
     slack: int = 2
     max_kv_usage: float = 0.95
+    min_match: float = 0.5
     table: PrefixTable = field(default_factory=PrefixTable)
     rng: random.Random = field(default_factory=random.Random)
 
@@ -132,10 +134,8 @@ class RoutingPolicy:
             return ranked(chosen, "session")
         if hint.block_hashes:
             chosen, depth = self.table.longest_match(hint.block_hashes, set(ids))
-            if depth and within(chosen):
+            if depth and depth >= self.min_match * len(hint.block_hashes) and within(chosen):
                 return ranked(chosen, "prefix", depth)  # type: ignore[arg-type]
-            if not depth and within(chosen := rendezvous(hint.block_hashes[0], ids)):
-                return ranked(chosen, "first_block")
         return Decision([fallback], "balanced")
 
     def bound(self, loads: Sequence[ReplicaLoad]) -> float:

@@ -147,7 +147,10 @@ class SwitchyardIngress:
         self._hasher = PromptHasher(spec.models) if spec.settings.router == "prefix" else None
 
     def __serve_build_asgi_app__(self) -> Any:
-        return self.asgi
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:  # a plain function:
+            await self.asgi(scope, receive, send)  # uvicorn takes a bound method for ASGI2
+
+        return app
 
     async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
