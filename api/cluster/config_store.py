@@ -9,7 +9,8 @@ through; and `watch_endpoints`, the replica's subscription.
 
 Why this store is safe with several writers: every write from every replica (a `PUT
 .../config` reaches whichever replica the router picked) is a method call on one actor, and
-an actor runs its calls one at a time, so there is exactly one writer of the file. Writes are
+the actor's writes hold one lock from check to commit, so there is exactly one writer of the
+file, in one process (SQLite's own locking is never relied on across hosts). Writes are
 compare-and-set on `config_version`: a replica writes version v+1 only over v (or version 1
 over nothing), so two replicas updating one endpoint at once cannot both win; the loser's
 client gets a 409 and retries against the new version. A write that would store exactly what
@@ -49,21 +50,33 @@ class ConfigConflict(ServingError):
     code = "RESOURCE_CONFLICT"
 
 
+class _File(EndpointStore):
+    """EndpointStore's synchronous SQLite operations, without its trio lock (this is asyncio)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+
 class EndpointConfigActor:
     """The one writer (Ray runs an actor's calls one at a time); async so `watch` can wait."""
 
     def __init__(self, path: str) -> None:
-        self._file = EndpointStore(Path(path))
+        self._file = _File(Path(path))
         self.path = path
         self._stored: dict[str, str] = self._file._load_sync()
         self.version = 1
         self._changed = asyncio.Event()
+        self._lock = asyncio.Lock()  # an async actor interleaves calls at each await
         self._applied: dict[str, tuple[int, float]] = {}  # subscriber -> (version, when)
 
     async def snapshot(self) -> tuple[int, dict[str, str]]:
         return self.version, dict(self._stored)
 
     async def put(self, name: str, definition: str) -> None:
+        async with self._lock:
+            await self._put(name, definition)
+
+    async def _put(self, name: str, definition: str) -> None:
         new = json.loads(definition)
         old = json.loads(self._stored[name]) if name in self._stored else None
         version = new.get("config_version", 1)
@@ -80,9 +93,10 @@ class EndpointConfigActor:
         self._bump()
 
     async def delete(self, name: str) -> None:
-        await asyncio.to_thread(self._file._delete_sync, name)
-        if self._stored.pop(name, None) is not None:
-            self._bump()
+        async with self._lock:
+            await asyncio.to_thread(self._file._delete_sync, name)
+            if self._stored.pop(name, None) is not None:
+                self._bump()
 
     async def watch(self, subscriber: str, known: int) -> tuple[int, dict[str, str]]:
         """The snapshot once its version differs from `known` (at most WATCH_TIMEOUT_S later)."""

@@ -36,6 +36,7 @@ from runtime.routing import RoutingHint
 log = get_logger("cluster.ingress")
 
 SESSION_HEADER = b"x-session-id"
+INGRESS_HEADER = b"x-switchyard-ingress"  # which ingress replica relayed the response
 MAX_HASHED_BLOCKS = 512
 MAX_HASHED_CHARS = 64 * 1024  # a longer prompt is hashed on its first part (routing only)
 REPLICA_FAILED = "The model replica serving this request failed; retry."
@@ -109,7 +110,7 @@ async def read_body(receive: Any) -> bytes:
             return b"".join(chunks)
 
 
-async def relay(responses: Any, scope: dict[str, Any], send: Any) -> None:
+async def relay(responses: Any, scope: dict[str, Any], send: Any, ingress_id: bytes = b"") -> None:
     """Forward a replica's ASGI messages; on the replica's failure, end the response cleanly."""
     started = finished = streaming = False
     try:
@@ -117,6 +118,7 @@ async def relay(responses: Any, scope: dict[str, Any], send: Any) -> None:
             if message["type"] == "http.response.start":
                 started = True
                 streaming = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in message.get("headers", ()))
+                message = {**message, "headers": [*message.get("headers", ()), (INGRESS_HEADER, ingress_id)]}
             elif message["type"] == "http.response.body" and not message.get("more_body"):
                 finished = True
             await send(message)
@@ -143,6 +145,9 @@ class SwitchyardIngress:
     """Wrapped by `serve.ingress()` in api/cluster/deploy.py; its ASGI app is `asgi`."""
 
     def __init__(self, replicas: Any, spec: ClusterSpec) -> None:
+        from ray import serve
+
+        self._id = serve.get_replica_context().replica_id.unique_id.encode()
         self._replicas = replicas.options(stream=True)
         self._hasher = PromptHasher(spec.models) if spec.settings.router == "prefix" else None
 
@@ -161,7 +166,7 @@ class SwitchyardIngress:
         body = await read_body(receive)
         hint = self._hasher.hint(scope, body) if self._hasher is not None else None
         request = HttpRequest(portable_scope(scope), body)
-        await relay(self._replicas.handle_http.remote(request, routing=hint), scope, send)
+        await relay(self._replicas.handle_http.remote(request, routing=hint), scope, send, self._id)
 
 
 async def _lifespan(receive: Any, send: Any) -> None:

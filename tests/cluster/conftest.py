@@ -52,6 +52,14 @@ def ray_instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     ray.shutdown()
 
 
+# Two replicas behind two ingress replicas: 1.5 of the instance's 4 CPUs.
+DEFAULT_SHAPE: dict[str, Any] = dict(
+    replicas=2, ingress_replicas=2, replica_cpus=0.5, ingress_cpus=0.25,
+    routing_stats_period_s=0.5, health_check_period_s=1.0, health_check_timeout_s=10.0,
+    graceful_shutdown_timeout_s=5.0,
+)
+
+
 class Deployer:
     """Deploys the application for a given shape, keeping it while tests ask for the same one."""
 
@@ -62,11 +70,7 @@ class Deployer:
     def __call__(self, fresh: bool = False, **shape: Any) -> Cluster:
         from api.cluster.deploy import APP_NAME, build_application
 
-        settings = ClusterSettings(
-            replicas=2, ingress_replicas=1, replica_cpus=0.5, ingress_cpus=0.25,
-            routing_stats_period_s=0.5, health_check_period_s=1.0, health_check_timeout_s=10.0,
-            graceful_shutdown_timeout_s=5.0, **shape,
-        )
+        settings = ClusterSettings(**{**DEFAULT_SHAPE, **shape})
         key = tuple(sorted(shape.items()))
         if fresh or key != self.current:
             serve.delete(APP_NAME)
@@ -87,5 +91,5 @@ def deployer(ray_instance: int, tiny_model_dir: Path, tmp_path_factory: pytest.T
 
 @pytest.fixture
 def cluster(deployer: Deployer) -> Cluster:
-    """Two replicas behind one ingress, prefix-aware routing."""
+    """Two replicas behind two ingress replicas, prefix-aware routing."""
     return deployer()
