@@ -16,8 +16,12 @@ Serve's RequestRouter; nothing here knows Ray, trio or torch):
   2. the replica holding the longest known prefix of the prompt, when that prefix is at least
      `min_match` of the prompt's blocks (a match on a chat template's opening block alone
      would herd every request onto one replica for nothing) and the replica is within bound;
-  3. otherwise (or past the bound) the less loaded of two random replicas. Its choice is then
-     recorded, so the next request sharing the prefix follows it there.
+  3. for a prompt no replica is known to hold, the rendezvous hash of its block at depth
+     `affinity_blocks` (or its last full block, if shorter): prompts sharing that many
+     opening blocks (a tenant's system prompt) meet on one replica from every ingress
+     replica, without shared state, while prompts that differ early spread out;
+  4. otherwise (past the bound, or no block to hash) the less loaded of two random replicas.
+  Whatever is chosen is recorded, so the next request sharing the prefix follows it there.
 
 The bound is consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam 2018):
 a preferred replica is taken only while its load is below `(1 + epsilon)` times the mean
@@ -60,7 +64,7 @@ class ReplicaLoad:
 @dataclass(slots=True)
 class Decision:
     ranks: list[list[str]]
-    reason: str  # session, prefix, balanced: how the first rank was chosen
+    reason: str  # session, prefix, affinity, balanced: how the first rank was chosen
     matched_blocks: int = 0
 
 
@@ -111,6 +115,7 @@ class RoutingPolicy:
     slack: int = 2
     max_kv_usage: float = 0.95
     min_match: float = 0.5
+    affinity_blocks: int = 8
     table: PrefixTable = field(default_factory=PrefixTable)
     rng: random.Random = field(default_factory=random.Random)
 
@@ -136,6 +141,9 @@ class RoutingPolicy:
             chosen, depth = self.table.longest_match(hint.block_hashes, set(ids))
             if depth and depth >= self.min_match * len(hint.block_hashes) and within(chosen):
                 return ranked(chosen, "prefix", depth)  # type: ignore[arg-type]
+            key = hint.block_hashes[min(self.affinity_blocks, len(hint.block_hashes)) - 1]
+            if within(chosen := rendezvous(key, ids)):
+                return ranked(chosen, "affinity")
         return Decision([fallback], "balanced")
 
     def bound(self, loads: Sequence[ReplicaLoad]) -> float:

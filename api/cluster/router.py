@@ -26,8 +26,9 @@ log = get_logger("cluster.router")
 
 
 class PrefixAffinityRouter(RequestRouter):
-    def initialize_state(self, epsilon: float = 0.25, slack: int = 2, max_kv_usage: float = 0.95, **_: Any) -> None:
-        self.policy = RoutingPolicy(epsilon=epsilon, slack=slack, max_kv_usage=max_kv_usage)
+    def initialize_state(self, **policy: Any) -> None:
+        """`policy`: [cluster.router_kwargs] (epsilon, slack, max_kv_usage, min_match, affinity_blocks)."""
+        self.policy = RoutingPolicy(**policy)
         self.decisions: dict[str, int] = {}  # reason -> count, for logs and tests
 
     async def choose_replicas(

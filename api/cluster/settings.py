@@ -19,7 +19,8 @@ The `[cluster]` table (every key optional):
     [cluster.autoscaling]        passed to Ray Serve's autoscaling_config as is:
                                  min_replicas, max_replicas, target_ongoing_requests,
                                  upscale_delay_s, downscale_delay_s, ...
-    [cluster.router_kwargs]      epsilon, slack, max_kv_usage (runtime.routing.RoutingPolicy)
+    [cluster.router_kwargs]      epsilon, slack, max_kv_usage, min_match, affinity_blocks
+                                 (runtime.routing.RoutingPolicy)
 """
 
 from __future__ import annotations

@@ -44,10 +44,32 @@ def test_a_short_shared_opening_does_not_herd() -> None:
     """Every chat prompt shares the template's first block; matching on it alone would send
     every request to whichever replica saw one last."""
     policy = RoutingPolicy(rng=random.Random(0))
-    first = tuple(block_hashes([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], 4))
-    policy.routed(RoutingHint(first), "a")
-    other = tuple(block_hashes([1, 2, 3, 4, 50, 60, 70, 80, 90, 100, 110, 120], 4))
-    assert policy.rank(RoutingHint(other), loads(a=0, b=0)).reason == "balanced"
+    picks = []
+    for i in range(40):
+        hashes = tuple(block_hashes([1, 2, 3, 4, 5 + i, 6, 7, 8, 9, 10, 11, 12], 4))
+        decision = policy.rank(RoutingHint(hashes), loads(a=0, b=0))
+        assert decision.reason == "affinity"
+        picks.append(decision.ranks[0][0])
+        policy.routed(RoutingHint(hashes), picks[-1])
+    assert 10 <= picks.count("a") <= 30, picks
+
+
+def test_new_prompts_sharing_their_opening_meet_from_any_router() -> None:
+    """Two ingress replicas, each with its own empty table, send one tenant to one replica."""
+    system = list(range(100, 140))  # 10 blocks of a tenant's system prompt
+    picks = set()
+    for seed in range(6):
+        question = [200 + seed, 201, 202, 203]
+        hint = RoutingHint(tuple(block_hashes(system + question, 4)))
+        picks.add(RoutingPolicy(rng=random.Random(seed)).rank(hint, loads(a=0, b=0, c=0)).ranks[0][0])
+    assert len(picks) == 1
+
+
+def test_affinity_respects_the_bound() -> None:
+    hint = RoutingHint(tuple(block_hashes(list(range(40)), 4)))
+    target = RoutingPolicy().rank(hint, loads(a=0, b=0)).ranks[0][0]
+    busy = loads(**{target: 20, ("b" if target == "a" else "a"): 0})
+    assert RoutingPolicy().rank(hint, busy).reason == "balanced"
 
 
 def test_session_is_sticky_and_stable() -> None:
