@@ -61,13 +61,23 @@ class EndpointConfigActor:
     """The one writer (Ray runs an actor's calls one at a time); async so `watch` can wait."""
 
     def __init__(self, path: str) -> None:
-        self._file = _File(Path(path))
-        self.path = path
-        self._stored: dict[str, str] = self._file._load_sync()
         self.version = 1
+        self._open(path)
         self._changed = asyncio.Event()
         self._lock = asyncio.Lock()  # an async actor interleaves calls at each await
         self._applied: dict[str, tuple[int, float]] = {}  # subscriber -> (version, when)
+
+    def _open(self, path: str) -> None:
+        self._file = _File(Path(path))
+        self.path = path
+        self._stored: dict[str, str] = self._file._load_sync()
+
+    async def reopen(self, path: str) -> None:
+        """A deployment with another state directory took over this (detached) actor."""
+        async with self._lock:
+            if path != self.path:
+                self._open(path)
+                self._bump()
 
     async def snapshot(self) -> tuple[int, dict[str, str]]:
         return self.version, dict(self._stored)
@@ -128,7 +138,9 @@ def config_actor(path: str | Path) -> Any:
     import ray
 
     remote = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(EndpointConfigActor)
-    return remote.options(name=ACTOR_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote(str(path))
+    actor = remote.options(name=ACTOR_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote(str(path))
+    actor.reopen.remote(str(path))
+    return actor
 
 
 class SharedEndpointStore:

@@ -8,7 +8,8 @@ answers the ingress's `handle_http` calls with that app's ASGI messages, streame
   KV usage as a 0-1 fraction), which Ray Serve polls every `routing_stats_period_s`;
 - fails Ray's `check_health` when a runtime died, the device thread is gone, a step has run
   past `step_deadline`, or the trio loop stopped answering, so the controller replaces it;
-- follows the shared endpoint config (api/cluster/config_store.py) for its whole life;
+- follows the shared endpoint config (api/cluster/config_store.py) for its whole life, and
+  counts per-key rate limits in the deployment's shared buckets (api/cluster/limits.py);
 - on shutdown, drains its live requests (up to `drain_timeout`) before stopping the actors.
 
 Each response carries `x-switchyard-replica`, the replica's id, so clients, logs and tests can
@@ -24,6 +25,7 @@ from typing import Any
 
 from api.cluster.config_store import SharedEndpointStore, config_actor, watch_endpoints
 from api.cluster.host import HttpRequest, TrioHost
+from api.cluster.limits import SharedRateLimiter, rate_limit_actor
 from api.cluster.settings import ClusterSpec
 from runtime.logging import get_logger
 
@@ -41,7 +43,10 @@ class SwitchyardReplica:
         self.spec = spec
         path = spec.platform.endpoints_db
         self._config = config_actor(path)
-        platform = dataclasses.replace(spec.platform, endpoint_store=SharedEndpointStore(self._config, path))
+        limiter = None
+        if spec.platform.requests_per_minute or spec.platform.tokens_per_minute:
+            limiter = SharedRateLimiter(rate_limit_actor(spec.platform), spec.platform)
+        platform = dataclasses.replace(spec.platform, endpoint_store=SharedEndpointStore(self._config, path), rate_limiter=limiter)
         self.host = TrioHost(spec.models, platform)
         await self.host.wait_ready()
         self._watcher = asyncio.get_running_loop().create_task(watch_endpoints(self._config, self.replica_id, self._adopt))

@@ -3,7 +3,8 @@
 `ray.init(num_cpus=4)` once; each deployment is the real application (api/cluster/deploy.py:
 Ray's HTTP proxy -> ingress -> replicas -> config actor) on the tiny model built in the test,
 with fractional CPUs and one torch thread per replica. A deployment is reused by every test
-that asks for the same shape, and replaced (serve.run again) when a test asks for another.
+that asks for the same shape, and replaced (serve.run again) when a test asks for another;
+the modules run in an order (file names) that needs three deployments in all.
 Skipped as a whole when ray is not importable (it is the optional `.[ray]` extra).
 """
 
@@ -67,16 +68,17 @@ class Deployer:
         self.port, self.model_dir, self.state_dir = port, model_dir, state_dir
         self.current: tuple[Any, ...] | None = None
 
-    def __call__(self, fresh: bool = False, **shape: Any) -> Cluster:
+    def __call__(self, fresh: bool = False, platform: dict[str, Any] | None = None, **shape: Any) -> Cluster:
+        """`shape`: ClusterSettings over DEFAULT_SHAPE; `platform`: PlatformConfig settings."""
         from api.cluster.deploy import APP_NAME, build_application
 
         settings = ClusterSettings(**{**DEFAULT_SHAPE, **shape})
-        key = tuple(sorted(shape.items()))
+        key = (tuple(sorted(shape.items())), tuple(sorted((platform or {}).items())))
         if fresh or key != self.current:
             serve.delete(APP_NAME)
             spec = ClusterSpec(
                 models=[tiny_config(self.model_dir, num_threads=1)],
-                platform=PlatformConfig(state_dir=str(self.state_dir)),
+                platform=PlatformConfig(state_dir=str(self.state_dir), **(platform or {})),
                 settings=settings,
             )
             serve.run(build_application(spec), name=APP_NAME, route_prefix="/")

@@ -46,4 +46,4 @@ async def test_prefix_router_beats_power_of_two_on_shared_prefixes(deployer: Dep
         f"({prefix.cached_tokens}/{prefix.prompt_tokens} vs {pow2.cached_tokens}/{pow2.prompt_tokens} prompt tokens)"
     )
     assert prefix.requests == pow2.requests == COUNT
-    assert prefix.rate > pow2.rate + 0.10, (prefix.rate, pow2.rate)
+    assert prefix.rate > pow2.rate + 0.08, (prefix.rate, pow2.rate)  # measured gaps: 16-21 points
