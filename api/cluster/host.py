@@ -58,7 +58,7 @@ class HostDead(RuntimeError):
     pass
 
 
-@dataclass
+@dataclass(eq=False)  # identity: kept in a set
 class _Exchange:
     """One request's state shared by both threads; fields are only written on the trio thread,
     except `put`, which is thread-safe."""
@@ -87,6 +87,7 @@ class TrioHost:
         self.app: Any = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._drain_timeout = 5.0
+        self._live: set[_Exchange] = set()  # requests whose stream has not ended
         self._thread = threading.Thread(target=self._thread_main, name="switchyard-trio", daemon=True)
         self._thread.start()
 
@@ -100,6 +101,8 @@ class TrioHost:
             log.error("trio_host_failed", error=repr(exc))
         finally:
             self._ready.set()
+            for exchange in list(self._live):  # their trio tasks are gone: end their streams
+                exchange.put(HostDead(f"the runtime's thread ended ({self.error!r})"))
 
     async def _main(self) -> None:
         from api.serve import build_app
@@ -168,16 +171,28 @@ class TrioHost:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         exchange = _Exchange(put=lambda item: loop.call_soon_threadsafe(queue.put_nowait, item))
-        self._submit(self._nursery.start_soon, self._serve, request, exchange)
+        self._submit(self._start, request, exchange)
+        self._live.add(exchange)
         try:
             while (item := await queue.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
                 yield item
         finally:
+            self._live.discard(exchange)
             if not exchange.done:
                 try:
                     self._submit(exchange.cancel)
                 except HostDead:
                     pass
+
+    def _start(self, request: HttpRequest, exchange: _Exchange) -> None:
+        """On the trio thread. Never raises: an exception here would end the whole trio run."""
+        try:
+            self._nursery.start_soon(self._serve, request, exchange)
+        except RuntimeError as exc:  # the nursery is closed: shutting down
+            exchange.done = True
+            exchange.put(HostDead(f"the runtime is shutting down ({exc})"))
 
     async def _serve(self, request: HttpRequest, exchange: _Exchange) -> None:
         body_sent = False
