@@ -16,7 +16,7 @@ import trio
 from ops.bench.prefix_mix import HitRate, requests
 from tests.cluster.conftest import Cluster, Deployer
 
-TENANTS, COUNT, SYSTEM_WORDS, CONCURRENCY = 12, 96, 10, 4
+TENANTS, COUNT, SYSTEM_WORDS, CONCURRENCY = 12, 96, 10, 2  # c=4 measured 12-21 points apart, c=2 about 20
 
 
 async def run_mix(cluster: Cluster) -> HitRate:
@@ -46,4 +46,4 @@ async def test_prefix_router_beats_power_of_two_on_shared_prefixes(deployer: Dep
         f"({prefix.cached_tokens}/{prefix.prompt_tokens} vs {pow2.cached_tokens}/{pow2.prompt_tokens} prompt tokens)"
     )
     assert prefix.requests == pow2.requests == COUNT
-    assert prefix.rate > pow2.rate + 0.08, (prefix.rate, pow2.rate)  # measured gaps: 16-21 points
+    assert prefix.rate > pow2.rate + 0.08, (prefix.rate, pow2.rate)
