@@ -10,8 +10,9 @@ The `[cluster]` table (every key optional):
     ingress_cpus = 0.5           ... per ingress replica
     replica_gpus = 0.0           Ray GPUs per model replica
     router = "prefix"            "prefix" (runtime/routing.py) or "pow2" (Ray's power of two)
-    max_ongoing_requests = 256   per model replica, Ray's own admission (each runtime also has
-                                 max_pending); a full replica is skipped by the router
+    max_ongoing_requests = 1024  per model replica, Ray's own cap; above the runtime's
+                                 max_pending (512) on purpose, so a full replica answers a fast
+                                 429 itself instead of Ray queueing requests silently
     routing_stats_period_s = 1.0 how often replicas report their load to the routers
     health_check_period_s = 5.0
     health_check_timeout_s = 30.0
@@ -43,7 +44,7 @@ class ClusterSettings:
     ingress_cpus: float = 0.5
     replica_gpus: float = 0.0
     router: str = "prefix"
-    max_ongoing_requests: int = 256
+    max_ongoing_requests: int = 1024
     routing_stats_period_s: float = 1.0
     health_check_period_s: float = 5.0
     health_check_timeout_s: float = 30.0
