@@ -17,7 +17,9 @@ down (replicas drain their live requests first). Imports ray and api.
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -32,6 +34,7 @@ APP_NAME = "switchyard"
 REPLICA_DEPLOYMENT = "SwitchyardReplica"
 INGRESS_DEPLOYMENT = "SwitchyardIngress"
 INGRESS_MAX_ONGOING = 100_000  # the ingress only relays; the replicas' limits are the real ones
+QUIET = {"enable_access_log": False}  # the replica's app writes the access line (http_request)
 
 
 def build_application(spec: ClusterSpec) -> Any:
@@ -52,6 +55,7 @@ def build_application(spec: ClusterSpec) -> Any:
         health_check_timeout_s=s.health_check_timeout_s,
         graceful_shutdown_timeout_s=s.graceful_shutdown_timeout_s,
         request_router_config=RequestRouterConfig(**router),
+        logging_config=QUIET,
     )
     if s.autoscaling:
         options["autoscaling_config"] = s.autoscaling
@@ -63,6 +67,7 @@ def build_application(spec: ClusterSpec) -> Any:
         num_replicas=s.ingress_replicas,
         ray_actor_options={"num_cpus": s.ingress_cpus},
         max_ongoing_requests=INGRESS_MAX_ONGOING,
+        logging_config=QUIET,
     )(serve.ingress()(SwitchyardIngress))
     return ingress.bind(replica.bind(spec), spec)
 
@@ -87,7 +92,19 @@ def run(spec: ClusterSpec, host: str, port: int, address: str | None) -> None:
         signal.signal(signum, lambda *_: stop.set())
     stop.wait()
     log.info("serve_ray_stopping")
-    serve.delete(APP_NAME)  # replicas drain (graceful_shutdown_timeout_s) before they stop
-    if address is None:
-        serve.shutdown()
-        ray.shutdown()
+
+    def shut_down() -> None:
+        serve.delete(APP_NAME)  # replicas drain (graceful_shutdown_timeout_s) before they stop
+        if address is None:
+            serve.shutdown()
+            ray.shutdown()
+
+    # Bounded: when the signal went to the whole process group, the local Ray instance's own
+    # processes are going down too, and a call to a dead controller would wait forever.
+    stopper = threading.Thread(target=shut_down, daemon=True)
+    stopper.start()
+    stopper.join(spec.settings.graceful_shutdown_timeout_s + 15)
+    log.info("serve_ray_stopped", clean=not stopper.is_alive())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

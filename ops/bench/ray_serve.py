@@ -5,8 +5,9 @@ PYTHONPATH=$PWD python -m ops.bench.ray_serve [--levels 1,16] [--skip-overhead] 
 1. Overhead (one run, same machine, same model, same threads): `switchyard serve` and then
    `switchyard serve-ray --replicas 1` (a local Ray instance: HTTP proxy -> ingress -> one
    replica), each under the streaming load sweep of ops.bench.load (128-token unique prompts,
-   64 tokens out). Reported as ratios: tok/s at c=16 (Ray / plain) and TTFT p50 at c=1
-   (Ray - plain, ms). Targets: at most 10% lower throughput, at most 20 ms added TTFT.
+   64 tokens out), alternated for --rounds rounds. Reported as ratios (the median round):
+   tok/s at c=16 (Ray / plain) and TTFT p50 at c=1 (Ray - plain, ms). Targets: at most 10%
+   lower throughput, at most 20 ms added TTFT.
 2. Routing quality: `serve-ray --replicas 2` with `--router prefix`, then with `--router pow2`
    (Ray Serve's power of two choices), each on cold caches, under the multi-tenant
    shared-prefix chat mix of ops.bench.prefix_mix (streamed, so TTFT is measured): the
@@ -56,15 +57,24 @@ def overhead(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     common = ["--no-embeddings", "--num-threads", str(args.threads), "--log-level", "warning"]
     kwargs = dict(max_tokens=OUTPUT_TOKENS, requests_per_slot=args.requests_per_slot, min_requests=args.min_requests,
                   warmup_requests=args.warmup, expected_prompt_tokens=PROMPT_TOKENS)  # fmt: skip
-    out: dict[str, Any] = {}
-    for name, command, extra in (
-        ("plain", "serve", []),
-        ("ray", "serve-ray", ["--replicas", "1", "--ingress-replicas", "1", "--replica-cpus", "1"]),
-    ):
-        with switchyard_server(log_dir / f"{name}.log", [*common, *extra], args.startup_timeout, command=command) as srv:
-            out[name] = {"cmd": srv.cmd, "startup_s": srv.startup_s}
-            out[name]["sweep"] = asyncio.run(sweep(switchyard_target(srv.base_url, SERVED), prompts, args.levels, **kwargs))
-    return out
+    rounds: list[dict[str, Any]] = []
+    for i in range(args.rounds):  # alternated, so drift in the machine's load hits both alike
+        current: dict[str, Any] = {}
+        for name, command, extra in (
+            ("plain", "serve", []),
+            ("ray", "serve-ray", ["--replicas", "1", "--ingress-replicas", "1", "--replica-cpus", "1"]),
+        ):
+            with switchyard_server(log_dir / f"{name}-{i}.log", [*common, *extra], args.startup_timeout, command=command) as srv:
+                current[name] = {"cmd": srv.cmd, "startup_s": srv.startup_s}
+                current[name]["sweep"] = asyncio.run(sweep(switchyard_target(srv.base_url, SERVED), prompts, args.levels, **kwargs))
+        current["ratios"] = overhead_ratios(current)
+        log(f"[overhead round {i}] {current['ratios']}")
+        rounds.append(current)
+    ratios: dict[str, Any] = {}
+    for key in rounds[0]["ratios"]:
+        values = sorted(r["ratios"][key] for r in rounds if key in r["ratios"])
+        ratios[key] = values[len(values) // 2]  # the median round
+    return {"rounds": rounds, "ratios": ratios, "threads": args.threads}
 
 
 def _level(section: dict[str, Any], c: int) -> dict[str, Any] | None:
@@ -74,7 +84,7 @@ def _level(section: dict[str, Any], c: int) -> dict[str, Any] | None:
 def overhead_ratios(result: dict[str, Any]) -> dict[str, Any]:
     plain, ray = result["plain"], result["ray"]
     out: dict[str, Any] = {}
-    hi = max(result["plain"]["sweep"]["config"]["levels"])
+    hi = max(plain["sweep"]["config"]["levels"])
     p_hi, r_hi, p_1, r_1 = _level(plain, hi), _level(ray, hi), _level(plain, 1), _level(ray, 1)
     if p_hi and r_hi and p_hi["output_tok_s"] and r_hi["output_tok_s"]:
         out[f"tok_s_ratio_c{hi}"] = round(r_hi["output_tok_s"] / p_hi["output_tok_s"], 3)
@@ -132,11 +142,12 @@ def routing(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
 def markdown(result: dict[str, Any]) -> str:
     lines = [f"CPU: {result['cpu']} ({result['cpu_count']} cores)", ""]
     if "overhead" in result:
-        lines += ["| server | c | tok/s | TTFT p50 ms | TTFT p99 ms | errors |", "|---|---|---|---|---|---|"]
-        for name in ("plain", "ray"):
-            for lv in result["overhead"][name]["sweep"]["levels"]:
-                lines.append(f"| {name} | {lv['concurrency']} | {lv['output_tok_s']} | {lv['ttft_ms']['p50']} | {lv['ttft_ms']['p99']} | {lv['errors']} |")
-        lines += ["", f"ratios: {json.dumps(result['overhead']['ratios'])}", ""]
+        lines += ["| round | server | c | tok/s | TTFT p50 ms | TTFT p99 ms | errors |", "|---|---|---|---|---|---|---|"]
+        for i, current in enumerate(result["overhead"]["rounds"]):
+            for name in ("plain", "ray"):
+                for lv in current[name]["sweep"]["levels"]:
+                    lines.append(f"| {i} | {name} | {lv['concurrency']} | {lv['output_tok_s']} | {lv['ttft_ms']['p50']} | {lv['ttft_ms']['p99']} | {lv['errors']} |")
+        lines += ["", f"ratios (median round): {json.dumps(result['overhead']['ratios'])}", ""]
     if "routing" in result:
         r = result["routing"]
         lines += [f"shared-prefix mix: {r['tenants']} tenants, {r['requests']} requests, c={r['concurrency']}, {r['kv_blocks_per_replica']} KV blocks per replica",
@@ -154,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--min-requests", type=int, default=16)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2, help="torch threads of the (one) model replica in the overhead runs")
+    p.add_argument("--rounds", type=int, default=3, help="overhead runs, plain and Ray alternated; ratios are the median round's")
     p.add_argument("--tenants", type=int, default=32)
     p.add_argument("--system-words", type=int, default=200, help="words per tenant system prompt (~240 tokens on SmolLM2)")
     p.add_argument("--mix-requests", type=int, default=256)

@@ -43,7 +43,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
+# Package scope: Ray's processes (controller, proxy, idle replicas polling their health)
+# go away when this tier ends, instead of competing with the rest of the suite for the cores.
+@pytest.fixture(scope="package")
 def ray_instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
     port = _free_port()
@@ -86,7 +88,7 @@ class Deployer:
         return Cluster(f"http://127.0.0.1:{self.port}", settings, self.state_dir)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def deployer(ray_instance: int, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Deployer:
     return Deployer(ray_instance, tiny_model_dir, tmp_path_factory.mktemp("cluster-state"))
 
