@@ -8,7 +8,8 @@ Owns the bridge between Ray Serve's asyncio loop and Switchyard's trio loop:
   runtimes, and drives the app's ASGI lifespan (before_serving: endpoints loaded, watchdog);
 - `stream(request)` (asyncio) runs one raw ASGI request through the app on the trio loop
   and yields its ASGI send messages as they are sent: each SSE chunk crosses as soon as the
-  app sends it, never held back to be batched;
+  app sends it, never held back to be batched (messages that are already waiting when the
+  caller asks for more cross together);
 - leaving `stream` early (the caller's task cancelled: the client disconnected, or the
   ingress gave up) delivers `http.disconnect` to the app and cancels the request's trio scope,
   so the route's `finally` aborts the engine request and its KV blocks are freed at the
@@ -166,18 +167,28 @@ class TrioHost:
         self._submit(run)
         return await future
 
-    async def stream(self, request: HttpRequest) -> AsyncIterator[dict[str, Any]]:
-        """The app's ASGI send messages for `request`, as they are sent."""
+    async def stream(self, request: HttpRequest) -> AsyncIterator[list[dict[str, Any]]]:
+        """The app's ASGI send messages for `request`, as they are sent: each time, every
+        message already waiting (one Ray object per batch instead of per message, without
+        ever waiting to fill one: a lone token still crosses alone, at once)."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         exchange = _Exchange(put=lambda item: loop.call_soon_threadsafe(queue.put_nowait, item))
         self._submit(self._start, request, exchange)
         self._live.add(exchange)
         try:
-            while (item := await queue.get()) is not _END:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+            ended = False
+            while not ended:
+                batch = [await queue.get()]
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                if ended := batch[-1] is _END:
+                    batch.pop()
+                failure = next((item for item in batch if isinstance(item, BaseException)), None)
+                if failure is not None:
+                    raise failure
+                if batch:
+                    yield batch
         finally:
             self._live.discard(exchange)
             if not exchange.done:

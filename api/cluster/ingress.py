@@ -111,17 +111,18 @@ async def read_body(receive: Any) -> bytes:
 
 
 async def relay(responses: Any, scope: dict[str, Any], send: Any, ingress_id: bytes = b"") -> None:
-    """Forward a replica's ASGI messages; on the replica's failure, end the response cleanly."""
+    """Forward a replica's batches of ASGI messages; on its failure, end the response cleanly."""
     started = finished = streaming = False
     try:
-        async for message in responses:
-            if message["type"] == "http.response.start":
-                started = True
-                streaming = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in message.get("headers", ()))
-                message = {**message, "headers": [*message.get("headers", ()), (INGRESS_HEADER, ingress_id)]}
-            elif message["type"] == "http.response.body" and not message.get("more_body"):
-                finished = True
-            await send(message)
+        async for batch in responses:
+            for message in batch:
+                if message["type"] == "http.response.start":
+                    started = True
+                    streaming = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in message.get("headers", ()))
+                    message = {**message, "headers": [*message.get("headers", ()), (INGRESS_HEADER, ingress_id)]}
+                elif message["type"] == "http.response.body" and not message.get("more_body"):
+                    finished = True
+                await send(message)
     except asyncio.CancelledError:
         responses.cancel()
         raise

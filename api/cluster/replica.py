@@ -56,12 +56,14 @@ class SwitchyardReplica:
         endpoints = self.host.app.extensions["serving_endpoints"]
         await self.host.call(endpoints.adopt, stored)
 
-    async def handle_http(self, request: HttpRequest, routing: Any = None) -> AsyncIterator[dict[str, Any]]:
-        """The app's ASGI messages for one request; `routing` is the router's, unused here."""
-        async for message in self.host.stream(request):
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), (REPLICA_HEADER, self.replica_id.encode())]}
-            yield message
+    async def handle_http(self, request: HttpRequest, routing: Any = None) -> AsyncIterator[list[dict[str, Any]]]:
+        """The app's ASGI messages for one request, in batches of those already sent (host.py);
+        `routing` is the router's, unused here."""
+        async for batch in self.host.stream(request):
+            if batch[0]["type"] == "http.response.start":
+                start = batch[0]
+                batch[0] = {**start, "headers": [*start.get("headers", ()), (REPLICA_HEADER, self.replica_id.encode())]}
+            yield batch
 
     async def record_routing_stats(self) -> dict[str, Any]:
         return await self.host.call(self._load)

@@ -8,6 +8,8 @@ PYTHONPATH=$PWD python -m ops.bench.ray_serve [--levels 1,16] [--skip-overhead] 
    64 tokens out), alternated for --rounds rounds. Reported as ratios (the median round):
    tok/s at c=16 (Ray / plain) and TTFT p50 at c=1 (Ray - plain, ms). Targets: at most 10%
    lower throughput, at most 20 ms added TTFT.
+   Then the added TTFT alone, paired: both servers up at once and one request at a time to
+   each in turn (--pairs), so each pair sees the same machine load; the median difference.
 2. Routing quality: `serve-ray --replicas 2` with `--router prefix`, then with `--router pow2`
    (Ray Serve's power of two choices), each on cold caches, under the multi-tenant
    shared-prefix chat mix of ops.bench.prefix_mix (streamed, so TTFT is measured): the
@@ -60,10 +62,7 @@ def overhead(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     rounds: list[dict[str, Any]] = []
     for i in range(args.rounds):  # alternated, so drift in the machine's load hits both alike
         current: dict[str, Any] = {}
-        for name, command, extra in (
-            ("plain", "serve", []),
-            ("ray", "serve-ray", ["--replicas", "1", "--ingress-replicas", "1", "--replica-cpus", "1"]),
-        ):
+        for name, command, extra in (("plain", "serve", PLAIN_ARGS), ("ray", "serve-ray", RAY_ARGS)):
             with switchyard_server(log_dir / f"{name}-{i}.log", [*common, *extra], args.startup_timeout, command=command) as srv:
                 current[name] = {"cmd": srv.cmd, "startup_s": srv.startup_s}
                 current[name]["sweep"] = asyncio.run(sweep(switchyard_target(srv.base_url, SERVED), prompts, args.levels, **kwargs))
@@ -75,6 +74,41 @@ def overhead(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         values = sorted(r["ratios"][key] for r in rounds if key in r["ratios"])
         ratios[key] = values[len(values) // 2]  # the median round
     return {"rounds": rounds, "ratios": ratios, "threads": args.threads}
+
+
+PLAIN_ARGS: list[str] = []
+RAY_ARGS = ["--replicas", "1", "--ingress-replicas", "1", "--replica-cpus", "1"]
+
+
+def paired_ttft(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
+    """Both servers up at once, one request at a time to each in turn: the added TTFT with
+    the machine's drift cancelled (each pair runs under the same load)."""
+    from ops.bench.load import one_request
+
+    prompts = build_prompts(str(default_model_dir()), args.pairs + 2, PROMPT_TOKENS, "unique")
+    common = ["--no-embeddings", "--num-threads", str(args.threads), "--log-level", "warning"]
+    with (
+        switchyard_server(log_dir / "paired-plain.log", [*common, *PLAIN_ARGS], args.startup_timeout) as plain,
+        switchyard_server(log_dir / "paired-ray.log", [*common, *RAY_ARGS], args.startup_timeout, command="serve-ray") as ray,
+    ):
+        targets = [switchyard_target(plain.base_url, SERVED), switchyard_target(ray.base_url, SERVED)]
+
+        async def run() -> list[tuple[float, float]]:
+            pairs = []
+            async with httpx.AsyncClient(timeout=300) as client:
+                for i, prompt in enumerate(prompts):
+                    order = targets if i % 2 == 0 else targets[::-1]  # neither always goes first
+                    got = {t.base_url: await one_request(client, t, prompt, 4, 300) for t in order}
+                    a, b = got[targets[0].base_url], got[targets[1].base_url]
+                    if i >= 2 and a.ok and b.ok:  # the first two warm both up
+                        pairs.append((a.ttft, b.ttft))
+            return pairs
+
+        pairs = asyncio.run(run())
+    diffs = [b - a for a, b in pairs]
+    ms = lambda x: None if x is None else round(1000 * x, 2)  # noqa: E731
+    return {"pairs": len(pairs), "plain_ttft_p50_ms": ms(percentile([a for a, _ in pairs], 50)), "ray_ttft_p50_ms": ms(percentile([b for _, b in pairs], 50)),
+            "added_ttft_p50_ms": ms(percentile(diffs, 50)), "added_ttft_p90_ms": ms(percentile(diffs, 90))}  # fmt: skip
 
 
 def _level(section: dict[str, Any], c: int) -> dict[str, Any] | None:
@@ -148,6 +182,8 @@ def markdown(result: dict[str, Any]) -> str:
                 for lv in current[name]["sweep"]["levels"]:
                     lines.append(f"| {i} | {name} | {lv['concurrency']} | {lv['output_tok_s']} | {lv['ttft_ms']['p50']} | {lv['ttft_ms']['p99']} | {lv['errors']} |")
         lines += ["", f"ratios (median round): {json.dumps(result['overhead']['ratios'])}", ""]
+    if "paired_ttft" in result:
+        lines += [f"paired TTFT (both servers up, requests alternated, 4 tokens out): {json.dumps(result['paired_ttft'])}", ""]
     if "routing" in result:
         r = result["routing"]
         lines += [f"shared-prefix mix: {r['tenants']} tenants, {r['requests']} requests, c={r['concurrency']}, {r['kv_blocks_per_replica']} KV blocks per replica",
@@ -166,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2, help="torch threads of the (one) model replica in the overhead runs")
     p.add_argument("--rounds", type=int, default=3, help="overhead runs, plain and Ray alternated; ratios are the median round's")
+    p.add_argument("--pairs", type=int, default=100, help="paired TTFT requests (both servers up at once); 0 skips it")
     p.add_argument("--tenants", type=int, default=32)
     p.add_argument("--system-words", type=int, default=200, help="words per tenant system prompt (~240 tokens on SmolLM2)")
     p.add_argument("--mix-requests", type=int, default=256)
@@ -182,6 +219,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.skip_overhead:
         result["overhead"] = overhead(args, log_dir)
         result["overhead"]["ratios"] = overhead_ratios(result["overhead"])
+    if args.pairs:
+        result["paired_ttft"] = paired_ttft(args, log_dir)
     if not args.skip_routing:
         result["routing"] = routing(args, log_dir)
     write_results(result, out_path, started, markdown)

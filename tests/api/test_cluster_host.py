@@ -28,16 +28,18 @@ def test_stream_cancel_and_stop(tiny_model_dir: Path, tmp_path: Path) -> None:
         host = TrioHost([tiny_config(tiny_model_dir)], PlatformConfig(state_dir=str(tmp_path)))
         await host.wait_ready()
         stream = {"model": "tiny", "prompt": "hi", "max_tokens": 8, "stream": True, "ignore_eos": True}
-        messages = [m async for m in host.stream(request("/v1/completions", stream))]
+        batches = [b async for b in host.stream(request("/v1/completions", stream))]
+        messages = [m for batch in batches for m in batch]
         assert messages[0]["type"] == "http.response.start" and messages[0]["status"] == 200
         bodies = [m.get("body", b"") for m in messages[1:]]
         assert sum(b.startswith(b"data: {") for b in bodies) >= 4  # one message per event, not one blob
         assert any(b"[DONE]" in b for b in bodies)
+        assert len(batches) > 2  # tokens cross as they come, not all at the end
 
         long = {**stream, "max_tokens": 400}
         gen = host.stream(request("/v1/completions", long))
-        async for message in gen:
-            if message.get("body", b"").startswith(b"data: {"):
+        async for batch in gen:
+            if any(m.get("body", b"").startswith(b"data: {") for m in batch):
                 break
         await gen.aclose()  # what a cancelled Ray call does to the replica's generator
 
@@ -51,7 +53,7 @@ def test_stream_cancel_and_stop(tiny_model_dir: Path, tmp_path: Path) -> None:
             await asyncio.sleep(0.01)
         assert await host.call(idle)
 
-        bad = [m async for m in host.stream(request("/v1/completions", {"model": "tiny", "prompt": "x", "max_tokens": 0}))]
+        bad = [m async for b in host.stream(request("/v1/completions", {"model": "tiny", "prompt": "x", "max_tokens": 0})) for m in b]
         assert bad[0]["status"] == 400  # the app's own error shape, not a bridge error
 
         await asyncio.to_thread(host.stop)
