@@ -84,7 +84,9 @@ def run(spec: ClusterSpec, host: str, port: int, address: str | None) -> None:
     import ray
     from ray import serve
 
-    ray.init(address=address, ignore_reinit_error=True)
+    # A local instance without the dashboard: its processes took ~5% of a core here, which
+    # on a small machine comes out of the model's steps. A cluster one joins keeps its own.
+    ray.init(address=address, ignore_reinit_error=True, **({"include_dashboard": False} if address is None else {}))
     deploy(spec, host, port)
     log.info("serve_ray_ready", url=f"http://{host}:{port}", replicas=spec.settings.autoscaling or spec.settings.replicas, router=spec.settings.router)
     stop = threading.Event()

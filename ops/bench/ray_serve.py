@@ -218,7 +218,6 @@ def main(argv: list[str] | None = None) -> None:
     result: dict[str, Any] = {"argv": sys.argv[1:] if argv is None else argv, "cpu": cpu_model(), "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg()}
     if not args.skip_overhead:
         result["overhead"] = overhead(args, log_dir)
-        result["overhead"]["ratios"] = overhead_ratios(result["overhead"])
     if args.pairs:
         result["paired_ttft"] = paired_ttft(args, log_dir)
     if not args.skip_routing:
