@@ -5,7 +5,7 @@ PYTHONPATH=$PWD python -m ops.bench.ray_serve [--levels 1,16] [--skip-overhead] 
 1. Overhead (one run, same machine, same model, same threads): `switchyard serve` and then
    `switchyard serve-ray --replicas 1` (a local Ray instance: HTTP proxy -> ingress -> one
    replica), each under the streaming load sweep of ops.bench.load (128-token unique prompts,
-   64 tokens out), alternated for --rounds rounds. Reported as ratios (the median round):
+   64 tokens out), alternated for --rounds rounds. Reported as ratios (medians over rounds):
    tok/s at c=16 (Ray / plain) and TTFT p50 at c=1 (Ray - plain, ms). Targets: at most 10%
    lower throughput, at most 20 ms added TTFT.
    Then the added TTFT alone, paired: both servers up at once and one request at a time to
@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -69,10 +70,7 @@ def overhead(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         current["ratios"] = overhead_ratios(current)
         log(f"[overhead round {i}] {current['ratios']}")
         rounds.append(current)
-    ratios: dict[str, Any] = {}
-    for key in rounds[0]["ratios"]:
-        values = sorted(r["ratios"][key] for r in rounds if key in r["ratios"])
-        ratios[key] = values[len(values) // 2]  # the median round
+    ratios = {key: round(statistics.median(r["ratios"][key] for r in rounds if key in r["ratios"]), 3) for key in rounds[0]["ratios"]}
     return {"rounds": rounds, "ratios": ratios, "threads": args.threads}
 
 
@@ -181,7 +179,7 @@ def markdown(result: dict[str, Any]) -> str:
             for name in ("plain", "ray"):
                 for lv in current[name]["sweep"]["levels"]:
                     lines.append(f"| {i} | {name} | {lv['concurrency']} | {lv['output_tok_s']} | {lv['ttft_ms']['p50']} | {lv['ttft_ms']['p99']} | {lv['errors']} |")
-        lines += ["", f"ratios (median round): {json.dumps(result['overhead']['ratios'])}", ""]
+        lines += ["", f"ratios (median over rounds): {json.dumps(result['overhead']['ratios'])}", ""]
     if "paired_ttft" in result:
         lines += [f"paired TTFT (both servers up, requests alternated, 4 tokens out): {json.dumps(result['paired_ttft'])}", ""]
     if "routing" in result:
