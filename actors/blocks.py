@@ -15,6 +15,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from runtime.prefix_hash import chain_hash
+
 _NO_HASH = None
 
 
@@ -43,10 +45,6 @@ class HashedSeq(Protocol):
 
     @property
     def all_token_ids(self) -> list[int]: ...
-
-
-def chain_hash(prev_hash: int | None, token_ids: tuple[int, ...]) -> int:
-    return hash((prev_hash, token_ids))
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ Imports quart_trio and api.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from quart import request
@@ -38,6 +39,8 @@ from api.http.edge import EdgeMiddleware, note_route
 from api.http.routes import check_bound
 from api.openai import surface as openai
 from api.platform.config import PlatformConfig
+from runtime.config import RuntimeConfig
+from runtime.engine import Runtime, build_runtime
 from runtime.logging import get_logger
 from runtime.metrics import ServerMetrics
 from runtime.registry import ModelRegistry
@@ -47,15 +50,32 @@ log = get_logger("api")
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
+def error_shapes() -> errors.ErrorShapes:
+    """Every surface's error shape, OpenAI's the default: the app's, and a serve-ray ingress's
+    for the errors it answers itself (api/cluster/ingress.py)."""
+    shapes = errors.ErrorShapes(openai.ERRORS)
+    shapes.register(AzureErrors())
+    shapes.register(DatabricksErrors())
+    return shapes
+
+
+def build_app(
+    configs: Sequence[RuntimeConfig], platform: PlatformConfig | None = None, runtime_factory: Callable[[RuntimeConfig], Runtime] | None = None
+) -> tuple[ModelRegistry, QuartTrio]:
+    """(registry, app) for the served models: the one HTTP stack, shared by `switchyard serve`
+    (on Hypercorn) and each `serve-ray` replica (api/cluster/host.py)."""
+    factory = runtime_factory or build_runtime
+    models = ModelRegistry([factory(c) for c in configs])
+    return models, create_app(models, platform)
+
+
 def create_app(models: ModelRegistry, platform_config: PlatformConfig | None = None) -> QuartTrio:
     """`platform_config`: keys, limits, state dir, declared endpoints; None: from the environment."""
     config = platform_config if platform_config is not None else PlatformConfig.from_env()
     app = _configured(models)
     metrics = app.extensions["metrics"] = ServerMetrics(models)
-    shapes = app.extensions["error_shapes"] = errors.ErrorShapes(openai.ERRORS)
-    shapes.register(AzureErrors())
-    shapes.register(DatabricksErrors())
-    endpoints = ServingEndpoints(models, EndpointStore(config.endpoints_db))
+    shapes = app.extensions["error_shapes"] = error_shapes()
+    endpoints = ServingEndpoints(models, config.endpoint_store or EndpointStore(config.endpoints_db))
     declared = endpoints.check_declared(config.endpoints)  # raises naming the table: before listening
     app.extensions["platform_config"] = config
     app.extensions["serving_endpoints"] = endpoints

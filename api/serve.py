@@ -39,11 +39,12 @@ from hypercorn.config import Sockets
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
-from api.app import create_app
+from api.app import build_app
+from api.cluster.cli import serve_ray
 from api.databricks.declared import endpoint_specs
 from api.platform import config as platform_config
 from runtime.config import RuntimeConfig
-from runtime.engine import Runtime, build_runtime
+from runtime.engine import Runtime
 from runtime.logging import configure_logging, get_logger
 from runtime.memory import bound_native_caches
 from runtime.model_store import model_error
@@ -60,6 +61,25 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
     parser = argparse.ArgumentParser(prog="switchyard", description="Switchyard LLM serving runtime")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="serve a model over HTTP")
+    _add_serve_arguments(p)
+    ray = sub.add_parser("serve-ray", help="serve the same API from replicas on Ray Serve (needs the ray extra)")
+    _add_serve_arguments(ray)
+    _add_cluster_arguments(ray)
+    args = parser.parse_args(argv)
+    _CLI_EXTRAS.update(config=args.config, no_embeddings=args.no_embeddings, args=args)
+    return _runtime_config(args)
+
+
+def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    """serve-ray's own flags; each overrides the config file's [cluster] table (api/cluster/settings.py)."""
+    p.add_argument("--address", default=None, help="a running Ray cluster to join (default: start a local Ray instance)")
+    p.add_argument("--replicas", type=int, default=None, help="model replicas (default 1)")
+    p.add_argument("--ingress-replicas", type=int, default=None, help="HTTP ingress replicas (default 1)")
+    p.add_argument("--replica-cpus", type=float, default=None, help="Ray CPUs reserved per model replica (default 1)")
+    p.add_argument("--router", choices=["prefix", "pow2"], default=None, help="prefix-aware routing (default) or Ray's power of two choices")
+
+
+def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="a local Hugging Face causal-LM directory (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--served-name", default=None)
     p.add_argument("--host", default=DEFAULTS.host)
@@ -90,8 +110,9 @@ def parse_args(argv: list[str] | None = None) -> RuntimeConfig:
     p.add_argument("--compile", action="store_true", help="torch.compile the native path at start-up (about a minute the first time; inductor's disk cache after)")
     p.add_argument("--quantization", default=None, choices=["int8", "int4"], help="weight-only quantized linears on the native path for steps of few rows (faster single streams); bf16 for larger batches")
     platform_config.add_arguments(p)
-    args = parser.parse_args(argv)
-    _CLI_EXTRAS.update(config=args.config, no_embeddings=args.no_embeddings, args=args)
+
+
+def _runtime_config(args: argparse.Namespace) -> RuntimeConfig:
     # Every per-model flag is named as its RuntimeConfig field (task comes from the config file).
     return RuntimeConfig(**{name: getattr(args, name) for name in RuntimeConfig.__struct_fields__ if hasattr(args, name)})
 
@@ -110,9 +131,7 @@ async def serve_runtime(
     is loaded, so a taken port fails at once."""
     hconfig = _hypercorn_config(config)
     sockets = sockets if sockets is not None else listen(config, hconfig)
-    factory = runtime_factory or build_runtime
-    models = ModelRegistry([factory(c) for c in (config, *extra_models)])
-    app = create_app(models, platform)
+    models, app = build_app([config, *extra_models], platform, runtime_factory)
 
     async with trio.open_nursery() as nursery:
         # Listen for signals from the start, so a SIGTERM during model loading is queued (and
@@ -217,7 +236,7 @@ MODEL_KEYS = {
 }
 
 
-CONFIG_TABLES = ("models", "endpoints", "platform")
+CONFIG_TABLES = ("models", "endpoints", "platform", "cluster")  # [cluster]: serve-ray only (api/cluster/settings.py)
 
 
 @dataclass
@@ -226,6 +245,7 @@ class ConfigFile:
     models: list[dict[str, Any]] = field(default_factory=list)
     endpoints: list[Any] = field(default_factory=list)  # api.databricks.endpoints.CreateEndpointRequest
     platform: dict[str, Any] = field(default_factory=dict)  # keyword settings for PlatformConfig
+    cluster: dict[str, Any] = field(default_factory=dict)  # the [cluster] table, read by serve-ray
 
 
 def read_config_file(path: str, environ: Any = None) -> ConfigFile:
@@ -263,7 +283,10 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
             for entity in (spec.config.served_entities if spec.config is not None else None) or ():
                 if entity.entity_name not in names:
                     raise SystemExit(f"{path}: endpoint {spec.name!r} serves {entity.entity_name!r}, which no [[models]] table names ({names})")
-    return ConfigFile(path=path, models=tables, endpoints=endpoints, platform=settings)
+    cluster = document.get("cluster", {})
+    if not isinstance(cluster, dict):
+        raise SystemExit(f"{path}: cluster must be a table ([cluster])")
+    return ConfigFile(path=path, models=tables, endpoints=endpoints, platform=settings, cluster=cluster)
 
 
 def model_configs(base: RuntimeConfig, config: str | ConfigFile | None, with_embeddings: bool) -> list[RuntimeConfig]:
@@ -291,6 +314,7 @@ def load(argv: list[str] | None = None) -> tuple[list[RuntimeConfig], platform_c
     configure_logging(config.log_level)
     path = _CLI_EXTRAS.get("config")
     file = read_config_file(path) if isinstance(path, str) else None
+    _CLI_EXTRAS["cluster_table"] = file.cluster if file else {}
     configs = model_configs(config, file, not _CLI_EXTRAS.get("no_embeddings", False))
     for i, model in enumerate(c.model for c in configs):
         error = model_error(model)
@@ -309,6 +333,10 @@ def main(argv: list[str] | None = None) -> None:
     bound_native_caches()  # before anything loads torch (runtime/memory.py)
     try:
         configs, platform = load(argv)
+        args = _CLI_EXTRAS["args"]
+        if args.command == "serve-ray":  # Ray's proxy listens; the replicas build the stack
+            serve_ray(configs, platform, args, _CLI_EXTRAS.get("cluster_table", {}))
+            return
         sockets = listen(configs[0])  # before any model loads: a taken port fails at once
     except SystemExit as exc:
         if isinstance(exc.code, str):

@@ -10,6 +10,13 @@ one test process never collide), and every metric's name and buckets:
   step time, failed steps;
 - read at scrape time from `Runtime.statistics()`: running / waiting / live requests,
   pending admission tokens, KV blocks used and free, prefix-cache queries, hits and hit rate;
+- the same figures under the names Kubernetes LLM routers scrape (`_vllm_families`): the
+  Gateway API Inference Extension's endpoint picker reads `vllm:num_requests_waiting`,
+  `vllm:num_requests_running`, `vllm:kv_cache_usage_perc` (a 0-1 fraction despite the name)
+  and, for prefix-aware scoring, `vllm:cache_config_info{block_size}`; vLLM's production-stack
+  router reads the two request gauges, `vllm:gpu_cache_usage_perc` and
+  `vllm:gpu_prefix_cache_{hits,queries}_total` / `vllm:gpu_prefix_cache_hit_rate`. All carry
+  a `model_name` label, as vLLM's do;
 - the event-loop lag watchdog (expected vs actual wake-up of a periodic sleep).
 
 Hooks are synchronous and O(1) per call (O(tokens) once per request for inter-token
@@ -144,6 +151,7 @@ class _RuntimeCollector(Collector):
             "preemptions": CounterMetricFamily("switchyard_preemptions", "Requests preempted (blocks freed, recomputed later).", labels=["model"]),
             "steps": CounterMetricFamily("switchyard_steps", "Device steps run.", labels=["model"]),
         }
+        vllm = _vllm_families()
         for runtime in self._runtimes:
             stats = _statistics(runtime)
             if stats is None:
@@ -152,12 +160,36 @@ class _RuntimeCollector(Collector):
             queries = stats.get("prefix_queries", 0)
             stats["prefix_hit_rate"] = stats.get("prefix_hits", 0) / queries if queries else 0.0
             stats["healthy"] = 1.0 if runtime.health()[0] else 0.0
+            blocks = stats.get("kv_blocks_used", 0) + stats.get("kv_blocks_free", 0)
+            stats["kv_usage"] = stats.get("kv_blocks_used", 0) / blocks if blocks else 0.0
             for families in (gauges, counters):
                 for key, family in families.items():
                     if key in stats:
                         family.add_metric(labels, float(stats[key]))
+            for key, vllm_family in vllm:
+                if key in stats:
+                    vllm_family.add_metric(labels, float(stats[key]))
+            if blocks and runtime.info is not None:
+                info = GaugeMetricFamily("vllm:cache_config_info", "KV cache configuration (the value is 1).", labels=["model_name", "block_size", "num_gpu_blocks"])
+                info.add_metric([runtime.served_name, str(runtime.info.block_size), str(blocks)], 1.0)
+                yield info
         yield from gauges.values()
         yield from counters.values()
+        yield from (family for _, family in vllm)
+
+
+def _vllm_families() -> list[tuple[str, GaugeMetricFamily | CounterMetricFamily]]:
+    """(statistics key, family) under vLLM's names, for Kubernetes routers (module docstring)."""
+    labels = ["model_name"]
+    return [
+        ("waiting", GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting to be scheduled.", labels=labels)),
+        ("running", GaugeMetricFamily("vllm:num_requests_running", "Requests in the running batch.", labels=labels)),
+        ("kv_usage", GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV-cache usage as a 0-1 fraction of blocks in use.", labels=labels)),
+        ("kv_usage", GaugeMetricFamily("vllm:gpu_cache_usage_perc", "KV-cache usage as a 0-1 fraction (vLLM's older name).", labels=labels)),
+        ("prefix_hit_rate", GaugeMetricFamily("vllm:gpu_prefix_cache_hit_rate", "Prefix-cache block hit rate since start.", labels=labels)),
+        ("prefix_queries", CounterMetricFamily("vllm:gpu_prefix_cache_queries", "Full prompt blocks looked up in the prefix cache.", labels=labels)),
+        ("prefix_hits", CounterMetricFamily("vllm:gpu_prefix_cache_hits", "Full prompt blocks found in the prefix cache.", labels=labels)),
+    ]
 
 
 def _statistics(runtime: Runtime) -> dict[str, Any] | None:

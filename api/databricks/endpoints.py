@@ -216,18 +216,24 @@ class ServingEndpoints:
         self._lock = trio.Lock()
 
     async def load(self) -> None:
-        stored = await self.store.load()
+        self.adopt(await self.store.load())
+        log.info("endpoints_loaded", count=len(self._defined), path=str(self.store.path))
+
+    def adopt(self, stored: dict[str, str]) -> None:
+        """Take every definition from the store's snapshot (name -> JSON) in one swap: at start,
+        and on a cluster replica whenever the shared store changes (api/cluster/config_store.py)."""
         decoder = msgspec.json.Decoder(Endpoint)
         served = {runtime.served_name for runtime in self.models}
+        defined: dict[str, Endpoint] = {}
         for name, text in stored.items():
             try:
-                self._defined[name] = decoder.decode(text)
+                defined[name] = decoder.decode(text)
             except msgspec.DecodeError as exc:
                 log.error("endpoint_unreadable", endpoint=name, error=str(exc))
                 continue
             if name in served:  # a model added since: the defined endpoint keeps the name
                 log.warning("endpoint_shadows_model", endpoint=name)
-        log.info("endpoints_loaded", count=len(self._defined), path=str(self.store.path))
+        self._defined = defined
 
     # -- reads: synchronous, on the current snapshot ------------------------------------------
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import inspect
 import math
 import time
 from collections.abc import Callable
@@ -153,7 +154,9 @@ class AuthMiddleware:
         # Digests, so every comparison is of 32 bytes: compare_digest's time then tells
         # neither a key's content nor its length.
         self._keys = [hashlib.sha256(key.encode()).digest() for key in config.api_keys]
-        self.limiter = RateLimiter(config, clock)
+        # A serve-ray replica passes the deployment's shared limiter (api/cluster/limits.py),
+        # whose admit() is awaitable; one node keeps its own.
+        self.limiter = config.rate_limiter or RateLimiter(config, clock)
 
     def identify(self, headers: list[tuple[bytes, bytes]]) -> int | None:
         """The index of the key the request carries, or None. Constant time in the key."""
@@ -216,7 +219,8 @@ class AuthMiddleware:
             prompt, generate = estimate_tokens(body)
             replay = _replaying(messages, receive)
         estimate = prompt + generate
-        wait, which = self.limiter.admit(who, estimate)
+        decision = self.limiter.admit(who, estimate)
+        wait, which = await decision if inspect.isawaitable(decision) else decision
         if wait > 0:
             log.info("rate_limited", key=who, limit=which, retry_after_s=round(wait, 3))
             limit = self.config.requests_per_minute if which == "requests" else self.config.tokens_per_minute

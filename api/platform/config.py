@@ -54,6 +54,12 @@ class PlatformConfig:
     state_dir: str | None = None
     # one endpoint request per [[endpoints]] table of the config file (api/databricks/declared.py)
     endpoints: tuple[Any, ...] = ()
+    # Where serving endpoints are stored (load/put/delete, as api.databricks.store.EndpointStore);
+    # None: the SQLite file at endpoints_db. A serve-ray replica passes the cluster's shared store.
+    endpoint_store: Any = field(default=None, repr=False, compare=False)
+    # Per-key limits (admit / settle, as api.http.auth.RateLimiter); None: this process's own buckets.
+    # A serve-ray replica passes the deployment's shared ones (api/cluster/limits.py).
+    rate_limiter: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if any(not key or key != key.strip() for key in self.api_keys):

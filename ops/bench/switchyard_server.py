@@ -44,12 +44,13 @@ class RunningServer:
 
 @contextmanager
 def switchyard_server(
-    log_path: Path, server_args: Sequence[str] = (), startup_timeout: float = 300.0, term_timeout: float = 45.0
+    log_path: Path, server_args: Sequence[str] = (), startup_timeout: float = 300.0, term_timeout: float = 45.0, command: str = "serve"
 ) -> Iterator[RunningServer]:
+    """`command`: "serve", or "serve-ray" (a local Ray instance in the server's process group)."""
     port = free_port()
     state_dir = log_path.parent / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [str(VENV_BIN / "switchyard"), "serve", "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(state_dir), *server_args]
+    cmd = [str(VENV_BIN / "switchyard"), command, "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(state_dir), *server_args]
     print(f"[switchyard] starting: {' '.join(cmd)} (log {log_path})", file=sys.stderr, flush=True)
     process = ServerProcess("switchyard", cmd, log_path, cwd=str(REPO_ROOT))
     server = RunningServer(f"http://127.0.0.1:{port}", cmd, log_path, process)

@@ -13,6 +13,8 @@ PURE_MODULES = [
     "runtime.messages",
     "runtime.sampling",
     "runtime.mailbox",
+    "runtime.prefix_hash",
+    "runtime.routing",
     "actors.sched_core",
     "actors.sequence",
     "actors.embed_core",

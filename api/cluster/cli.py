@@ -1,0 +1,45 @@
+"""`switchyard serve-ray`'s glue: the parsed command line and config file -> a ClusterSpec ->
+api/cluster/deploy.py. Kept apart from deploy.py so a missing `ray` gives one clear message."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import msgspec
+
+from api.cluster.settings import ClusterConfigError, ClusterSettings, ClusterSpec
+
+_FLAGS = {"replicas": "replicas", "ingress_replicas": "ingress_replicas", "replica_cpus": "replica_cpus", "router": "router"}
+
+
+def cluster_settings(args: argparse.Namespace, table: dict[str, Any]) -> ClusterSettings:
+    """The config file's [cluster] table, then the command line's flags over it."""
+    try:
+        settings = ClusterSettings.from_table(dict(table), args.config or "config")
+        for flag, name in _FLAGS.items():
+            if getattr(args, flag, None) is not None:
+                setattr(settings, name, getattr(args, flag))
+        settings.check("command line")
+    except (ClusterConfigError, TypeError) as exc:
+        raise SystemExit(f"switchyard serve-ray: {exc}") from None
+    return settings
+
+
+def cluster_spec(configs: list[Any], platform: Any, settings: ClusterSettings) -> ClusterSpec:
+    """Each replica gets its reserved CPUs as torch threads unless the models say otherwise."""
+    threads = max(1, int(settings.replica_cpus))
+    models = [c if c.num_threads is not None else msgspec.structs.replace(c, num_threads=threads) for c in configs]
+    return ClusterSpec(models=models, platform=platform, settings=settings)
+
+
+def serve_ray(configs: list[Any], platform: Any, args: argparse.Namespace, table: dict[str, Any]) -> None:
+    """`table`: the config file's [cluster] table (api/serve.py read the file)."""
+    try:
+        import ray  # noqa: F401
+        from ray import serve  # noqa: F401
+    except ImportError:
+        raise SystemExit("switchyard serve-ray needs Ray Serve: pip install 'switchyard[ray]'") from None
+    from api.cluster.deploy import run
+
+    run(cluster_spec(configs, platform, cluster_settings(args, table)), args.host, args.port, args.address)

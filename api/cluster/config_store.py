@@ -1,0 +1,192 @@
+"""Serving-endpoint definitions shared by every replica of a serve-ray deployment.
+
+Owns: `EndpointConfigActor`, a Ray actor (named, detached: it outlives any one replica) that is
+the single writer of the definitions and persists them in the same SQLite file a single node
+uses (api/databricks/store.py's file, so `switchyard serve` on that host sees the same
+endpoints); `SharedEndpointStore`, the replica-side adapter with EndpointStore's interface
+(load / put / delete, awaited on the replica's trio loop), which `ServingEndpoints` writes
+through; and `watch_endpoints`, the replica's subscription.
+
+Why this store is safe with several writers: every write from every replica (a `PUT
+.../config` reaches whichever replica the router picked) is a method call on one actor, and
+the actor's writes hold one lock from check to commit, so there is exactly one writer of the
+file, in one process (SQLite's own locking is never relied on across hosts). Writes are
+compare-and-set on `config_version`: a replica writes version v+1 only over v (or version 1
+over nothing), so two replicas updating one endpoint at once cannot both win; the loser's
+client gets a 409 and retries against the new version. A write that would store exactly what
+is stored (every replica applying the config file's [[endpoints]] at start) is a no-op.
+
+How a change reaches every replica, without a restart and without touching in-flight
+requests: each replica long-polls `watch(version)`, which returns as soon as the version
+moves (as Ray Serve's controller pushes configs to its own replicas); the replica then swaps
+its whole snapshot in one assignment (`ServingEndpoints.adopt`), so a request that already
+chose its model keeps it. Imports ray (only inside the actor and the adapter) and api.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from api.databricks.store import EndpointStore
+from runtime.errors import ServingError
+from runtime.logging import get_logger
+
+log = get_logger("cluster.config")
+
+ACTOR_NAME = "switchyard-endpoint-config"
+NAMESPACE = "switchyard"
+WATCH_TIMEOUT_S = 30.0
+
+
+class ConfigConflict(ServingError):
+    status = 409
+    type = "invalid_request_error"
+    code = "RESOURCE_CONFLICT"
+
+
+class _File(EndpointStore):
+    """EndpointStore's synchronous SQLite operations, without its trio lock (this is asyncio)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+
+class EndpointConfigActor:
+    """The one writer (Ray runs an actor's calls one at a time); async so `watch` can wait."""
+
+    def __init__(self, path: str) -> None:
+        self.version = 1
+        self._open(path)
+        self._changed = asyncio.Event()
+        self._lock = asyncio.Lock()  # an async actor interleaves calls at each await
+        self._applied: dict[str, tuple[int, float]] = {}  # subscriber -> (version, when)
+
+    def _open(self, path: str) -> None:
+        self._file = _File(Path(path))
+        self.path = path
+        self._stored: dict[str, str] = self._file._load_sync()
+
+    async def reopen(self, path: str) -> None:
+        """A deployment with another state directory took over this (detached) actor."""
+        async with self._lock:
+            if path != self.path:
+                self._open(path)
+                self._bump()
+
+    async def snapshot(self) -> tuple[int, dict[str, str]]:
+        return self.version, dict(self._stored)
+
+    async def put(self, name: str, definition: str) -> None:
+        async with self._lock:
+            await self._put(name, definition)
+
+    async def _put(self, name: str, definition: str) -> None:
+        new = json.loads(definition)
+        old = json.loads(self._stored[name]) if name in self._stored else None
+        version = new.get("config_version", 1)
+        if old is not None and old.get("config_version") == version and _same_config(old, new):
+            return  # already stored (another replica applied the same declared endpoint)
+        expected = None if old is None else old.get("config_version")
+        if (expected is None and version != 1) or (expected is not None and version != expected + 1):
+            raise ConfigConflict(
+                f"Serving endpoint {name!r} was changed by another request (stored config_version "
+                f"{expected}); nothing was changed, retry."
+            )
+        await asyncio.to_thread(self._file._put_sync, name, definition)
+        self._stored[name] = definition
+        self._bump()
+
+    async def delete(self, name: str) -> None:
+        async with self._lock:
+            await asyncio.to_thread(self._file._delete_sync, name)
+            if self._stored.pop(name, None) is not None:
+                self._bump()
+
+    async def watch(self, subscriber: str, known: int) -> tuple[int, dict[str, str]]:
+        """The snapshot once its version differs from `known` (at most WATCH_TIMEOUT_S later)."""
+        self._applied[subscriber] = (known, time.monotonic())
+        if known == self.version:
+            try:
+                await asyncio.wait_for(self._changed.wait(), WATCH_TIMEOUT_S)
+            except TimeoutError:
+                pass
+        return self.version, dict(self._stored)
+
+    async def applied(self, max_age_s: float = 2 * WATCH_TIMEOUT_S) -> dict[str, int]:
+        """Each live subscriber's applied version (what a test or an operator checks)."""
+        now = time.monotonic()
+        return {s: v for s, (v, when) in self._applied.items() if now - when < max_age_s}
+
+    def _bump(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+
+def _same_config(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("served", "tags", "description"))
+
+
+def config_actor(path: str | Path) -> Any:
+    """The deployment's config actor, created by whoever asks first (get_if_exists is atomic)."""
+    import ray
+
+    remote = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(EndpointConfigActor)
+    actor = remote.options(name=ACTOR_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote(str(path))
+    actor.reopen.remote(str(path))
+    return actor
+
+
+class SharedEndpointStore:
+    """EndpointStore's interface over the config actor, for a replica's trio loop."""
+
+    def __init__(self, actor: Any, path: str | Path) -> None:
+        self.actor = actor
+        self.path = Path(path)
+
+    async def load(self) -> dict[str, str]:
+        return (await _call(self.actor.snapshot))[1]
+
+    async def put(self, name: str, definition: str) -> None:
+        await _call(self.actor.put, name, definition)
+
+    async def delete(self, name: str) -> None:
+        await _call(self.actor.delete, name)
+
+
+async def _call(method: Any, *args: Any) -> Any:
+    import ray
+
+    ref = method.remote(*args)
+    try:
+        return await trio.to_thread.run_sync(ray.get, ref, abandon_on_cancel=True)
+    except ray.exceptions.RayTaskError as exc:
+        cause = exc.as_instanceof_cause()
+        if isinstance(cause, ConfigConflict):
+            raise ConfigConflict(str(cause.args[0]) if cause.args else "conflict") from None
+        raise OSError(f"the endpoint config actor failed: {exc}") from None
+    except ray.exceptions.RayActorError as exc:
+        raise OSError(f"the endpoint config actor is unavailable: {exc}") from None
+
+
+async def watch_endpoints(actor: Any, subscriber: str, adopt: Any) -> None:
+    """Run on the replica's asyncio loop until cancelled: `await adopt(snapshot)` on each change."""
+    known = -1
+    while True:
+        try:
+            version, stored = await actor.watch.remote(subscriber, known)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the actor is restarting: try again shortly
+            log.warning("endpoint_watch_failed", error=repr(exc))
+            await asyncio.sleep(1.0)
+            continue
+        if version != known:
+            await adopt(stored)
+            known = version

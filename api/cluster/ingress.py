@@ -1,0 +1,181 @@
+"""`SwitchyardIngress`: the deployment Ray's HTTP proxy sends every request to.
+
+Owns the hop from HTTP to a model replica, and nothing of the API itself (routes, validation
+and error shapes all run on the replica, in the one app):
+
+1. read the body, and learn what routing needs before any replica sees it (`PromptHasher`):
+   for a generation route, the prompt's token ids rendered as the replica's tokenizer actor
+   renders them (chat template, then encode), hashed into KV block chain hashes with the
+   model's own block size (runtime/prefix_hash.py); and the `x-session-id` header;
+2. call the replicas' `handle_http` through a streaming handle, with that `RoutingHint` as the
+   `routing` keyword, which the request router (api/cluster/router.py) reads;
+3. relay the replica's ASGI messages to the proxy as they arrive. The client leaving cancels
+   this task, which cancels the replica's call (Ray propagates it), which aborts the request.
+
+When the replica fails (killed, crashed, unreachable), the client gets a clean error, never
+a hang: before the response started, a 503 in the shape of the API the path belongs to
+(api.errors.surface_error); mid-SSE, an error event and `[DONE]`; otherwise the body ends.
+Imports ray, transformers (tokenizers), api and runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from api.app import error_shapes
+from api.cluster.host import HttpRequest, portable_scope
+from api.cluster.settings import ClusterSpec
+from api.http import sse
+from api.http.errors import HTTPError
+from api.http.routes import match
+from runtime.logging import get_logger
+from runtime.prefix_hash import block_hashes
+from runtime.routing import RoutingHint
+
+log = get_logger("cluster.ingress")
+
+SESSION_HEADER = b"x-session-id"
+INGRESS_HEADER = b"x-switchyard-ingress"  # which ingress replica relayed the response
+MAX_HASHED_BLOCKS = 512
+MAX_HASHED_CHARS = 64 * 1024  # a longer prompt is hashed on its first part (routing only)
+REPLICA_FAILED = "The model replica serving this request failed; retry."
+_SHAPES = error_shapes()  # the errors the ingress answers itself, in the shape of the request's surface
+
+
+class PromptHasher:
+    """Prompt -> KV block chain hashes, as the replica's cache will compute them."""
+
+    def __init__(self, models: list[Any]) -> None:
+        from transformers import AutoTokenizer
+
+        from runtime.model_store import resolve_model
+
+        self._models: dict[str, tuple[Any, int]] = {}
+        self._default: tuple[Any, int] | None = None
+        for config in models:
+            if config.task == "embeddings":
+                continue
+            name, path = resolve_model(config.model, task=config.task)
+            entry = (AutoTokenizer.from_pretrained(path), config.block_size)
+            self._models[config.served_name or name] = entry
+            self._default = self._default or entry
+
+    def hint(self, scope: dict[str, Any], body: bytes) -> RoutingHint | None:
+        session = _header(scope, SESSION_HEADER)
+        hashes: tuple[int, ...] = ()
+        found = match(scope.get("method", ""), scope.get("path", ""))
+        if found is not None and found[0].runs is not None:
+            try:
+                hashes = self._hashes(json.loads(body))
+            except Exception:  # noqa: BLE001 - a bad body gets its 400 from the replica
+                hashes = ()
+        return RoutingHint(hashes, session) if hashes or session else None
+
+    def _hashes(self, doc: dict[str, Any]) -> tuple[int, ...]:
+        model = doc.get("model")
+        entry = (self._models.get(model) if isinstance(model, str) else None) or self._default
+        if entry is None:
+            return ()
+        tokenizer, block_size = entry
+        truncated = False
+        messages, prompt = doc.get("messages"), doc.get("prompt")
+        if isinstance(messages, list):
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            truncated = len(text) > MAX_HASHED_CHARS
+            ids = tokenizer.encode(text[:MAX_HASHED_CHARS], add_special_tokens=False)
+        elif isinstance(prompt, str):
+            truncated = len(prompt) > MAX_HASHED_CHARS
+            ids = tokenizer.encode(prompt[:MAX_HASHED_CHARS])
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            ids = prompt
+        else:
+            return ()
+        hashes = block_hashes(ids, block_size, MAX_HASHED_BLOCKS)
+        return tuple(hashes[:-1] if truncated else hashes)  # a cut text's last block may differ
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def read_body(receive: Any) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise asyncio.CancelledError("client left before sending its body")
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def relay(responses: Any, scope: dict[str, Any], send: Any, ingress_id: bytes = b"") -> None:
+    """Forward a replica's batches of ASGI messages; on its failure, end the response cleanly."""
+    started = finished = streaming = False
+    try:
+        async for batch in responses:
+            for message in batch:
+                if message["type"] == "http.response.start":
+                    started = True
+                    streaming = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in message.get("headers", ()))
+                    message = {**message, "headers": [*message.get("headers", ()), (INGRESS_HEADER, ingress_id)]}
+                elif message["type"] == "http.response.body" and not message.get("more_body"):
+                    finished = True
+                await send(message)
+    except asyncio.CancelledError:
+        responses.cancel()
+        raise
+    except Exception as exc:  # noqa: BLE001 - replica died, unreachable, or its call failed
+        log.warning("replica_call_failed", path=scope.get("path"), started=started, error=repr(exc)[:300])
+        if finished:
+            return
+        if not started:
+            await _SHAPES.send(send, scope, HTTPError(503, REPLICA_FAILED, "replica_failed"), {"Retry-After": "1"})
+        elif streaming:
+            failure = sse.data({"error": {"message": REPLICA_FAILED, "type": "server_error", "param": None, "code": "replica_failed"}}) + sse.DONE
+            await send({"type": "http.response.body", "body": failure})
+        else:
+            await send({"type": "http.response.body", "body": b""})
+
+
+class SwitchyardIngress:
+    """Wrapped by `serve.ingress()` in api/cluster/deploy.py; its ASGI app is `asgi`."""
+
+    def __init__(self, replicas: Any, spec: ClusterSpec) -> None:
+        from ray import serve
+
+        self._id = serve.get_replica_context().replica_id.unique_id.encode()
+        self._replicas = replicas.options(stream=True)
+        self._hasher = PromptHasher(spec.models) if spec.settings.router == "prefix" else None
+
+    def __serve_build_asgi_app__(self) -> Any:
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:  # a plain function:
+            await self.asgi(scope, receive, send)  # uvicorn takes a bound method for ASGI2
+
+        return app
+
+    async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return  # websockets: no route takes them
+        body = await read_body(receive)
+        hint = self._hasher.hint(scope, body) if self._hasher is not None else None
+        request = HttpRequest(portable_scope(scope), body)
+        await relay(self._replicas.handle_http.remote(request, routing=hint), scope, send, self._id)
+
+
+async def _lifespan(receive: Any, send: Any) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

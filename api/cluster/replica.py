@@ -1,0 +1,106 @@
+"""`SwitchyardReplica`: the Ray Serve deployment class whose replicas serve the models.
+
+Owns one replica's life: it hosts a whole single-node stack (api/cluster/host.py: the trio
+runtime, the actors, the executor thread and the paged cache, and the Quart app) and
+answers the ingress's `handle_http` calls with that app's ASGI messages, streamed. It also:
+
+- reports its load to the routers (`record_routing_stats`: live, running and waiting requests,
+  KV usage as a 0-1 fraction), which Ray Serve polls every `routing_stats_period_s`;
+- fails Ray's `check_health` when a runtime died, the device thread is gone, a step has run
+  past `step_deadline`, or the trio loop stopped answering, so the controller replaces it;
+- follows the shared endpoint config (api/cluster/config_store.py) for its whole life, and
+  counts per-key rate limits in the deployment's shared buckets (api/cluster/limits.py);
+- on shutdown, drains its live requests (up to `drain_timeout`) before stopping the actors.
+
+Each response carries `x-switchyard-replica`, the replica's id, so clients, logs and tests can
+see where a request ran. Imports ray and api.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+from api.cluster.config_store import SharedEndpointStore, config_actor, watch_endpoints
+from api.cluster.host import HttpRequest, TrioHost
+from api.cluster.limits import SharedRateLimiter, rate_limit_actor
+from api.cluster.settings import ClusterSpec
+from runtime.logging import get_logger
+
+log = get_logger("cluster.replica")
+
+REPLICA_HEADER = b"x-switchyard-replica"
+HEALTH_CALL_TIMEOUT_S = 10.0
+
+
+class SwitchyardReplica:
+    async def __init__(self, spec: ClusterSpec) -> None:  # type: ignore[misc]  # Ray Serve awaits an async constructor
+        from ray import serve
+
+        self.replica_id = serve.get_replica_context().replica_id.unique_id
+        self.spec = spec
+        path = spec.platform.endpoints_db
+        self._config = config_actor(path)
+        limiter = None
+        if spec.platform.requests_per_minute or spec.platform.tokens_per_minute:
+            limiter = SharedRateLimiter(rate_limit_actor(spec.platform), spec.platform)
+        platform = dataclasses.replace(spec.platform, endpoint_store=SharedEndpointStore(self._config, path), rate_limiter=limiter)
+        self.host = TrioHost(spec.models, platform)
+        await self.host.wait_ready()
+        self._watcher = asyncio.get_running_loop().create_task(watch_endpoints(self._config, self.replica_id, self._adopt))
+        log.info("replica_ready", replica=self.replica_id, models=[c.served_name for c in spec.models])
+
+    async def _adopt(self, stored: dict[str, str]) -> None:
+        endpoints = self.host.app.extensions["serving_endpoints"]
+        await self.host.call(endpoints.adopt, stored)
+
+    async def handle_http(self, request: HttpRequest, routing: Any = None) -> AsyncIterator[list[dict[str, Any]]]:
+        """The app's ASGI messages for one request, in batches of those already sent (host.py);
+        `routing` is the router's, unused here."""
+        async for batch in self.host.stream(request):
+            if batch[0]["type"] == "http.response.start":
+                start = batch[0]
+                batch[0] = {**start, "headers": [*start.get("headers", ()), (REPLICA_HEADER, self.replica_id.encode())]}
+            yield batch
+
+    async def record_routing_stats(self) -> dict[str, Any]:
+        return await self.host.call(self._load)
+
+    def _load(self) -> dict[str, Any]:
+        live = running = waiting = used = total = 0
+        for runtime in self.host.models:
+            if getattr(runtime, "scheduler", None) is None:
+                continue
+            stats = runtime.statistics()
+            live += stats.get("live_requests", 0)
+            running += stats.get("running", 0)
+            waiting += stats.get("waiting", 0)
+            used += stats.get("kv_blocks_used", 0)
+            total += stats.get("kv_blocks_used", 0) + stats.get("kv_blocks_free", 0)
+        return {"live": live, "running": running, "waiting": waiting, "kv_usage": used / total if total else 0.0}
+
+    async def check_health(self) -> None:
+        if not self.host.alive:
+            raise RuntimeError(f"the runtime's thread has ended: {self.host.error!r}")
+        try:
+            ok, reason = await asyncio.wait_for(self.host.call(self.host.models.health), HEALTH_CALL_TIMEOUT_S)
+        except TimeoutError:
+            raise RuntimeError(f"the runtime's event loop has not answered for {HEALTH_CALL_TIMEOUT_S}s") from None
+        if not ok:
+            raise RuntimeError(f"unhealthy: {reason}")
+
+    async def statistics(self) -> dict[str, Any]:
+        """This replica's id and each model's runtime statistics (ops and tests)."""
+        stats = await self.host.call(lambda: {r.served_name: dict(r.statistics()) for r in self.host.models})
+        return {"replica": self.replica_id, "models": stats}
+
+    async def __del__(self) -> None:
+        watcher = getattr(self, "_watcher", None)
+        if watcher is not None:
+            watcher.cancel()
+        host = getattr(self, "host", None)
+        if host is not None:
+            drain = max((c.drain_timeout for c in self.spec.models), default=5.0)
+            await asyncio.to_thread(host.stop, drain)

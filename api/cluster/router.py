@@ -1,0 +1,65 @@
+"""`PrefixAffinityRouter`: Ray Serve's RequestRouter for Switchyard replicas.
+
+Owns only the adaptation: Ray Serve calls `choose_replicas` with the live replicas and the
+pending request; this reads the request's `RoutingHint` (the `routing=` keyword the ingress
+passed: the prompt's KV block hashes and session id), each replica's load (this router's own
+count of requests in flight there, from Ray's queue-length cache, and the figures the replica
+last reported through `record_routing_stats`), and returns `runtime.routing.RoutingPolicy`'s
+ranks. Ray then sends to the least-queued replica of the first rank with room, and moves down
+the ranks only when a rank's replicas are full (max_ongoing_requests).
+
+Each handle owner (each ingress replica) has its own router and its own prefix table; the
+rendezvous rules in runtime/routing.py make separate ingress replicas agree on sessions and on
+new prefixes without sharing state. Imports ray and runtime.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
+
+from runtime.logging import get_logger
+from runtime.routing import ReplicaLoad, RoutingHint, RoutingPolicy
+
+log = get_logger("cluster.router")
+
+
+class PrefixAffinityRouter(RequestRouter):
+    def initialize_state(self, **policy: Any) -> None:
+        """`policy`: [cluster.router_kwargs] (epsilon, slack, max_kv_usage, min_match, affinity_blocks)."""
+        self.policy = RoutingPolicy(**policy)
+        self.decisions: dict[str, int] = {}  # reason -> count, for logs and tests
+
+    async def choose_replicas(
+        self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
+    ) -> list[list[RunningReplica]]:
+        by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        loads = [self._load(r) for r in candidate_replicas]
+        decision = self.policy.rank(hint_of(pending_request), loads)
+        self.decisions[decision.reason] = self.decisions.get(decision.reason, 0) + 1
+        return [[by_id[i] for i in rank if i in by_id] for rank in decision.ranks]
+
+    def _load(self, replica: RunningReplica) -> ReplicaLoad:
+        stats = replica.routing_stats or {}
+        ongoing = self.replica_queue_len_cache.get(replica.replica_id)
+        return ReplicaLoad(
+            replica.replica_id.unique_id,
+            ongoing=ongoing or 0,
+            live=int(stats.get("live", 0)),
+            kv_usage=float(stats.get("kv_usage", 0.0)),
+        )
+
+    def on_request_routed(self, pending_request: PendingRequest, replica_id: Any, result: Any) -> None:
+        self.policy.routed(hint_of(pending_request), replica_id.unique_id)
+
+    def on_replica_actor_died(self, replica_id: Any) -> None:
+        super().on_replica_actor_died(replica_id)
+        self.policy.forget(replica_id.unique_id)
+
+
+def hint_of(pending_request: PendingRequest | None) -> RoutingHint | None:
+    if pending_request is None:
+        return None
+    hint = pending_request.kwargs.get("routing")
+    return hint if isinstance(hint, RoutingHint) else None

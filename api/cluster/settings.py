@@ -1,0 +1,87 @@
+"""What a serve-ray deployment is made of: `ClusterSettings` (the `[cluster]` table of the
+config file, then the CLI's flags over it) and `ClusterSpec` (what every replica and ingress
+replica is built from). No Ray import: the CLI checks a config file before starting Ray.
+
+The `[cluster]` table (every key optional):
+
+    replicas = 2                 model replicas (ignored when [cluster.autoscaling] is given)
+    ingress_replicas = 1         HTTP ingress replicas (each tokenizes to route by prefix)
+    replica_cpus = 1.0           Ray CPUs reserved per model replica (fractions allowed)
+    ingress_cpus = 0.5           ... per ingress replica
+    replica_gpus = 0.0           Ray GPUs per model replica
+    router = "prefix"            "prefix" (runtime/routing.py) or "pow2" (Ray's power of two)
+    max_ongoing_requests = 1024  per model replica, Ray's own cap; above the runtime's
+                                 max_pending (512) on purpose, so a full replica answers a fast
+                                 429 itself instead of Ray queueing requests silently
+    routing_stats_period_s = 1.0 how often replicas report their load to the routers
+    health_check_period_s = 5.0
+    health_check_timeout_s = 30.0
+    graceful_shutdown_timeout_s = 30.0
+    [cluster.autoscaling]        passed to Ray Serve's autoscaling_config as is:
+                                 min_replicas, max_replicas, target_ongoing_requests,
+                                 upscale_delay_s, downscale_delay_s, ...
+    [cluster.router_kwargs]      epsilon, slack, max_kv_usage, min_match, affinity_blocks
+                                 (runtime.routing.RoutingPolicy)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+ROUTERS = ("prefix", "pow2")
+
+
+class ClusterConfigError(ValueError):
+    pass
+
+
+@dataclass
+class ClusterSettings:
+    replicas: int = 1
+    ingress_replicas: int = 1
+    replica_cpus: float = 1.0
+    ingress_cpus: float = 0.5
+    replica_gpus: float = 0.0
+    router: str = "prefix"
+    max_ongoing_requests: int = 1024
+    routing_stats_period_s: float = 1.0
+    health_check_period_s: float = 5.0
+    health_check_timeout_s: float = 30.0
+    graceful_shutdown_timeout_s: float = 30.0
+    autoscaling: dict[str, Any] | None = None
+    router_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_table(cls, table: Any, source: str = "config") -> ClusterSettings:
+        if not isinstance(table, dict):
+            raise ClusterConfigError(f"{source}: [cluster] must be a table")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ClusterConfigError(f"{source}: [cluster] has unknown keys {unknown}; known: {sorted(known)}")
+        settings = cls(**table)
+        settings.check(source)
+        return settings
+
+    def check(self, source: str = "config") -> None:
+        if self.router not in ROUTERS:
+            raise ClusterConfigError(f"{source}: [cluster].router must be one of {ROUTERS}, not {self.router!r}")
+        for name in ("replicas", "ingress_replicas", "max_ongoing_requests"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ClusterConfigError(f"{source}: [cluster].{name} must be a whole number >= 1")
+        for name in ("replica_cpus", "ingress_cpus", "replica_gpus", "routing_stats_period_s"):
+            if not isinstance(getattr(self, name), (int, float)) or getattr(self, name) < 0:
+                raise ClusterConfigError(f"{source}: [cluster].{name} must be a number >= 0")
+        if self.autoscaling is not None and not isinstance(self.autoscaling, dict):
+            raise ClusterConfigError(f"{source}: [cluster.autoscaling] must be a table")
+
+
+@dataclass
+class ClusterSpec:
+    """Everything a replica needs, shipped to it by Ray (picklable)."""
+
+    models: list[Any]  # runtime.config.RuntimeConfig, one per served model
+    platform: Any  # api.platform_config.PlatformConfig
+    settings: ClusterSettings = field(default_factory=ClusterSettings)

@@ -1,0 +1,64 @@
+"""api/cluster/host.py without Ray: the single-node app on a trio thread, driven from asyncio,
+as a serve-ray replica drives it. Messages stream as sent; leaving early aborts the request
+and frees its KV blocks; after stop, a request fails fast instead of waiting forever."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from api.cluster.host import HostDead, HttpRequest, TrioHost
+from api.platform.config import PlatformConfig
+from tests.conftest import tiny_config
+
+
+def request(path: str, body: dict) -> HttpRequest:
+    scope = {
+        "type": "http", "http_version": "1.1", "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+        "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1), "server": ("x", 80),
+    }  # fmt: skip
+    return HttpRequest(scope, json.dumps(body).encode())
+
+
+def test_stream_cancel_and_stop(tiny_model_dir: Path, tmp_path: Path) -> None:
+    async def scenario() -> None:
+        host = TrioHost([tiny_config(tiny_model_dir)], PlatformConfig(state_dir=str(tmp_path)))
+        await host.wait_ready()
+        stream = {"model": "tiny", "prompt": "hi", "max_tokens": 24, "temperature": 0, "stream": True, "ignore_eos": True}
+        batches = [b async for b in host.stream(request("/v1/completions", stream))]
+        messages = [m for batch in batches for m in batch]
+        assert messages[0]["type"] == "http.response.start" and messages[0]["status"] == 200
+        bodies = [m.get("body", b"") for m in messages[1:]]
+        assert sum(b.startswith(b"data: {") for b in bodies) >= 6  # one message per event, not one blob
+        assert any(b"[DONE]" in b for b in bodies)
+        assert len(batches) > 2  # tokens cross as they come, not all at the end
+
+        long = {**stream, "max_tokens": 400}
+        gen = host.stream(request("/v1/completions", long))
+        async for batch in gen:
+            if any(m.get("body", b"").startswith(b"data: {") for m in batch):
+                break
+        await gen.aclose()  # what a cancelled Ray call does to the replica's generator
+
+        def idle() -> bool:
+            stats = next(iter(host.models)).statistics()
+            return stats["live_requests"] == 0 and stats["kv_blocks_used"] == 0
+
+        for _ in range(200):
+            if await host.call(idle):
+                break
+            await asyncio.sleep(0.01)
+        assert await host.call(idle)
+
+        bad = [m async for b in host.stream(request("/v1/completions", {"model": "tiny", "prompt": "x", "max_tokens": 0})) for m in b]
+        assert bad[0]["status"] == 400  # the app's own error shape, not a bridge error
+
+        await asyncio.to_thread(host.stop)
+        with pytest.raises(HostDead):
+            async for _ in host.stream(request("/v1/completions", stream)):
+                pass
+
+    asyncio.run(scenario())

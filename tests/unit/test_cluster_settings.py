@@ -1,0 +1,62 @@
+"""serve-ray's settings (api/cluster/settings.py, api/cluster/cli.py): the [cluster] table,
+the command line over it, and what each replica is built from. No Ray needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from api.cluster.cli import cluster_settings, cluster_spec
+from api.cluster.settings import ClusterConfigError, ClusterSettings
+from api.serve import parse_args, read_config_file
+from runtime.config import RuntimeConfig
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "models.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_cluster_table_then_flags(tmp_path: Path) -> None:
+    config = write(tmp_path, """
+[cluster]
+replicas = 3
+router = "pow2"
+replica_cpus = 2
+[cluster.autoscaling]
+min_replicas = 1
+max_replicas = 8
+target_ongoing_requests = 16
+[cluster.router_kwargs]
+epsilon = 0.5
+""")
+    parse_args(["serve-ray", "--config", config, "--replicas", "5"])
+    from api.serve import _CLI_EXTRAS
+
+    settings = cluster_settings(_CLI_EXTRAS["args"], read_config_file(config).cluster)
+    assert settings.replicas == 5 and settings.router == "pow2" and settings.replica_cpus == 2
+    assert settings.autoscaling == {"min_replicas": 1, "max_replicas": 8, "target_ongoing_requests": 16}
+    assert settings.router_kwargs == {"epsilon": 0.5}
+    assert read_config_file(config).cluster["replicas"] == 3  # `switchyard serve` accepts the table too
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"replicaz": 2}, "unknown keys ['replicaz']"),
+        ({"router": "random"}, "router must be one of"),
+        ({"replicas": 0}, "replicas must be a whole number"),
+        ({"autoscaling": 3}, "[cluster.autoscaling] must be a table"),
+    ],
+)
+def test_bad_cluster_tables_name_the_key(table: dict, message: str) -> None:
+    with pytest.raises(ClusterConfigError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+        ClusterSettings.from_table(table, "f.toml")
+
+
+def test_replica_threads_follow_reserved_cpus_unless_set() -> None:
+    settings = ClusterSettings(replica_cpus=3)
+    spec = cluster_spec([RuntimeConfig(), RuntimeConfig(num_threads=1)], None, settings)
+    assert [c.num_threads for c in spec.models] == [3, 1]
