@@ -14,7 +14,7 @@ and error shapes all run on the replica, in the one app):
 
 When the replica fails (killed, crashed, unreachable), the client gets a clean error, never
 a hang: before the response started, a 503 in the shape of the API the path belongs to
-(api.errors.surface_error); mid-SSE, an error event and `[DONE]`; otherwise the body ends.
+(api.app.error_shapes); mid-SSE, an error event and `[DONE]`; otherwise the body ends.
 Imports ray, transformers (tokenizers), api and runtime.
 """
 

@@ -83,5 +83,5 @@ class ClusterSpec:
     """Everything a replica needs, shipped to it by Ray (picklable)."""
 
     models: list[Any]  # runtime.config.RuntimeConfig, one per served model
-    platform: Any  # api.platform_config.PlatformConfig
+    platform: Any  # api.platform.config.PlatformConfig
     settings: ClusterSettings = field(default_factory=ClusterSettings)
