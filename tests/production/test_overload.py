@@ -3,16 +3,15 @@ every admitted request completes, nothing hangs; by request count and by token b
 full, every generation route (OpenAI, Azure, Databricks invocations) sheds before reading the
 body, after the API key check, quickly, in its own surface's error shape.
 
-The latency bounds here are deliberately generous (flaky timing asserts help nobody on a
-shared 2-core box) but still catch a queued wait: refusals are timed while the device is held,
-so a refusal that waited for a slot would never come. `ops/overload.py` measures the real
-rejection latency against issue 6's 50 ms.
+No timing bounds here (a suite's timing assert fails on a busy machine, not on a regression):
+refusals are made while the device is held, so a refusal that waited for a slot would never
+come at all and the test would time out. `ops/overload.py` measures the real rejection latency
+against issue 6's 50 ms.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -50,11 +49,6 @@ def check_burst(results: list[dict], limit: int) -> list[dict]:
     for r in refused:
         assert b"\r\nretry-after: " in r["head"].lower()
         assert json.loads(r["body"])["error"]["type"] == "rate_limit_error"
-    latencies = sorted(r["first"] for r in refused)
-    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-    # Generous on purpose: 80 requests land at once on a shared 2-core box (up to 0.54 s seen
-    # under other engineers' load, 0.07-0.16 s when quiet); ops/overload.py measures for real.
-    assert p99 < 1.0, f"p99 rejection latency {p99:.3f}s"
     return refused
 
 
@@ -134,11 +128,6 @@ KEY = "sk-test-overload-0123456789"
 AZURE = "/chat/completions?api-version=2024-04-01-preview"
 
 
-def p99(values: list[float]) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(len(values) * 0.99))]
-
-
 async def test_every_generation_route_sheds_after_auth_before_the_body(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -175,7 +164,6 @@ async def test_every_generation_route_sheds_after_auth_before_the_body(
                     while len(runtime.requests) < 4:
                         await trio.sleep(0.01)
 
-                    latencies: list[float] = []
                     for path in routes:
                         # 1. Auth first: no key or a wrong one is a 401 whatever the load.
                         for headers in ({"Authorization": ""}, {"Authorization": "Bearer sk-wrong"}):
@@ -184,9 +172,7 @@ async def test_every_generation_route_sheds_after_auth_before_the_body(
                         # 2. Then shedding, before the body is read: a body that is not even
                         # JSON gets the 429 (the app would have said 400), in the route's shape.
                         for _ in range(25):
-                            started = time.perf_counter()
                             r = await http.post(path, content=b"{not json")
-                            latencies.append(time.perf_counter() - started)
                             assert r.status_code == 429 and r.headers["retry-after"] == "1", (path, r.status_code, r.text)
                         if path == AZURE:
                             assert r.headers["x-ms-error-code"] == "TooManyRequests" and r.json()["status"] == 429
@@ -200,8 +186,8 @@ async def test_every_generation_route_sheds_after_auth_before_the_body(
                     r = await http.post("/serving-endpoints/no-such-endpoint/invocations", content=b"{}")
                     assert r.status_code == 404 and r.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
                     assert (await http.get("/v1/models")).status_code == 200
-                    # Held device: a refusal that queued for a slot would never have come at all.
-                    assert p99(latencies) < 0.2, f"p99 refusal latency {p99(latencies) * 1000:.1f} ms over {len(latencies)} refusals"
+                    # Held device: a refusal that queued for a slot would never have come at all,
+                    # so getting here is the check; the latency is ops/overload.py's to measure.
                     runtime.runner.release.set()
             assert len(admitted) == 4 and all(events[-1] == "[DONE]" for events in admitted)
             m = (await http.get("/metrics")).text
