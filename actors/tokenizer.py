@@ -1,6 +1,7 @@
 """The tokenizer actor: prompts in, token ids out.
 
-Owns: chat-template rendering, encoding, and the context-length rules (a prompt that does not
+Owns: chat-template rendering (with a guide's fixed output start, `Guide.prefix`, after the
+generation prompt), encoding, and the context-length rules (a prompt that does not
 fit, or `max_tokens` past the context, fails the request with a 400 naming the field, unless
 the prompt asks to be truncated: a text or token prompt keeps its tail, a message prompt drops
 its oldest messages). Encoding runs in a worker thread, one request at a time and in arrival
@@ -34,25 +35,28 @@ from runtime.request import Prompt, RequestContext
 log = get_logger("tokenizer")
 
 
-def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
+def encode_prompt(tokenizer: Any, prompt: Prompt, prefix: str = "") -> list[int]:
+    """`prefix`: the output's fixed start (`Guide.prefix`), written after the prompt (after
+    the assistant's generation prompt) and encoded with it, so its tokens are the ones the
+    text would have as a whole."""
     if prompt.token_ids is not None:
-        return list(prompt.token_ids)
+        return list(prompt.token_ids) + (tokenizer.encode(prefix, add_special_tokens=False) if prefix else [])
     if prompt.messages is not None:
-        return _encode_messages(tokenizer, prompt.messages, prompt.chat_template_kwargs)
+        return _encode_messages(tokenizer, prompt.messages, prompt.chat_template_kwargs, prefix)
     assert prompt.text is not None
-    return tokenizer.encode(prompt.text, add_special_tokens=prompt.add_special_tokens)
+    return tokenizer.encode(prompt.text + prefix, add_special_tokens=prompt.add_special_tokens)
 
 
-def _encode_messages(tokenizer: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> list[int]:
+def _encode_messages(tokenizer: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any], prefix: str = "") -> list[int]:
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
     except Exception as exc:  # jinja raises on messages the template rejects
         raise InvalidRequest(f"The chat template rejected these messages: {exc}", param="messages") from exc
     # The rendered template already holds BOS and role markers.
-    return tokenizer.encode(text, add_special_tokens=False)
+    return tokenizer.encode(text + prefix, add_special_tokens=False)
 
 
-def fit_messages(tokenizer: Any, prompt: Prompt, limit: int) -> tuple[list[int], int, int]:
+def fit_messages(tokenizer: Any, prompt: Prompt, limit: int, prefix: str = "") -> tuple[list[int], int, int]:
     """A message prompt encoded in at most `limit` tokens by dropping its oldest messages
     (the Responses API's `truncation: "auto"`). Returns (ids, messages dropped, tokens the
     whole prompt had).
@@ -61,11 +65,12 @@ def fit_messages(tokenizer: Any, prompt: Prompt, limit: int) -> tuple[list[int],
     The kept part starts at a message that can open a conversation: not a `tool` result, whose
     call would be gone. Encodings are searched by bisection, so a long history costs a few
     renderings, not one per message. When even the shortest candidate does not fit, it is
-    returned as it is and the caller's context-length check refuses it.
+    returned as it is and the caller's context-length check refuses it. `prefix`: as in
+    `encode_prompt`.
     """
     assert prompt.messages is not None
     messages, kwargs = prompt.messages, prompt.chat_template_kwargs
-    ids = _encode_messages(tokenizer, messages, kwargs)
+    ids = _encode_messages(tokenizer, messages, kwargs, prefix)
     if len(ids) <= limit:
         return ids, 0, len(ids)
     head = 0
@@ -80,7 +85,7 @@ def fit_messages(tokenizer: Any, prompt: Prompt, limit: int) -> tuple[list[int],
         mid = (lo + hi) // 2
         kept = messages[:head] + messages[starts[mid] :]
         try:
-            candidate = _encode_messages(tokenizer, kept, kwargs)
+            candidate = _encode_messages(tokenizer, kept, kwargs, prefix)
         except InvalidRequest:  # the template refuses this cut (say, an assistant turn first)
             candidate = None
         if candidate is not None and len(candidate) <= limit:
@@ -88,7 +93,7 @@ def fit_messages(tokenizer: Any, prompt: Prompt, limit: int) -> tuple[list[int],
         else:
             lo = mid + 1
     if best is None:  # the shortest candidate, for the caller to refuse
-        best = _encode_messages(tokenizer, messages[:head] + messages[starts[-1] :], kwargs), starts[-1] - head
+        best = _encode_messages(tokenizer, messages[:head] + messages[starts[-1] :], kwargs, prefix), starts[-1] - head
     return best[0], best[1], len(ids)
 
 
@@ -199,16 +204,17 @@ class TokenizerActor:
         is already compiled (None: no grammar, or one still to compile)."""
         if self.task == "embed":
             return *self._encode_for_embedding(ctx), None
-        prompt = ctx.prompt
+        prompt, guide = ctx.prompt, ctx.sampling.guide
+        prefix = guide.prefix if guide is not None else ""
         truncated = 0
         if prompt.messages is not None and prompt.truncate:
-            ids, dropped, full = fit_messages(self.tokenizer, prompt, self.max_model_len - output_room(ctx.sampling.max_tokens, self.max_model_len))
+            room = output_room(ctx.sampling.max_tokens, self.max_model_len)
+            ids, dropped, full = fit_messages(self.tokenizer, prompt, self.max_model_len - room, prefix)
             if dropped:
                 truncated = max(0, full - len(ids))
                 log.info("prompt_truncated", request_id=ctx.request_id, messages_dropped=dropped, tokens=len(ids))
         else:
-            ids = encode_prompt(self.tokenizer, prompt)
-        guide = ctx.sampling.guide
+            ids = encode_prompt(self.tokenizer, prompt, prefix)
         if guide is None:
             return ids, truncated, None
         if self.guides is None:

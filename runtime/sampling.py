@@ -16,11 +16,18 @@ class Guide(msgspec.Struct, frozen=True, kw_only=True):
     "lark": `definition` is a grammar in llguidance's Lark dialect (which may embed JSON
     schemas with `%json {...}`); "regex": a regular expression. Compiled and cached off the
     event loop; an invalid definition is rejected at the edge (400 naming the field).
+
+    `prefix`: text the output must open with, fixed in advance (a forced tool call's opening).
+    The tokenizer actor appends it to the prompt, so it costs one prefill instead of a decode
+    step per token; the grammar constrains only what comes after it, and the output (text,
+    logprobs, completion_tokens) is only what was generated: readers of the output that need
+    the whole turn put `prefix` in front of it.
     """
 
     kind: str
     definition: str = ""
     param: str = "response_format"  # the request field an invalid definition is reported against
+    prefix: str = ""
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):

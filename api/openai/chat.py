@@ -17,6 +17,7 @@ from api.openai.params import chat_params, chat_tools
 from api.openai.schemas import ChatCompletionRequest
 from api.openai.streaming import Collected, Generation, sse_stream
 from api.openai.tools.chat import ChatDeltas, chat_message_parts
+from api.openai.tools.parser import output_prefix
 from api.openai.tools.prompt import template_takes_tools
 from api.openai.tools.spec import ToolSet
 from api.openai.usage import usage_dict
@@ -48,14 +49,14 @@ async def respond(models: ModelRegistry, req: ChatCompletionRequest) -> Response
         "system_fingerprint": runtime.fingerprint,
     }
     if req.stream:
-        return _stream(runtime, gen, head, req, toolset)
+        return _stream(runtime, gen, head, req, toolset, output_prefix(sampling))
     outs = await gen.collect()
-    choices = [_choice(runtime, i, out, req.logprobs, toolset) for i, out in enumerate(outs)]
+    choices = [_choice(runtime, i, out, req.logprobs, toolset, output_prefix(sampling)) for i, out in enumerate(outs)]
     return json_response({**head, "object": "chat.completion", "choices": choices, "usage": chat_usage(outs)})
 
 
-def _choice(runtime: Runtime, index: int, out: Collected, want_logprobs: bool, toolset: ToolSet | None = None) -> dict[str, Any]:
-    content, calls = chat_message_parts(out.text, toolset) if toolset is not None else (out.text, [])
+def _choice(runtime: Runtime, index: int, out: Collected, want_logprobs: bool, toolset: ToolSet | None = None, prefix: str = "") -> dict[str, Any]:
+    content, calls = chat_message_parts(out.text, toolset, prefix) if toolset is not None else (out.text, [])
     message = {"role": "assistant", "content": content, "refusal": None, "tool_calls": calls or None}
     return {
         "index": index,
@@ -85,7 +86,9 @@ def _finish_reason(reason: Any, called: bool) -> str | None:
     return "tool_calls" if called and reason.value == "stop" else reason.value
 
 
-def _stream(runtime: Runtime, gen: Generation, head: dict[str, Any], req: ChatCompletionRequest, toolset: ToolSet | None = None) -> Response:
+def _stream(
+    runtime: Runtime, gen: Generation, head: dict[str, Any], req: ChatCompletionRequest, toolset: ToolSet | None = None, prefix: str = ""
+) -> Response:
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     head = {**head, "object": "chat.completion.chunk"}
     if include_usage:
@@ -104,7 +107,7 @@ def _stream(runtime: Runtime, gen: Generation, head: dict[str, Any], req: ChatCo
             sent_role.add(index)
             out.append(chunk(index, {"role": "assistant", "content": ""}))
         logprobs = chat_logprobs(runtime.tokenizer, delta.logprobs or []) if req.logprobs else None
-        parser = tools.setdefault(index, ChatDeltas(toolset)) if toolset is not None else None
+        parser = tools.setdefault(index, ChatDeltas(toolset, prefix)) if toolset is not None else None
         pieces = parser.feed(delta.text) if parser is not None else [{"content": delta.text}] if delta.text else []
         if parser is not None and delta.finish_reason is not None:
             pieces += parser.finish()

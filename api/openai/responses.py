@@ -30,7 +30,7 @@ from api.openai.params_responses import responses_params
 from api.openai.responses_events import Event, ResponsesEventBuilder, new_id
 from api.openai.schemas_responses import ResponsesRequest
 from api.openai.streaming import Generation
-from api.openai.tools.parser import ToolCallParser
+from api.openai.tools.parser import ToolCallParser, output_prefix
 from api.openai.tools.prompt import template_takes_tools
 from api.openai.tools.spec import ToolSet
 from runtime.errors import InvalidRequest, RequestFailed, ServingError
@@ -56,7 +56,7 @@ def register(app: Quart, models: ModelRegistry) -> None:
         except RequestFailed as exc:  # admitted, then failed before its first token
             gen = exc
         response = {"id": new_id("resp"), "object": "response", "created_at": int(time.time()), "model": runtime.served_name, **params.echo}
-        output = _Output(ResponsesEventBuilder(response), params.toolset, runtime.tokenizer if params.logprobs else None)
+        output = _Output(ResponsesEventBuilder(response), params.toolset, runtime.tokenizer if params.logprobs else None, output_prefix(params.sampling))
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return sse.response(_sse(_events(gen, output, include_usage)))
@@ -114,9 +114,9 @@ class _Output:
     text (or whitespace the parser drops) are reported nowhere, as output_text is the only
     place the API has for them."""
 
-    def __init__(self, builder: ResponsesEventBuilder, toolset: ToolSet | None, tokenizer: Any = None) -> None:
+    def __init__(self, builder: ResponsesEventBuilder, toolset: ToolSet | None, tokenizer: Any = None, prefix: str = "") -> None:
         self.builder = builder
-        self.parser = ToolCallParser(toolset) if toolset is not None and toolset.callable() else None
+        self.parser = ToolCallParser(toolset, prefix) if toolset is not None and toolset.callable() else None
         self.tokenizer = tokenizer
         self._fed = 0  # characters of output so far
         self._pending: deque[tuple[int, int, list[Logprob]]] = deque()  # (start, end, logprobs) per delta

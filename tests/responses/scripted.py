@@ -5,6 +5,10 @@ monkeypatch and drive the real route, the real SSE framing and the real openai S
 exactly the text a model would write — a tool call, say — without any model. It records the
 `Prompt` and `SamplingParams` the route built, so tests can also check that the guide the
 route asked for accepts the scripted text (`guide_accepts`, compiled with llguidance).
+
+A script is the whole assistant turn. When the guide has a `prefix` (a forced call's opening,
+which the prompt ends with), the scripted model, like a real one, generates only what follows
+it: a script that does not start with the prefix fails the test.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ class Script:
 
     def __call__(self, runtime: Any, prompts: list[Any], sampling: Any, n: int = 1) -> ScriptedGeneration:
         self.calls.append((prompts[0], sampling))
-        return ScriptedGeneration(self, n)
+        return ScriptedGeneration(self, n, _after(sampling.guide, self.pieces))
 
     @property
     def text(self) -> str:
@@ -41,9 +45,10 @@ class Script:
 class ScriptedGeneration:
     request_id = "scripted"
 
-    def __init__(self, script: Script, n: int) -> None:
+    def __init__(self, script: Script, n: int, pieces: list[str]) -> None:
         self.script = script
         self.n = n
+        self.pieces = pieces  # what the model generates: the script after the guide's prefix
 
     async def start(self) -> ScriptedGeneration:
         if self.script.fail_at == 0:
@@ -51,7 +56,7 @@ class ScriptedGeneration:
         return self
 
     async def deltas(self) -> AsyncIterator[tuple[int, TextDelta]]:
-        pieces = self.script.pieces
+        pieces = self.pieces
         for index in range(self.n):
             for i, piece in enumerate(pieces):
                 if i == self.script.fail_at:
@@ -71,11 +76,26 @@ class ScriptedGeneration:
         pass
 
 
+def _after(guide: Any, pieces: list[str]) -> list[str]:
+    """The script's pieces after the guide's prefix (empty pieces dropped)."""
+    prefix = guide.prefix if guide is not None else ""
+    text = "".join(pieces)
+    assert text.startswith(prefix), f"the script {text!r} does not start with the prompt's end {prefix!r}"
+    out, skip = [], len(prefix)
+    for piece in pieces:
+        cut = min(skip, len(piece))
+        skip -= cut
+        if piece[cut:]:
+            out.append(piece[cut:])
+    return out
+
+
 _tokenizers: dict[int, Any] = {}
 
 
 def guide_accepts(tokenizer: Any, guide: Any, text: str) -> bool:
-    """Whether llguidance, given `guide` (as the engine would compile it), accepts `text`."""
+    """Whether llguidance, given `guide` (as the engine would compile it), accepts `text`: the
+    whole turn, whose start the guide's `prefix` (the prompt's end) must be."""
     import llguidance
     import llguidance.hf
 
@@ -86,6 +106,8 @@ def guide_accepts(tokenizer: Any, guide: Any, text: str) -> bool:
         _tokenizers[key] = llguidance.hf.from_tokenizer(tokenizer)
     matcher = llguidance.LLMatcher(_tokenizers[key], guide_grammar(guide), log_level=0)
     assert not matcher.is_error(), matcher.get_error()
-    ids = tokenizer.encode(text, add_special_tokens=False)
+    if not text.startswith(guide.prefix):
+        return False
+    ids = tokenizer.encode(text[len(guide.prefix) :], add_special_tokens=False)
     return matcher.consume_tokens(ids) and matcher.is_accepting()
 

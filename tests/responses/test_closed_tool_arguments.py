@@ -31,9 +31,12 @@ def compiler(tmp_path_factory: pytest.TempPathFactory) -> GuideCompiler:
 
 
 def accepts(compiler: GuideCompiler, guide: Any, text: str) -> bool:
-    """Whether the guide's mask lets every token of `text` through, and ends there."""
+    """Whether the guide's mask lets every token of `text` through, and ends there. `text`
+    is the whole output, whose start the guide's prefix (the prompt's end) must be."""
+    if not text.startswith(guide.prefix):
+        return False
     matcher = compiler.matcher(guide)
-    tokens = compiler._hf_tokenizer.encode(text, add_special_tokens=False)
+    tokens = compiler._hf_tokenizer.encode(text[len(guide.prefix) :], add_special_tokens=False)
     return matcher.validate_tokens(tokens) == len(tokens) and matcher.consume_tokens(tokens) and matcher.is_accepting()
 
 

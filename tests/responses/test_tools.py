@@ -23,6 +23,7 @@ from api.openai.tools.prompt import render_conversation, template_takes_tools
 from api.openai.tools.spec import format_call
 from api.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
+from runtime.sampling import Guide
 
 WEATHER = {
     "type": "function",
@@ -53,7 +54,13 @@ def ll_tokenizer(tokenizer: Any) -> Any:
     return llguidance.hf.from_tokenizer(tokenizer)
 
 
-def accepts(tokenizer: Any, ll_tokenizer: Any, grammar: str, text: str) -> bool:
+def accepts(tokenizer: Any, ll_tokenizer: Any, grammar: str | Guide, text: str) -> bool:
+    """Whether `grammar` (or a tool guide) accepts `text`; for a guide, `text` is the whole
+    output, whose start its prefix (the prompt's end) must be."""
+    if isinstance(grammar, Guide):
+        if not text.startswith(grammar.prefix):
+            return False
+        grammar, text = grammar.definition, text[len(grammar.prefix) :]
     matcher = llguidance.LLMatcher(ll_tokenizer, grammar, log_level=0)
     assert not matcher.is_error(), matcher.get_error()
     return matcher.consume_tokens(tokenizer.encode(text, add_special_tokens=False)) and matcher.is_accepting()
@@ -156,7 +163,7 @@ def test_required_function_grammar(tokenizer: Any, ll_tokenizer: Any) -> None:
     assert toolset is not None
     guide = tool_guide(toolset, None)
     assert guide is not None and guide.kind == "lark" and guide.param == "tools"
-    g = guide.definition
+    g = guide
     weather = format_call("function", "get_weather", '{"city": "Paris"}')
     assert accepts(tokenizer, ll_tokenizer, g, weather)
     assert accepts(tokenizer, ll_tokenizer, g, weather + "\n" + format_call("custom", "calc", "1 + (2 - 3)"))
@@ -174,10 +181,10 @@ def test_auto_grammar_allows_text_but_forces_started_calls(tokenizer: Any, ll_to
     guide = tool_guide(toolset, None)
     assert guide is not None
     weather = format_call("function", "get_weather", '{"city": "Paris"}')
-    assert accepts(tokenizer, ll_tokenizer, guide.definition, "Hello, no tools needed.")
-    assert accepts(tokenizer, ll_tokenizer, guide.definition, "Let me look.\n" + weather)
-    assert not accepts(tokenizer, ll_tokenizer, guide.definition, weather + "\n" + weather)  # parallel_tool_calls false
-    assert not accepts(tokenizer, ll_tokenizer, guide.definition, '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>')
+    assert accepts(tokenizer, ll_tokenizer, guide, "Hello, no tools needed.")
+    assert accepts(tokenizer, ll_tokenizer, guide, "Let me look.\n" + weather)
+    assert not accepts(tokenizer, ll_tokenizer, guide, weather + "\n" + weather)  # parallel_tool_calls false
+    assert not accepts(tokenizer, ll_tokenizer, guide, '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>')
 
 @pytest.mark.parametrize("choice", ["required", "auto"])
 def test_max_tool_calls_bounds_the_grammar(tokenizer: Any, ll_tokenizer: Any, choice: str) -> None:
@@ -189,7 +196,7 @@ def test_max_tool_calls_bounds_the_grammar(tokenizer: Any, ll_tokenizer: Any, ch
         assert guide is not None
         for k in range(1, 5):
             calls = "\n".join([weather] * k)
-            assert accepts(tokenizer, ll_tokenizer, guide.definition, calls) == (k <= max_calls), (max_calls, k)
+            assert accepts(tokenizer, ll_tokenizer, guide, calls) == (k <= max_calls), (max_calls, k)
 
 
 
@@ -199,9 +206,9 @@ def test_auto_with_json_schema_text(tokenizer: Any, ll_tokenizer: Any) -> None:
     text = format_guide("json_schema", {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, "text.format")
     guide = tool_guide(toolset, text)
     assert guide is not None
-    assert accepts(tokenizer, ll_tokenizer, guide.definition, '{"a": 1}')
-    assert accepts(tokenizer, ll_tokenizer, guide.definition, format_call("function", "get_weather", '{"city": "x"}'))
-    assert not accepts(tokenizer, ll_tokenizer, guide.definition, "free text")
+    assert accepts(tokenizer, ll_tokenizer, guide, '{"a": 1}')
+    assert accepts(tokenizer, ll_tokenizer, guide, format_call("function", "get_weather", '{"city": "x"}'))
+    assert not accepts(tokenizer, ll_tokenizer, guide, "free text")
 
 
 def test_regex_custom_tool(tokenizer: Any, ll_tokenizer: Any) -> None:
@@ -210,8 +217,8 @@ def test_regex_custom_tool(tokenizer: Any, ll_tokenizer: Any) -> None:
     assert toolset is not None
     guide = tool_guide(toolset, None)
     assert guide is not None
-    assert accepts(tokenizer, ll_tokenizer, guide.definition, format_call("custom", "date", "2024-01-31"))
-    assert not accepts(tokenizer, ll_tokenizer, guide.definition, format_call("custom", "date", "Jan 31"))
+    assert accepts(tokenizer, ll_tokenizer, guide, format_call("custom", "date", "2024-01-31"))
+    assert not accepts(tokenizer, ll_tokenizer, guide, format_call("custom", "date", "Jan 31"))
 
 
 @pytest.mark.parametrize(
@@ -381,8 +388,8 @@ def test_parameters_without_a_type_are_an_object(tokenizer: Any, ll_tokenizer: A
     assert toolset is not None and toolset.tools[0].openai()["parameters"] == tool["parameters"]  # echoed as sent
     guide = tool_guide(toolset, None)
     assert guide is not None
-    assert accepts(tokenizer, ll_tokenizer, guide.definition, format_call("function", "f", '{"n": 3}'))
-    assert not accepts(tokenizer, ll_tokenizer, guide.definition, format_call("function", "f", "3"))
+    assert accepts(tokenizer, ll_tokenizer, guide, format_call("function", "f", '{"n": 3}'))
+    assert not accepts(tokenizer, ll_tokenizer, guide, format_call("function", "f", "3"))
 
 
 # -- JSON as shown is JSON as forced ----------------------------------------------------------
@@ -404,8 +411,8 @@ def test_the_prompt_shows_json_the_way_the_grammar_forces_it(tokenizer: Any, ll_
     messages, _ = render_conversation(history, toolset, template_tools=False)
     shown_call = messages[2]["content"]
     assert shown_call == format_call("function", "forecast", '{"city": "Oslo", "days": [1, 2]}')
-    assert accepts(tokenizer, ll_tokenizer, guide.definition, shown_call)
-    assert not accepts(tokenizer, ll_tokenizer, guide.definition, format_call("function", "forecast", compact))
+    assert accepts(tokenizer, ll_tokenizer, guide, shown_call)
+    assert not accepts(tokenizer, ll_tokenizer, guide, format_call("function", "forecast", compact))
     # The format example and the schema in the tools block use the same separators.
     block = messages[0]["content"]
     assert json.dumps(schema) in block and '{"ARGUMENT": "VALUE"}' in block

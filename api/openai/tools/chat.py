@@ -17,9 +17,10 @@ def chat_tool_call(call: ToolCall) -> dict[str, Any]:
     return {"id": call.call_id, "type": "function", "function": {"name": call.name, "arguments": call.text}}
 
 
-def chat_message_parts(text: str, toolset: ToolSet) -> tuple[str | None, list[dict[str, Any]]]:
-    """A whole output → (content, tool_calls); content is None when only calls were made."""
-    parser = ToolCallParser(toolset)
+def chat_message_parts(text: str, toolset: ToolSet, prefix: str = "") -> tuple[str | None, list[dict[str, Any]]]:
+    """A whole output → (content, tool_calls); content is None when only calls were made.
+    `prefix`: the output's start that the prompt held (`Guide.prefix`)."""
+    parser = ToolCallParser(toolset, prefix)
     events = parser.feed(text) + parser.finish()
     content = "".join(e[1] for e in events if e[0] == "text")
     calls = [chat_tool_call(c) for c in parser.calls]
@@ -29,8 +30,8 @@ def chat_message_parts(text: str, toolset: ToolSet) -> tuple[str | None, list[di
 class ChatDeltas:
     """Streamed output → Chat `delta` objects: `content`, or `tool_calls` entries by index."""
 
-    def __init__(self, toolset: ToolSet) -> None:
-        self.parser = ToolCallParser(toolset)
+    def __init__(self, toolset: ToolSet, prefix: str = "") -> None:
+        self.parser = ToolCallParser(toolset, prefix)
         self._index: dict[str, int] = {}
 
     @property

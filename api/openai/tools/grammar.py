@@ -14,7 +14,7 @@ from typing import Any
 import llguidance
 
 from api.openai import grammars
-from api.openai.tools.spec import Tool, ToolSet
+from api.openai.tools.spec import OPEN, Tool, ToolSet
 from runtime.grammar_spec import JSON_OPTIONS, closed_objects
 from runtime.sampling import Guide
 
@@ -27,17 +27,25 @@ def tool_guide(toolset: ToolSet, text_guide: Guide | None) -> Guide | None:
     - auto: free text (or `text_guide`'s JSON), or calls; once the model starts writing
       `<tool_call` the rest of the call is forced to be valid;
     - none (or no tools): `text_guide`.
+
+    When a call is forced, the part of its opening that no choice is left in (`forced_prefix`)
+    is the guide's `prefix`: the prompt ends with it and the grammar starts after it.
     """
     tools = toolset.callable()
     if not tools:
         return text_guide
-    rules = [f"swy_tool_{i}: {_call_body(i, tool)}" for i, tool in enumerate(tools)]
+    heads = [_call_head(tool) for tool in tools]
+    rules = [f"swy_body_{i}: {_call_body(i, tool)}" for i, tool in enumerate(tools)]
+    rules += [f"swy_tool_{i}: {_rest(head, len(OPEN), i)}" for i, head in enumerate(heads)]
     embedded = [_embedded_grammar(i, tool) for i, tool in enumerate(tools)]
     rules.append("swy_after: " + " | ".join(f"swy_tool_{i}" for i in range(len(tools))))
     rules.append('swy_call: "<tool_call" swy_after')
     rules.append(f"swy_more: {_more_calls(toolset)}")
+    prefix = ""
     if toolset.choice == "required" or toolset.forced is not None:
-        start = "start: swy_call swy_more"
+        prefix = forced_prefix(tools)
+        rules.append("swy_first: " + " | ".join(_rest(head, len(prefix), i) for i, head in enumerate(heads)))
+        start = "start: swy_first swy_more"
     elif text_guide is not None:
         rules.append(f"swy_free: %json {_inline_schema(_text_schema(text_guide))}")
         start = "start: swy_free | swy_call swy_more"
@@ -46,7 +54,40 @@ def tool_guide(toolset: ToolSet, text_guide: Guide | None) -> Guide | None:
         rules.append(r"SWY_TEXT: /(.|\n)*/")
         start = "start: SWY_TEXT | swy_head swy_after swy_more"
     lark = "\n".join([start, *rules, *filter(None, embedded)]) + "\n"
-    return Guide(kind="lark", definition=lark, param="tools")
+    return Guide(kind="lark", definition=lark, param="tools", prefix=prefix)
+
+
+def forced_prefix(tools: tuple[Tool, ...]) -> str:
+    """The opening every forced call shares, cut where a tokenizer would cut anyway.
+
+    One tool: its whole head, up to `"arguments":` (the space before the arguments goes with
+    their first token, as ` {"` does in BPE vocabularies) or, for a custom tool, the header
+    line. Several function tools: up to the name's opening quote. Function and custom tools
+    mixed share only `<tool_call`, which would split the `<tool_call>` token some
+    vocabularies have, so nothing is prefilled then.
+    """
+    if len(tools) == 1:
+        head = _call_head(tools[0])
+        return head.rstrip(" ")
+    if all(tool.kind == "function" for tool in tools):
+        return _FUNCTION_OPEN
+    return ""
+
+
+_FUNCTION_OPEN = '<tool_call>\n{"name": "'
+
+
+def _call_head(tool: Tool) -> str:
+    """A call's text before its arguments or input (see spec.format_call)."""
+    if tool.kind == "function":
+        return f'{_FUNCTION_OPEN}{tool.name}", "arguments": '
+    return f'{OPEN} name="{tool.name}">\n'
+
+
+def _rest(head: str, done: int, i: int) -> str:
+    """Lark for tool i's call once the first `done` characters of its `head` are written."""
+    rest = head[done:]
+    return f"{_lit(rest)} swy_body_{i}" if rest else f"swy_body_{i}"
 
 
 def _more_calls(toolset: ToolSet) -> str:
@@ -62,14 +103,13 @@ def _more_calls(toolset: ToolSet) -> str:
 
 
 def _call_body(i: int, tool: Tool) -> str:
+    """Lark for a call after its head (`_call_head`)."""
     end = _lit("\n</tool_call>")
     if tool.kind == "function":
-        head = _lit(f'>\n{{"name": "{tool.name}", "arguments": ')
-        return f"{head} %json {_inline_schema(grammars.arguments_schema(tool.parameters))} {_lit('}')} {end}"
-    head = _lit(f' name="{tool.name}">\n')
+        return f"%json {_inline_schema(grammars.arguments_schema(tool.parameters))} {_lit('}')} {end}"
     if tool.syntax is None:  # free text up to the closing tag
-        return f"{head} swy_input_{i}"
-    return f"{head} swy_g{i}_start {end}"
+        return f"swy_input_{i}"
+    return f"swy_g{i}_start {end}"
 
 
 def _embedded_grammar(i: int, tool: Tool) -> str:

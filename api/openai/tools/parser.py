@@ -2,7 +2,7 @@
 
 Owns: `ToolCallParser` (text and calls out of streamed output, holding back only what may
 still turn out to be a call's start or end), `ToolCall` and its events. Imports
-api.openai.tools.spec.
+api.openai.tools.spec and runtime.
 """
 
 from __future__ import annotations
@@ -15,6 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.openai.tools.spec import CLOSE, OPEN, ToolSet, as_object
+from runtime.sampling import SamplingParams
+
+
+def output_prefix(sampling: SamplingParams) -> str:
+    """The start of the output that the prompt holds instead (a forced call's opening,
+    `Guide.prefix`): what a parser of the output reads first."""
+    return sampling.guide.prefix if sampling.guide is not None else ""
 
 
 def new_call_id() -> str:
@@ -46,13 +53,17 @@ class ToolCallParser:
     start of text that follows a call, is dropped. A text event carries where its text starts
     in everything fed so far (so a caller can tell which tokens made it), a call only names
     tools the model may call now (anything else stays text).
+
+    `prefix`: the start of the output that the prompt already holds (a forced call's opening,
+    `Guide.prefix`): read as if the model had written it, before anything fed. Text positions
+    count from the first character fed.
     """
 
-    def __init__(self, toolset: ToolSet) -> None:
+    def __init__(self, toolset: ToolSet, prefix: str = "") -> None:
         self.toolset = toolset
         self.calls: list[ToolCall] = []
         self._names = {t.name for t in toolset.callable()}
-        self._buf = ""  # always a suffix of everything fed
+        self._buf = prefix  # always a suffix of the prefix and everything fed
         self._fed = 0  # characters fed so far
         self._state = "text"  # text | header | raw | hermes | args | tail
         self._call: ToolCall | None = None
@@ -76,7 +87,7 @@ class ToolCallParser:
 
     def finish(self) -> list[Event]:
         """Flush at the end of output; a call cut off (e.g. by max tokens) stays incomplete."""
-        events: list[Event] = []
+        events = self.feed("")  # a prefix nothing was fed after is read first
         buf, self._buf = self._buf, ""
         if self._state in ("text", "header"):
             ws = self._ws if self._state == "header" else ""
