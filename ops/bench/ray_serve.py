@@ -19,7 +19,7 @@ PYTHONPATH=$PWD python -m ops.bench.ray_serve [--levels 1,16] [--skip-overhead] 
    scale-out throughput (they share the cores), so this section measures routing quality only.
 
 Writes one JSON (ops/bench/results/ray-<UTC>.json) and prints a markdown table. Run it alone
-on a quiet machine (wrap it in `flock /work/coord/bench.lock` where benchmarks share one).
+on a quiet machine: never beside another benchmark.
 """
 
 from __future__ import annotations
