@@ -17,7 +17,8 @@ import torch
 
 from actors.runners.base import ModelInfo
 from actors.runners.torch_runner import device_key, pick_device
-from runtime.messages import StepPlan, StepResult
+from runtime.messages import ScheduledSeq, StepPlan, StepResult
+from runtime.sampling import SamplingParams
 
 
 class EmbeddingRunner:
@@ -53,9 +54,6 @@ class EmbeddingRunner:
         )
 
     def warmup(self) -> None:
-        from runtime.messages import ScheduledSeq
-        from runtime.sampling import SamplingParams
-
         params = SamplingParams(max_tokens=0)
         seqs = [ScheduledSeq(request_id=f"warm-{i}", token_ids=[101, 102][: i + 1], start_pos=0, block_table=[], sample=False, sampling=params, seed=0) for i in range(2)]
         self.execute(StepPlan(step_id=-1, seqs=seqs))

@@ -18,11 +18,11 @@ import torch
 
 from actors.runners import paged_attention
 from actors.runners.base import ModelInfo
-from actors.runners.invariant import module_fixed_block_linear as _fixed_block_linear  # noqa: F401 (tests)
 from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, choose
 from actors.runners.sampler import SamplingBatch, apply_penalties, sample, unpack_bitmask
 from runtime.messages import ScheduledSeq, StepPlan, StepResult
+from runtime.sampling import SamplingParams
 
 
 def pick_device(requested: str | None) -> torch.device:
@@ -159,8 +159,6 @@ class TorchRunner:
 
     def warmup(self) -> None:
         """Run a mixed prefill + decode step so first requests do not pay one-time costs."""
-        from runtime.sampling import SamplingParams
-
         greedy = SamplingParams(temperature=0.0, max_tokens=1)
         plan = StepPlan(
             step_id=-1,

@@ -31,6 +31,7 @@ from typing import Any
 
 import trio
 
+from api.app import build_app
 from runtime.logging import get_logger
 
 log = get_logger("cluster.host")
@@ -106,8 +107,6 @@ class TrioHost:
                 exchange.put(HostDead(f"the runtime's thread ended ({self.error!r})"))
 
     async def _main(self) -> None:
-        from api.app import build_app
-
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
         self.models, self.app = build_app(self._configs, self._platform, self._factory)

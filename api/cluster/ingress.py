@@ -31,6 +31,7 @@ from api.http import sse
 from api.http.errors import HTTPError
 from api.http.routes import match
 from runtime.logging import get_logger
+from runtime.model_store import resolve_model
 from runtime.prefix_hash import block_hashes
 from runtime.routing import RoutingHint
 
@@ -49,8 +50,6 @@ class PromptHasher:
 
     def __init__(self, models: list[Any]) -> None:
         from transformers import AutoTokenizer
-
-        from runtime.model_store import resolve_model
 
         self._models: dict[str, tuple[Any, int]] = {}
         self._default: tuple[Any, int] | None = None

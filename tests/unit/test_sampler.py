@@ -237,7 +237,7 @@ def test_fixed_block_linear_makes_a_row_independent_of_its_batch() -> None:
     # bf16 GEMM rounding depends on the row count (oneDNN's blocking): with an lm_head-sized
     # product, a row computed last in a batch of 33+ differs from the same row alone (checked
     # below, so the test cannot pass vacuously); in 32-row blocks it never does.
-    from actors.runners.torch_runner import _fixed_block_linear
+    from actors.runners.invariant import module_fixed_block_linear as _fixed_block_linear
 
     gen = torch.Generator().manual_seed(0)
     layer = torch.nn.Linear(576, 49152, bias=False).to(torch.bfloat16)
