@@ -15,6 +15,9 @@ left. When blocks run out, the most recently admitted running request is preempt
 recompute: its blocks are freed and it goes back to the front of the waiting queue, where the
 prefix cache usually gives most of its blocks straight back. Nothing behind the head of the
 waiting queue is admitted before it, so no request starves.
+
+While requests stream, prompt chunks also fit a time budget measured on this machine's steps
+(actors/step_cost.py), so a stream's gap between chunks stays within `step_stretch` x a decode step.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections import deque
 
 from actors.blocks import BlockManager
 from actors.sequence import SchedulerConfig, SeqStatus, Sequence
+from actors.step_cost import PromptTokens, StepCostModel
 from runtime.messages import FinishReason, ForkedSeq, Logprob, ScheduledSeq, StepPlan, StepResult, TokenDelta, TokenizedRequest
 
 __all__ = ["SchedulerConfig", "SchedulerCore", "SeqStatus", "Sequence"]
@@ -48,6 +52,7 @@ class SchedulerCore:
         self._step_times = (0.0, 0.0)  # (started, finished) of the step update() is applying
         self.num_prefill_tokens = 0  # prompt tokens computed (not served from cache), lifetime
         self.num_preemptions = 0
+        self.step_cost = StepCostModel()
 
     # -- requests in and out ------------------------------------------------------------------
 
@@ -85,6 +90,7 @@ class SchedulerCore:
 
     def schedule(self) -> StepPlan | None:
         budget = self.config.max_num_batched_tokens
+        prompt = PromptTokens(self._prompt_allowance())
         scheduled: list[tuple[Sequence, int]] = []
 
         preemptions_before = self.num_preemptions
@@ -93,7 +99,9 @@ class SchedulerCore:
                 break
             if seq.status is not SeqStatus.RUNNING:  # preempted to make room for an earlier one
                 continue
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            num_new = prompt.take(min(seq.num_tokens - seq.num_computed_tokens, budget))
+            if num_new == 0:
+                continue  # a prompt chunk with no time left in this step; its blocks stay
             if not self._reserve_or_preempt(seq, num_new):
                 break  # `seq` itself had to go: nothing behind it can run either
             scheduled.append((seq, num_new))
@@ -106,7 +114,9 @@ class SchedulerCore:
             seq = self.waiting[0]
             if not seq.block_table:
                 self._attach_cached_prefix(seq)
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            num_new = prompt.take(min(seq.num_tokens - seq.num_computed_tokens, budget))
+            if num_new == 0:
+                break
             need = self.blocks.blocks_needed(seq.num_computed_tokens + num_new) - len(seq.block_table)
             if not self.blocks.can_allocate(need):
                 self._release(seq)
@@ -132,6 +142,8 @@ class SchedulerCore:
         """
         outputs: list[TokenDelta] = []
         self._step_times = (started, finished)
+        if result.error is None:
+            self.step_cost.observe_step([len(item.token_ids) for item in plan.seqs], finished - started)
         batch_size = len(plan.seqs) + sum(len(item.forks or ()) for item in plan.seqs)
         for item in plan.seqs:
             seq = self.requests.get(item.request_id)
@@ -236,6 +248,16 @@ class SchedulerCore:
             self._append_token(child, result.sampled[child.request_id], batch_size, logprob, outputs)
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _prompt_allowance(self) -> int:
+        budget, stretch = self.config.max_num_batched_tokens, self.config.step_stretch
+        if stretch is None or not any(seq.num_output_tokens > 0 for seq in self.running):
+            return budget  # nobody is waiting between chunks: a prompt gets the whole budget
+        # Sized by all requests held, not only those decoding: a burst of prompts may take the
+        # step to what all of them decoding will take, so it clears. At least a block, always.
+        held = min(len(self.running) + len(self.waiting), self.config.max_num_seqs)
+        allowance = self.step_cost.prefill_allowance(held, stretch)
+        return budget if allowance is None else min(budget, max(allowance, self.config.block_size))
 
     def _collect_prompt_logprobs(self, seq: Sequence, start_pos: int, logprobs: list[Logprob]) -> None:
         # Entry j scores prompt position start_pos + 1 + j. After a preemption the same

@@ -113,4 +113,7 @@ class SchedulerConfig:
     max_num_seqs: int = 128
     max_num_batched_tokens: int = 512
     max_model_len: int = 8192
+    # With requests streaming, a step may carry prompt tokens worth at most (step_stretch - 1)
+    # x its decodes' own time, as measured by actors/step_cost.py. None: the token budget only.
+    step_stretch: float | None = None
     eos_token_ids: frozenset[int] = frozenset()

@@ -91,6 +91,7 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=DEFAULTS.block_size)
     p.add_argument("--max-num-seqs", type=int, default=DEFAULTS.max_num_seqs)
     p.add_argument("--max-num-batched-tokens", type=int, default=DEFAULTS.max_num_batched_tokens, help="tokens per step: decodes plus prefill chunks (%(default)s; 512 measured 5-9%% faster than 256 at c=32 here; a step is then at most ~150 ms on this CPU)")
+    p.add_argument("--step-stretch", type=_stretch, default=DEFAULTS.step_stretch, help="while requests stream, a step carries prompt chunks worth at most (this - 1) x its decodes' own time, measured as the engine runs, so a stream's gap between chunks stays within this x a decode step (%(default)s; 'off': the token budget alone)")
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--max-pending", type=int, default=DEFAULTS.max_pending, help="admitted, unfinished requests; past this a 429")
     p.add_argument("--max-pending-tokens", type=int, default=None, help="estimated prompt + max_tokens of admitted requests; past this a 429")
@@ -110,6 +111,15 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the native path at start-up (about a minute the first time; inductor's disk cache after)")
     p.add_argument("--quantization", default=None, choices=["int8", "int4"], help="weight-only quantized linears on the native path for steps of few rows (faster single streams); bf16 for larger batches")
     platform_config.add_arguments(p)
+
+
+def _stretch(text: str) -> float | None:
+    if text == "off":
+        return None
+    value = float(text)
+    if value <= 1.0:
+        raise argparse.ArgumentTypeError("must be above 1 (a step is at least its decodes), or 'off'")
+    return value
 
 
 def _runtime_config(args: argparse.Namespace) -> RuntimeConfig:
@@ -232,7 +242,7 @@ async def _watch_for_shutdown(
 MODEL_KEYS = {
     "model", "served_name", "task", "device", "dtype", "kv_cache_gib", "num_kv_blocks", "block_size", "max_num_seqs",
     "max_num_batched_tokens", "max_model_len", "max_pending", "max_pending_tokens", "num_threads", "batch_invariant",
-    "model_impl", "compile", "quantization",
+    "model_impl", "compile", "quantization", "step_stretch",
 }
 
 

@@ -20,6 +20,10 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     max_num_seqs: int = 128  # running requests per step
     max_num_batched_tokens: int = 512  # tokens per step: decode tokens + prefill chunks
     max_num_batched_tokens_embed: int = 8192  # tokens per embedding step (no KV cache to bound it)
+    # While requests stream, a step carries prompt chunks worth at most (step_stretch - 1) x its
+    # decodes' own time, measured on this machine's steps (actors/step_cost.py): a stream's gap
+    # between chunks stays within step_stretch x a decode step. None: the token budget alone.
+    step_stretch: float | None = 2.0
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     max_pending: int = 512  # admitted, unfinished requests; past this submit() says Overloaded
     # Estimated tokens (prompt + max_tokens, see runtime.admission.estimate_tokens) of admitted,

@@ -165,6 +165,7 @@ class Runtime:
                 block_size=info.block_size,
                 max_num_seqs=cfg.max_num_seqs,
                 max_num_batched_tokens=cfg.max_num_batched_tokens,
+                step_stretch=cfg.step_stretch,
                 max_model_len=self.max_model_len,
                 eos_token_ids=self.eos_token_ids,
             )
@@ -219,6 +220,7 @@ class Runtime:
                 cfg.max_num_seqs,
                 cfg.max_num_batched_tokens,
                 cfg.max_num_batched_tokens_embed,
+                cfg.step_stretch,
             ]
             self._fingerprint = "fp_" + hashlib.sha256(repr(source).encode()).hexdigest()[:12]
         return self._fingerprint

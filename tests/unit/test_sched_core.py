@@ -90,8 +90,8 @@ class Driver:
                     sampled[rid] = (overrides or {}).get(rid, token)
         return StepResult(step_id=plan.step_id, sampled=sampled)
 
-    def update(self, plan: StepPlan, result: StepResult) -> list[TokenDelta]:
-        deltas = self.core.update(plan, result)
+    def update(self, plan: StepPlan, result: StepResult, started: float = 0.0, finished: float = 0.0) -> list[TokenDelta]:
+        deltas = self.core.update(plan, result, started, finished)
         for s in plan.seqs:
             for fork in s.forks or ():
                 child = self.core.requests.get(fork.request_id)

@@ -1,0 +1,140 @@
+"""How long a step takes on this machine, learned from the engine's own steps. Pure: no torch, no trio.
+
+Owns: a least-squares fit, over the last `WINDOW` steps, of
+
+    seconds ≈ base + per_decode_row * decode_rows + per_prefill_token * prefill_tokens
+
+and the rule the scheduler core asks of it (`prefill_allowance`): how many prompt tokens may
+ride in a step beside `decode_rows` streaming requests so that the step takes at most `stretch`
+times what those decodes take alone.
+
+Why a time budget and not a token count: a stream's gap between two chunks is one step. A fixed
+512-token budget lets one step carry a 512-token prefill chunk, which takes ~0.5 s on a 2-core
+CPU against ~0.1 s for a decode step of 32 rows, so one gap in many is 5-6x the usual one; on a
+GPU the same 512 tokens cost next to nothing. What a token costs differs by machine, model,
+dtype and quantization, so it is measured here, from the steps already run, and follows the
+machine as it changes (the window forgets old steps). Sarathi-Serve derives its token budget
+from a time-between-tokens target the same way.
+
+Until the fit has seen enough steps of both kinds (`MIN_STEPS`), or when it comes out
+nonsensical (a cost that is not positive), it answers None and the scheduler keeps its fixed
+token budget.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+WINDOW = 32  # steps of each kind the fit remembers (with prompt tokens, without): it follows the machine
+MIN_STEPS = 3  # steps of each kind before the fit is trusted
+# Features are scaled to about 1 so the 3x3 system is well conditioned.
+_ROW_SCALE = 32.0
+_TOKEN_SCALE = 256.0
+# Where the steps seen do not say (all of them with ~512 prompt tokens at start-up, or all at 32
+# rows), the fit leans on a prior: no fixed cost, and a decode row costing what a prompt token
+# does, at the window's mean seconds per token. That errs towards a dear prompt token, so
+# towards smaller chunks, until steps of other sizes have been seen.
+_PRIOR_WEIGHT = 0.00001
+
+
+class PromptTokens:
+    """The prompt tokens one step still has to hand out. A single token (a decode) is never held back."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def take(self, wanted: int) -> int:
+        if wanted <= 1:
+            return wanted
+        granted = min(wanted, self.left)
+        self.left -= granted
+        return granted
+
+
+class StepCostModel:
+    def __init__(self, window: int = WINDOW) -> None:
+        # Two windows, so a long run of decode-only steps (one stream) does not push out every
+        # step that showed what a prompt token costs, and the other way round.
+        self._with_prompt: deque[tuple[float, float, float]] = deque(maxlen=window)  # (rows, tokens, s), scaled
+        self._decode_only: deque[tuple[float, float, float]] = deque(maxlen=window)
+        self._coef: tuple[float, float, float] | None = None  # base, per row, per token (seconds)
+        self._stale = True
+
+    def observe_step(self, tokens_per_seq: list[int], seconds: float) -> None:
+        """Record a step from its sequences' token counts: 1 is a decode, more a prompt chunk."""
+        decode_rows = sum(1 for n in tokens_per_seq if n == 1)
+        self.observe(decode_rows, sum(tokens_per_seq) - decode_rows, seconds)
+
+    def observe(self, decode_rows: int, prefill_tokens: int, seconds: float) -> None:
+        """Record one step: `decode_rows` requests fed one token, plus `prefill_tokens` prompt tokens."""
+        if seconds <= 0 or decode_rows + prefill_tokens == 0:
+            return
+        window = self._with_prompt if prefill_tokens else self._decode_only
+        window.append((decode_rows / _ROW_SCALE, prefill_tokens / _TOKEN_SCALE, seconds))
+        self._stale = True  # refit when next asked
+
+    def predict(self, decode_rows: int, prefill_tokens: int) -> float | None:
+        """Seconds a step of this size is expected to take; None while the fit is not trusted."""
+        coef = self._fit()
+        if coef is None:
+            return None
+        base, per_row, per_token = coef
+        return base + per_row * decode_rows + per_token * prefill_tokens
+
+    def prefill_allowance(self, decode_rows: int, stretch: float) -> int | None:
+        """Prompt tokens a step with `decode_rows` decodes may carry so it takes at most
+        `stretch` x the decodes alone. None while the fit is not trusted."""
+        coef = self._fit()
+        decode_alone = self.predict(decode_rows, 0)
+        if coef is None or decode_alone is None or decode_alone <= 0:
+            return None
+        return int((stretch - 1.0) * decode_alone / coef[2])
+
+    def _fit(self) -> tuple[float, float, float] | None:
+        if self._stale:
+            self._coef, self._stale = self._solve(), False
+        return self._coef if self._coef and self._coef[2] > 0 else None
+
+    def _solve(self) -> tuple[float, float, float] | None:
+        if len(self._with_prompt) < MIN_STEPS or len(self._decode_only) + sum(1 for r, _, _ in self._with_prompt if r) < MIN_STEPS:
+            return None
+        steps = [*self._with_prompt, *self._decode_only]
+        per_token = sum(s for _, _, s in steps) / sum(r * _ROW_SCALE + t * _TOKEN_SCALE for r, t, _ in steps)
+        prior = (0.0, per_token * _ROW_SCALE, per_token * _TOKEN_SCALE)
+        # Normal equations (A^T A + w I) c = A^T y + w prior for the rows (1, rows, tokens).
+        weight = _PRIOR_WEIGHT * len(steps)
+        ata = [[weight if i == j else 0.0 for j in range(3)] for i in range(3)]
+        aty = [weight * p for p in prior]
+        for rows, tokens, seconds in steps:
+            x = (1.0, rows, tokens)
+            for i in range(3):
+                aty[i] += x[i] * seconds
+                for j in range(3):
+                    ata[i][j] += x[i] * x[j]
+        solved = _solve3(ata, aty)
+        if solved is None:
+            return None
+        base, per_row, per_token = solved
+        return base, per_row / _ROW_SCALE, per_token / _TOKEN_SCALE
+
+
+def _solve3(a: list[list[float]], b: list[float]) -> tuple[float, float, float] | None:
+    """Cramer's rule for a 3x3 system; None when it is singular."""
+
+    def det(m: list[list[float]]) -> float:
+        return (
+            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+        )
+
+    d = det(a)
+    if abs(d) < 1e-18:
+        return None
+    out = []
+    for col in range(3):
+        m = [row[:] for row in a]
+        for r in range(3):
+            m[r][col] = b[r]
+        out.append(det(m) / d)
+    return out[0], out[1], out[2]
