@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import msgspec
 import trio
 
 from actors.runners.base import ModelInfo, Runner
@@ -42,8 +43,8 @@ class ExecutorActor:
     async def run(self, task_status: trio.TaskStatus[ModelInfo] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             info = await self.thread.run(self.runner.load)
-            await self.thread.run(self.runner.warmup)
-            task_status.started(info)
+            samples = await self.thread.run(self.runner.warmup)
+            task_status.started(msgspec.structs.replace(info, step_samples=tuple(samples or ())))
             async with self.plans, self.results:
                 async for plan in self.plans:
                     await self.results.send(await self._execute(plan))

@@ -52,7 +52,7 @@ class SchedulerCore:
         self._step_times = (0.0, 0.0)  # (started, finished) of the step update() is applying
         self.num_prefill_tokens = 0  # prompt tokens computed (not served from cache), lifetime
         self.num_preemptions = 0
-        self.step_cost = StepCostModel()
+        self.step_cost = StepCostModel(config.step_samples)
 
     # -- requests in and out ------------------------------------------------------------------
 

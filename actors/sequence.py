@@ -116,4 +116,5 @@ class SchedulerConfig:
     # With requests streaming, a step may carry prompt tokens worth at most (step_stretch - 1)
     # x its decodes' own time, as measured by actors/step_cost.py. None: the token budget only.
     step_stretch: float | None = None
+    step_samples: tuple[tuple[int, int, float], ...] = ()  # the runner's timed start-up steps, to seed it
     eos_token_ids: frozenset[int] = frozenset()

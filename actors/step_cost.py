@@ -52,13 +52,15 @@ class PromptTokens:
 
 
 class StepCostModel:
-    def __init__(self, window: int = WINDOW) -> None:
+    def __init__(self, seed: tuple[tuple[int, int, float], ...] = (), window: int = WINDOW) -> None:
         # Two windows, so a long run of decode-only steps (one stream) does not push out every
         # step that showed what a prompt token costs, and the other way round.
         self._with_prompt: deque[tuple[float, float, float]] = deque(maxlen=window)  # (rows, tokens, s), scaled
         self._decode_only: deque[tuple[float, float, float]] = deque(maxlen=window)
         self._coef: tuple[float, float, float] | None = None  # base, per row, per token (seconds)
         self._stale = True
+        for rows, tokens, seconds in seed:  # the runner's timed start-up steps
+            self.observe(rows, tokens, seconds)
 
     def observe_step(self, tokens_per_seq: list[int], seconds: float) -> None:
         """Record a step from its sequences' token counts: 1 is a decode, more a prompt chunk."""

@@ -166,6 +166,7 @@ class Runtime:
                 max_num_seqs=cfg.max_num_seqs,
                 max_num_batched_tokens=cfg.max_num_batched_tokens,
                 step_stretch=cfg.step_stretch,
+                step_samples=info.step_samples,
                 max_model_len=self.max_model_len,
                 eos_token_ids=self.eos_token_ids,
             )

@@ -28,6 +28,9 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     # Which model path runs the steps: "native" (our Llama-family decoder) or "transformers"
     # (transformers' modules with our paged attention); "" for runners without the choice.
     impl: str = ""
+    # Timed start-up steps, (decode rows, prompt tokens, seconds), that seed the scheduler's
+    # step cost model (actors/runners/calibration.py); filled in by the executor after warm-up.
+    step_samples: tuple[tuple[int, int, float], ...] = ()
 
 
 class Runner(Protocol):
@@ -37,7 +40,8 @@ class Runner(Protocol):
 
     def load(self) -> ModelInfo: ...
 
-    def warmup(self) -> None: ...
+    def warmup(self) -> list[tuple[int, int, float]] | None:
+        """Warm up; may return timed steps for the scheduler's cost model (ModelInfo.step_samples)."""
 
     def execute(self, plan: StepPlan) -> StepResult: ...
 

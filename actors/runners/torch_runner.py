@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from actors.runners import paged_attention
+from actors.runners import calibration, paged_attention
 from actors.runners.base import ModelInfo
 from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, choose
@@ -143,6 +143,7 @@ class TorchRunner:
         self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(model.num_layers)]
         self.vocab_size = model.vocab_size
         max_len = self._max_model_len or model.max_position_embeddings
+        self._max_len = int(max_len)
         fingerprint_src = json.dumps(
             [_weights_identity(self.model_dir), str(self.dtype), self.device.type, num_blocks, self.block_size, int(max_len), torch.__version__, self._batch_invariant, model.impl]
         )
@@ -157,8 +158,9 @@ class TorchRunner:
             impl=model.impl,
         )
 
-    def warmup(self) -> None:
-        """Run a mixed prefill + decode step so first requests do not pay one-time costs."""
+    def warmup(self) -> list[calibration.Sample]:
+        """Run a mixed prefill + decode step so first requests do not pay one-time costs, then
+        time the calibration steps that seed the scheduler's step cost model."""
         greedy = SamplingParams(temperature=0.0, max_tokens=1)
         plan = StepPlan(
             step_id=-1,
@@ -168,8 +170,11 @@ class TorchRunner:
             ],
         )
         self.execute(plan)
+        timed, slots = calibration.plans(self.block_size, self.k_cache[0].shape[1] // self.block_size, self._max_len)
+        samples = calibration.time_steps(self.execute, timed)
         for cache in (*self.k_cache, *self.v_cache):
-            cache[:, : 3 * self.block_size].zero_()
+            cache[:, : max(3 * self.block_size, slots)].zero_()
+        return samples
 
     def close(self) -> None:
         self._mask_pool.shutdown(wait=True)

@@ -53,6 +53,13 @@ def test_prompt_tokens_that_cost_next_to_nothing_get_the_whole_budget():
     assert allowance is None or allowance > 512
 
 
+def test_the_runners_start_up_steps_make_the_fit_trusted_from_the_first_step():
+    shapes = [(1, 0), (32, 0), (0, 256), (1, 256), (32, 128)]  # actors/runners/calibration.py
+    seeded = make_core(step_stretch=2.0, step_samples=tuple((r, t, cost(r, t)) for r, t in shapes))
+    assert seeded.step_cost.prefill_allowance(32, 2.0) == pytest.approx(98, abs=2)
+    assert make_core(step_stretch=2.0).step_cost.prefill_allowance(32, 2.0) is None
+
+
 def test_prompt_tokens_never_hold_back_a_decode():
     prompt = PromptTokens(10)
     assert prompt.take(1) == 1 and prompt.left == 10

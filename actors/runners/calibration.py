@@ -1,0 +1,65 @@
+"""Timed start-up steps that seed the scheduler's step cost model (actors/step_cost.py).
+
+Owns: the few plans of different sizes a runner runs once after its warm-up, and their timing.
+
+Why: the scheduler sizes prompt chunks by what a step costs on this machine. Without these
+samples its fit knows nothing until a few real steps of each kind have run, and the steps it
+would then size by the fixed token budget alone are the first burst under load, exactly the
+steps that stall streams. Five steps (one decode row, 32 rows, a long prompt alone, beside a
+decode, and half of it beside 32 decodes) pin down the fit's three costs; they take about a
+second on a 2-core CPU. All rows share the same first blocks: what they write there is
+garbage, which the runner zeroes after.
+Imports runtime only: the runner hands in its own `execute`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from runtime.messages import ScheduledSeq, StepPlan
+from runtime.sampling import SamplingParams
+
+ROWS = 32
+PROMPT_TOKENS = 256
+CONTEXT = 64  # tokens each decode row attends to
+
+Sample = tuple[int, int, float]  # (decode rows, prompt tokens, seconds)
+
+
+def plans(block_size: int, num_blocks: int, max_model_len: int) -> tuple[list[tuple[int, int, StepPlan]], int]:
+    """The timed plans, each with its (decode rows, prompt tokens), and the KV slots they write."""
+    limit = min(num_blocks * block_size, max_model_len)
+    prompt = max(2, min(PROMPT_TOKENS, limit // 2))
+    context = max(1, min(CONTEXT, limit // 2 - 1))
+    greedy = SamplingParams(temperature=0.0, max_tokens=1)
+
+    def table(tokens: int) -> list[int]:
+        return list(range(-(-tokens // block_size)))
+
+    def decode(i: int) -> ScheduledSeq:
+        return ScheduledSeq(request_id=f"cal-d{i}", token_ids=[1], start_pos=context, block_table=table(context + 1), sample=True, sampling=greedy, seed=i)
+
+    def chunk(tokens: int) -> ScheduledSeq:
+        return ScheduledSeq(request_id="cal-p", token_ids=[1] * tokens, start_pos=0, block_table=table(tokens), sample=True, sampling=greedy, seed=0)
+
+    shapes = [
+        (1, 0, [decode(0)]),
+        (ROWS, 0, [decode(i) for i in range(ROWS)]),
+        (0, prompt, [chunk(prompt)]),
+        (1, prompt, [decode(0), chunk(prompt)]),
+        (ROWS, prompt // 2, [*(decode(i) for i in range(ROWS)), chunk(prompt // 2)]),
+    ]
+    out = [(rows, tokens, StepPlan(step_id=-2 - i, seqs=seqs)) for i, (rows, tokens, seqs) in enumerate(shapes)]
+    return out, max(prompt, context + 1)
+
+
+def time_steps(execute: Callable[[StepPlan], object], timed: list[tuple[int, int, StepPlan]]) -> list[Sample]:
+    """Run the largest plan once untimed (first-touch costs), then each plan once, timed."""
+    execute(timed[-1][2])
+    samples = []
+    for rows, tokens, plan in timed:
+        started = time.perf_counter()
+        execute(plan)
+        samples.append((rows, tokens, time.perf_counter() - started))
+    return samples

@@ -1,0 +1,22 @@
+"""The runner's timed start-up steps seed the scheduler's step cost model, so the time budget
+holds from the first burst of prompts rather than after the fit has watched real steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from actors.runners import calibration
+from actors.runners.torch_runner import TorchRunner
+
+
+@pytest.mark.parametrize("num_kv_blocks", [64, 6])  # room for every shape; a cache too small for them
+def test_warmup_times_each_shape_and_leaves_the_cache_clean(tiny_model_dir: Path, num_kv_blocks: int) -> None:
+    runner = TorchRunner(tiny_model_dir, dtype="float32", num_kv_blocks=num_kv_blocks, block_size=4, num_threads=1)
+    runner.load()
+    samples = runner.warmup()
+    assert [(rows, tokens > 0) for rows, tokens, _ in samples] == [(1, False), (calibration.ROWS, False), (0, True), (1, True), (calibration.ROWS, True)]
+    assert all(seconds > 0 for _, _, seconds in samples)
+    assert all(not cache.any() for cache in (*runner.k_cache, *runner.v_cache))  # nothing left behind
+    runner.close()
