@@ -142,7 +142,8 @@ class Runtime:
         await nursery.start(self.detokenizer.run)
         await nursery.start(self.tokenizer_actor.run)
         self.accepting = True
-        log.info("runtime_ready", model=self.served_name, impl=info.impl, device=info.device, dtype=info.dtype, kv_blocks=info.num_kv_blocks, max_model_len=self.max_model_len)
+        log.info("runtime_ready", model=self.served_name, impl=info.impl, device=info.device, dtype=info.dtype, kv_blocks=info.num_kv_blocks, max_model_len=self.max_model_len,
+            step_ms={f"{rows}x1+{tokens}": round(seconds * 1e3, 1) for rows, tokens, seconds in info.step_samples})
 
     def _die(self, exc: BaseException) -> None:
         self.accepting = False
