@@ -27,6 +27,8 @@ from collections import deque
 
 WINDOW = 32  # steps of each kind the fit remembers (with prompt tokens, without): it follows the machine
 MIN_STEPS = 3  # steps of each kind before the fit is trusted
+OUTLIER_FACTOR = 3.0  # a step more than this far off the fit, either way, is not learnt from...
+OUTLIER_RUN = 8  # ...unless this many come in a row: then the fit starts over
 # Features are scaled to about 1 so the 3x3 system is well conditioned.
 _ROW_SCALE = 32.0
 _TOKEN_SCALE = 256.0
@@ -59,6 +61,7 @@ class StepCostModel:
         self._decode_only: deque[tuple[float, float, float]] = deque(maxlen=window)
         self._coef: tuple[float, float, float] | None = None  # base, per row, per token (seconds)
         self._stale = True
+        self._outliers = 0  # steps in a row far off the fit
         for rows, tokens, seconds in seed:  # the runner's timed start-up steps
             self.observe(rows, tokens, seconds)
 
@@ -71,9 +74,27 @@ class StepCostModel:
         """Record one step: `decode_rows` requests fed one token, plus `prefill_tokens` prompt tokens."""
         if seconds <= 0 or decode_rows + prefill_tokens == 0:
             return
+        if self._is_outlier(decode_rows, prefill_tokens, seconds):
+            return
         window = self._with_prompt if prefill_tokens else self._decode_only
         window.append((decode_rows / _ROW_SCALE, prefill_tokens / _TOKEN_SCALE, seconds))
         self._stale = True  # refit when next asked
+
+    def _is_outlier(self, decode_rows: int, prefill_tokens: int, seconds: float) -> bool:
+        """A step far off the fit (another process took the cores for a while, a GC pause) says
+        nothing about step sizes, and one 3 s step would skew the fit for a whole window. Off
+        the fit OUTLIER_RUN times running, though, the machine itself changed: learn again."""
+        expected = self.predict(decode_rows, prefill_tokens)
+        if expected is None or expected <= 0 or expected / OUTLIER_FACTOR <= seconds <= expected * OUTLIER_FACTOR:
+            self._outliers = 0
+            return False
+        self._outliers += 1
+        if self._outliers < OUTLIER_RUN:
+            return True
+        self._with_prompt.clear()
+        self._decode_only.clear()
+        self._outliers = 0
+        return False
 
     def predict(self, decode_rows: int, prefill_tokens: int) -> float | None:
         """Seconds a step of this size is expected to take; None while the fit is not trusted."""

@@ -12,7 +12,7 @@ import statistics
 
 import pytest
 
-from actors.step_cost import MIN_STEPS, PromptTokens, StepCostModel
+from actors.step_cost import MIN_STEPS, OUTLIER_RUN, PromptTokens, StepCostModel
 from api.serve import parse_args
 from tests.unit.test_sched_core import Driver, assert_drained, make_core, prompt_of
 
@@ -58,6 +58,18 @@ def test_the_runners_start_up_steps_make_the_fit_trusted_from_the_first_step():
     seeded = make_core(step_stretch=2.0, step_samples=tuple((r, t, cost(r, t)) for r, t in shapes))
     assert seeded.step_cost.prefill_allowance(32, 2.0) == pytest.approx(98, abs=2)
     assert make_core(step_stretch=2.0).step_cost.prefill_allowance(32, 2.0) is None
+
+
+def test_a_stalled_step_does_not_skew_the_fit_but_a_slower_machine_is_learnt():
+    model = StepCostModel(tuple((r, t, cost(r, t)) for r, t in [(1, 0), (32, 0), (0, 256), (1, 256), (32, 128)]))
+    before = model.prefill_allowance(32, 2.0)
+    model.observe(32, 0, 3.0)  # another process had the cores for 3 s
+    assert model.prefill_allowance(32, 2.0) == before
+    shapes = [(1, 0), (32, 0), (0, 256), (8, 128), (32, 100)]
+    for i in range(OUTLIER_RUN + 4 * MIN_STEPS):  # everything 5x slower from now on
+        rows, tokens = shapes[i % len(shapes)]
+        model.observe(rows, tokens, 5 * cost(rows, tokens))
+    assert model.predict(32, 64) == pytest.approx(5 * cost(32, 64), rel=0.05)
 
 
 def test_prompt_tokens_never_hold_back_a_decode():
