@@ -136,6 +136,22 @@ class TrioHost:
                 pass
         self._thread.join(join_timeout)
 
+    async def drain(self, timeout: float) -> None:
+        """Stop admitting (new requests get 503), give live requests `timeout` s, then abort
+        the rest, each with a clean error, as `switchyard serve` does on SIGTERM; the
+        runtimes keep running until `stop`."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        async def drain_then_settle() -> None:
+            try:
+                await self.models.drain(timeout)
+            finally:
+                loop.call_soon_threadsafe(_settle, done, None, None)
+
+        self._submit(lambda: self._nursery.start_soon(drain_then_settle))
+        await done
+
     @property
     def alive(self) -> bool:
         return self._thread.is_alive() and self.error is None
