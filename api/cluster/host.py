@@ -149,7 +149,13 @@ class TrioHost:
             finally:
                 loop.call_soon_threadsafe(_settle, done, None, None)
 
-        self._submit(lambda: self._nursery.start_soon(drain_then_settle))
+        def start() -> None:  # on the trio thread; never raises (it would end the trio run)
+            try:
+                self._nursery.start_soon(drain_then_settle)
+            except RuntimeError:  # the nursery is closed: already stopping, nothing to drain
+                loop.call_soon_threadsafe(_settle, done, None, None)
+
+        self._submit(start)
         await done
 
     @property

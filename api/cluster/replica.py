@@ -60,10 +60,6 @@ class SwitchyardReplica:
         endpoints = self.host.app.extensions["serving_endpoints"]
         await self.host.call(endpoints.adopt, stored)
 
-    @property
-    def drain_timeout(self) -> float:
-        return max((c.drain_timeout for c in self.spec.models), default=5.0)
-
     async def _drain_when_stopping(self) -> None:
         """Drain as soon as the driver stops the deployment (config_store.announce_stop): Ray
         Serve only calls __del__ once no request is left, so a stream would otherwise run on
@@ -77,8 +73,8 @@ class SwitchyardReplica:
             except Exception as exc:  # the actor is restarting: wait again
                 log.warning("stop_watch_failed", error=repr(exc)[:300])
                 await asyncio.sleep(1.0)
-        log.info("replica_draining", replica=self.replica_id, drain_timeout=self.drain_timeout)
-        await self.host.drain(self.drain_timeout)
+        log.info("replica_draining", replica=self.replica_id, drain_timeout=self.spec.drain_timeout)
+        await self.host.drain(self.spec.drain_timeout)
 
     async def handle_http(self, request: HttpRequest, routing: Any = None) -> AsyncIterator[list[dict[str, Any]]]:
         """The app's ASGI messages for one request, in batches of those already sent (host.py);
@@ -127,4 +123,4 @@ class SwitchyardReplica:
                 task.cancel()
         host = getattr(self, "host", None)
         if host is not None:
-            await asyncio.to_thread(host.stop, self.drain_timeout)
+            await asyncio.to_thread(host.stop, self.spec.drain_timeout)
