@@ -1,8 +1,8 @@
 """The tokenizer actor: prompts in, token ids out.
 
-Owns: chat-template rendering (with a guide's fixed output start, `Guide.prefix`, after the
-generation prompt), encoding, and the context-length rules (a prompt that does not
-fit, or `max_tokens` past the context, fails the request with a 400 naming the field, unless
+Owns: encoding each request's prompt (rendered and encoded by runtime/prompt_encoding.py, which
+the serve-ray ingress shares, so its routing hashes match this cache's blocks), and the
+context-length rules (a prompt that does not fit, or `max_tokens` past the context, fails the request with a 400 naming the field, unless
 the prompt asks to be truncated: a text or token prompt keeps its tail, a message prompt drops
 its oldest messages). Encoding runs in a worker thread, one request at a time and in arrival
 order, so a long prompt never blocks the event loop. A request whose grammar is not compiled
@@ -30,30 +30,10 @@ from runtime.context_window import fit_context, output_room
 from runtime.errors import InvalidRequest, Overloaded, ServingError
 from runtime.logging import get_logger
 from runtime.messages import TokenizedRequest
+from runtime.prompt_encoding import encode_messages, encode_prompt
 from runtime.request import Prompt, RequestContext
 
 log = get_logger("tokenizer")
-
-
-def encode_prompt(tokenizer: Any, prompt: Prompt, prefix: str = "") -> list[int]:
-    """`prefix`: the output's fixed start (`Guide.prefix`), written after the prompt (after
-    the assistant's generation prompt) and encoded with it, so its tokens are the ones the
-    text would have as a whole."""
-    if prompt.token_ids is not None:
-        return list(prompt.token_ids) + (tokenizer.encode(prefix, add_special_tokens=False) if prefix else [])
-    if prompt.messages is not None:
-        return _encode_messages(tokenizer, prompt.messages, prompt.chat_template_kwargs, prefix)
-    assert prompt.text is not None
-    return tokenizer.encode(prompt.text + prefix, add_special_tokens=prompt.add_special_tokens)
-
-
-def _encode_messages(tokenizer: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any], prefix: str = "") -> list[int]:
-    try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
-    except Exception as exc:  # jinja raises on messages the template rejects
-        raise InvalidRequest(f"The chat template rejected these messages: {exc}", param="messages") from exc
-    # The rendered template already holds BOS and role markers.
-    return tokenizer.encode(text + prefix, add_special_tokens=False)
 
 
 def fit_messages(tokenizer: Any, prompt: Prompt, limit: int, prefix: str = "") -> tuple[list[int], int, int]:
@@ -70,7 +50,7 @@ def fit_messages(tokenizer: Any, prompt: Prompt, limit: int, prefix: str = "") -
     """
     assert prompt.messages is not None
     messages, kwargs = prompt.messages, prompt.chat_template_kwargs
-    ids = _encode_messages(tokenizer, messages, kwargs, prefix)
+    ids = encode_messages(tokenizer, messages, kwargs, prefix)
     if len(ids) <= limit:
         return ids, 0, len(ids)
     head = 0
@@ -85,7 +65,7 @@ def fit_messages(tokenizer: Any, prompt: Prompt, limit: int, prefix: str = "") -
         mid = (lo + hi) // 2
         kept = messages[:head] + messages[starts[mid] :]
         try:
-            candidate = _encode_messages(tokenizer, kept, kwargs, prefix)
+            candidate = encode_messages(tokenizer, kept, kwargs, prefix)
         except InvalidRequest:  # the template refuses this cut (say, an assistant turn first)
             candidate = None
         if candidate is not None and len(candidate) <= limit:
@@ -93,7 +73,7 @@ def fit_messages(tokenizer: Any, prompt: Prompt, limit: int, prefix: str = "") -
         else:
             lo = mid + 1
     if best is None:  # the shortest candidate, for the caller to refuse
-        best = _encode_messages(tokenizer, messages[:head] + messages[starts[-1] :], kwargs, prefix), starts[-1] - head
+        best = encode_messages(tokenizer, messages[:head] + messages[starts[-1] :], kwargs, prefix), starts[-1] - head
     return best[0], best[1], len(ids)
 
 

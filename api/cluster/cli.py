@@ -4,11 +4,14 @@ api/cluster/deploy.py. Kept apart from deploy.py so a missing `ray` gives one cl
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any
 
 import msgspec
 
 from api.cluster.settings import ClusterConfigError, ClusterSettings, ClusterSpec
+from api.cluster.supervisor import is_driver, supervise
 
 _FLAGS = {"replicas": "replicas", "ingress_replicas": "ingress_replicas", "replica_cpus": "replica_cpus", "router": "router"}
 
@@ -34,12 +37,18 @@ def cluster_spec(configs: list[Any], platform: Any, settings: ClusterSettings) -
 
 
 def serve_ray(configs: list[Any], platform: Any, args: argparse.Namespace, table: dict[str, Any]) -> None:
-    """`table`: the config file's [cluster] table (api/serve.py read the file)."""
+    """`table`: the config file's [cluster] table (api/serve.py read the file). With a local
+    Ray instance, this process supervises the driver (api/cluster/supervisor.py) and exits with
+    its status; the driver (or the only process, when joining a cluster) runs deploy.run."""
     try:
         import ray  # noqa: F401
         from ray import serve  # noqa: F401
     except ImportError:
         raise SystemExit("switchyard serve-ray needs Ray Serve: pip install 'switchyard[ray]'") from None
+    spec = cluster_spec(configs, platform, cluster_settings(args, table))  # bad settings fail here, once
+    address = args.address or os.environ.get("RAY_ADDRESS")  # ray.init joins RAY_ADDRESS too
+    if address is None and not is_driver():
+        raise SystemExit(supervise(sys.argv[1:]))
     from api.cluster.deploy import run
 
-    run(cluster_spec(configs, platform, cluster_settings(args, table)), args.host, args.port, args.address)
+    run(spec, args.host, args.port, address)

@@ -20,7 +20,12 @@ How a change reaches every replica, without a restart and without touching in-fl
 requests: each replica long-polls `watch(version)`, which returns as soon as the version
 moves (as Ray Serve's controller pushes configs to its own replicas); the replica then swaps
 its whole snapshot in one assignment (`ServingEndpoints.adopt`), so a request that already
-chose its model keeps it. Imports ray (only inside the actor and the adapter) and api.
+chose its model keeps it.
+
+The actor is also how the driver's stop reaches every replica at once (`announce_stop`, each
+replica waiting in `wait_stop`): Ray Serve tells a replica nothing until its live requests are
+done, so without it a long stream held the stop past --drain-timeout until Ray killed the
+replica mid-stream. Imports ray (only inside the functions, the actor and the adapter) and api.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class EndpointConfigActor:
         self._changed = asyncio.Event()
         self._lock = asyncio.Lock()  # an async actor interleaves calls at each await
         self._applied: dict[str, tuple[int, float]] = {}  # subscriber -> (version, when)
+        self._stopping = asyncio.Event()
 
     def _open(self, path: str) -> None:
         self._file = _File(Path(path))
@@ -123,6 +129,14 @@ class EndpointConfigActor:
         now = time.monotonic()
         return {s: v for s, (v, when) in self._applied.items() if now - when < max_age_s}
 
+    async def stop_serving(self) -> None:
+        """The driver is stopping the deployment: every replica's `wait_stop` returns."""
+        self._stopping.set()
+
+    async def wait_stop(self) -> None:
+        """Returns once the deployment is stopping (a replica then drains its live requests)."""
+        await self._stopping.wait()
+
     def _bump(self) -> None:
         self.version += 1
         self._changed.set()
@@ -173,6 +187,29 @@ async def _call(method: Any, *args: Any) -> Any:
         raise OSError(f"the endpoint config actor failed: {exc}") from None
     except ray.exceptions.RayActorError as exc:
         raise OSError(f"the endpoint config actor is unavailable: {exc}") from None
+
+
+def announce_stop(timeout_s: float = 5.0) -> None:
+    """Tell every replica of the deployment to drain now (the driver, before Serve's shutdown);
+    nothing when the actor is gone or does not answer in time (the replicas then drain when
+    Serve stops them)."""
+    import ray
+
+    try:
+        ray.get(ray.get_actor(ACTOR_NAME, namespace=NAMESPACE).stop_serving.remote(), timeout=timeout_s)
+    except (ValueError, ray.exceptions.RayError) as exc:
+        log.warning("stop_announcement_failed", error=repr(exc)[:300])
+
+
+def forget_config_actor() -> None:
+    """End the detached actor (its state is in the SQLite file), so that a later deployment on
+    the same cluster starts with a fresh one, not one that is stopping."""
+    import ray
+
+    try:
+        ray.kill(ray.get_actor(ACTOR_NAME, namespace=NAMESPACE), no_restart=True)
+    except (ValueError, ray.exceptions.RayError):
+        pass
 
 
 async def watch_endpoints(actor: Any, subscriber: str, adopt: Any) -> None:

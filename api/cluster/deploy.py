@@ -10,9 +10,11 @@ Owns the shape of the deployment:
                           ▼
                        EndpointConfigActor (one, named, detached: the shared endpoint config)
 
-and the driver's life: join a running cluster (`--address`) or start a local Ray instance,
-start Serve's HTTP proxy on --host/--port, deploy, wait for SIGINT/SIGTERM, then shut Serve
-down (replicas drain their live requests first). Imports ray and api.
+and the driver's life: join a running cluster (`--address`) or start a local Ray instance
+(the driver then runs under api/cluster/supervisor.py), start Serve's HTTP proxy on
+--host/--port, deploy, wait for SIGINT/SIGTERM, then stop in order: announce the stop (every
+replica drains at once, up to --drain-timeout), delete the app while the proxy still carries
+the last bytes, then Serve and the local instance. Imports ray and api.
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ import os
 import signal
 import sys
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from api.cluster.config_store import announce_stop, forget_config_actor
 from api.cluster.ingress import SwitchyardIngress
 from api.cluster.replica import SwitchyardReplica
 from api.cluster.settings import ClusterSpec
@@ -35,6 +41,12 @@ REPLICA_DEPLOYMENT = "SwitchyardReplica"
 INGRESS_DEPLOYMENT = "SwitchyardIngress"
 INGRESS_MAX_ONGOING = 100_000  # the ingress only relays; the replicas' limits are the real ones
 QUIET = {"enable_access_log": False}  # the replica's app writes the access line (http_request)
+# How often a stopping replica checks for requests still running. Ray Serve's default (2 s)
+# is slept before the first check, so every stop paid it even with nothing in flight.
+DRAIN_POLL_S = 0.2
+# Past the replicas' graceful_shutdown_timeout_s: Serve's controller, then the local Ray
+# instance's processes going down. Past it the driver exits anyway.
+STOP_MARGIN_S = 15.0
 
 
 def build_application(spec: ClusterSpec) -> Any:
@@ -53,7 +65,8 @@ def build_application(spec: ClusterSpec) -> Any:
         max_ongoing_requests=s.max_ongoing_requests,
         health_check_period_s=s.health_check_period_s,
         health_check_timeout_s=s.health_check_timeout_s,
-        graceful_shutdown_timeout_s=s.graceful_shutdown_timeout_s,
+        graceful_shutdown_timeout_s=spec.stop_timeout_s,
+        graceful_shutdown_wait_loop_s=DRAIN_POLL_S,
         request_router_config=RequestRouterConfig(**router),
         logging_config=QUIET,
     )
@@ -67,6 +80,9 @@ def build_application(spec: ClusterSpec) -> Any:
         num_replicas=s.ingress_replicas,
         ray_actor_options={"num_cpus": s.ingress_cpus},
         max_ongoing_requests=INGRESS_MAX_ONGOING,
+        # An ingress request ends when its replica's does, so the replicas' bound holds here too.
+        graceful_shutdown_timeout_s=spec.stop_timeout_s,
+        graceful_shutdown_wait_loop_s=DRAIN_POLL_S,
         logging_config=QUIET,
     )(serve.ingress()(SwitchyardIngress))
     return ingress.bind(replica.bind(spec), spec)
@@ -82,31 +98,90 @@ def deploy(spec: ClusterSpec, host: str, port: int) -> Any:
 
 def run(spec: ClusterSpec, host: str, port: int, address: str | None) -> None:
     import ray
-    from ray import serve
 
     # A local instance without the dashboard: its processes took ~5% of a core here, which
     # on a small machine comes out of the model's steps. A cluster one joins keeps its own.
-    ray.init(address=address, ignore_reinit_error=True, **({"include_dashboard": False} if address is None else {}))
-    deploy(spec, host, port)
-    log.info("serve_ray_ready", url=f"http://{host}:{port}", replicas=spec.settings.autoscaling or spec.settings.replicas, router=spec.settings.router)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    stop.wait()
+    # "local", not None: None would join a cluster `ray start` left running on this host.
+    ray.init(address=address or "local", ignore_reinit_error=True, **({"include_dashboard": False} if address is None else {}))
+    stop = _StopSignal()  # after ray.init, which installs its own SIGTERM handler (sys.exit)
+    try:
+        with stop.interrupting():  # a signal while Serve deploys (minutes for a big model) stops it
+            deploy(spec, host, port)
+        log.info("serve_ray_ready", url=f"http://{host}:{port}", replicas=spec.settings.autoscaling or spec.settings.replicas, router=spec.settings.router)
+        stop.wait()
+    except _Interrupted:
+        pass
     log.info("serve_ray_stopping")
-
-    def shut_down() -> None:
-        serve.delete(APP_NAME)  # replicas drain (graceful_shutdown_timeout_s) before they stop
-        if address is None:
-            serve.shutdown()
-            ray.shutdown()
-
-    # Bounded: when the signal went to the whole process group, the local Ray instance's own
-    # processes are going down too, and a call to a dead controller would wait forever.
-    stopper = threading.Thread(target=shut_down, daemon=True)
-    stopper.start()
-    stopper.join(spec.settings.graceful_shutdown_timeout_s + 15)
-    log.info("serve_ray_stopped", clean=not stopper.is_alive())
+    phases = _shut_down(address is None, spec.stop_timeout_s + STOP_MARGIN_S)
+    log.info("serve_ray_stopped", clean=phases.pop("done", False), seconds=round(time.monotonic() - stop.at, 2), **phases)
+    # Interpreter finalization with Ray's threads and torch loaded only adds seconds.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _shut_down(local: bool, bound_s: float) -> dict[str, Any]:
+    """Stop Serve (its replicas drain first), then the local Ray instance, within `bound_s`
+    (a dead controller never answers); the seconds each phase that ended took, and `done`."""
+    import ray
+    from ray import serve
+
+    phases: dict[str, Any] = {}
+
+    def timed(name: str, step: Any, *args: Any) -> None:
+        start = time.monotonic()
+        step(*args)
+        phases[name] = round(time.monotonic() - start, 2)
+
+    def shut_down() -> None:
+        timed("announce", announce_stop)  # every replica starts its drain now, in parallel
+        # The app first, with the proxy still up: serve.shutdown kills the proxy at once, which
+        # would cut the responses still streaming. Replicas drain, then __del__ stops each runtime.
+        timed("app", serve.delete, APP_NAME)
+        if local:
+            timed("serve", serve.shutdown)  # the proxy and the controller
+            timed("ray", ray.shutdown)  # the instance's processes, the detached actors' included
+        else:  # a shared cluster: the endpoint state stays in the SQLite file
+            forget_config_actor()
+        phases["done"] = True
+
+    stopper = threading.Thread(target=shut_down, daemon=True)
+    stopper.start()
+    stopper.join(bound_s)
+    return phases
+
+
+class _Interrupted(BaseException):  # not an Exception: Ray's `except Exception` must not swallow it
+    pass
+
+
+class _StopSignal:
+    """SIGINT/SIGTERM -> an event; while `interrupting()`, also an exception in the main thread."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._interrupt = False
+        self.at = 0.0
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if not self._event.is_set():
+            self.at = time.monotonic()
+            self._event.set()
+        if self._interrupt:
+            self._interrupt = False
+            raise _Interrupted
+
+    @contextmanager
+    def interrupting(self) -> Iterator[None]:
+        self._interrupt = not self._event.is_set()
+        if not self._interrupt:
+            raise _Interrupted
+        try:
+            yield
+        finally:
+            self._interrupt = False
+
+    def wait(self) -> None:
+        self._event.wait()

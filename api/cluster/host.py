@@ -136,6 +136,28 @@ class TrioHost:
                 pass
         self._thread.join(join_timeout)
 
+    async def drain(self, timeout: float) -> None:
+        """Stop admitting (new requests get 503), give live requests `timeout` s, then abort
+        the rest, each with a clean error, as `switchyard serve` does on SIGTERM; the
+        runtimes keep running until `stop`."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        async def drain_then_settle() -> None:
+            try:
+                await self.models.drain(timeout)
+            finally:
+                loop.call_soon_threadsafe(_settle, done, None, None)
+
+        def start() -> None:  # on the trio thread; never raises (it would end the trio run)
+            try:
+                self._nursery.start_soon(drain_then_settle)
+            except RuntimeError:  # the nursery is closed: already stopping, nothing to drain
+                loop.call_soon_threadsafe(_settle, done, None, None)
+
+        self._submit(start)
+        await done
+
     @property
     def alive(self) -> bool:
         return self._thread.is_alive() and self.error is None

@@ -4,9 +4,11 @@ Owns the hop from HTTP to a model replica, and nothing of the API itself (routes
 and error shapes all run on the replica, in the one app):
 
 1. read the body, and learn what routing needs before any replica sees it (`PromptHasher`):
-   for a generation route, the prompt's token ids rendered as the replica's tokenizer actor
-   renders them (chat template, then encode), hashed into KV block chain hashes with the
-   model's own block size (runtime/prefix_hash.py); and the `x-session-id` header;
+   for a chat or completions body, the prompt's token ids exactly as the replica's tokenizer
+   actor will encode them (the replica's own params functions and runtime/prompt_encoding.py:
+   the chat template with the request's tools and template kwargs), hashed into KV block
+   chain hashes with the model's own block size (runtime/prefix_hash.py), on a worker thread
+   so a long prompt never stalls the relays; and the `x-session-id` header;
 2. call the replicas' `handle_http` through a streaming handle, with that `RoutingHint` as the
    `routing` keyword, which the request router (api/cluster/router.py) reads;
 3. relay the replica's ASGI messages to the proxy as they arrive. The client leaving cancels
@@ -22,7 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import msgspec
 
 from api.app import error_shapes
 from api.cluster.host import HttpRequest, portable_scope
@@ -30,9 +35,15 @@ from api.cluster.settings import ClusterSpec
 from api.http import sse
 from api.http.errors import HTTPError
 from api.http.routes import match
+from api.openai.params import chat_params, completion_params
+from api.openai.schemas import ChatCompletionRequest, CompletionRequest
+from api.openai.tools.parser import output_prefix
+from api.openai.tools.prompt import template_takes_tools
 from runtime.logging import get_logger
 from runtime.model_store import resolve_model
 from runtime.prefix_hash import block_hashes
+from runtime.prompt_encoding import encode_prompt
+from runtime.request import Prompt
 from runtime.routing import RoutingHint
 
 log = get_logger("cluster.ingress")
@@ -40,13 +51,15 @@ log = get_logger("cluster.ingress")
 SESSION_HEADER = b"x-session-id"
 INGRESS_HEADER = b"x-switchyard-ingress"  # which ingress replica relayed the response
 MAX_HASHED_BLOCKS = 512
-MAX_HASHED_CHARS = 64 * 1024  # a longer prompt is hashed on its first part (routing only)
 REPLICA_FAILED = "The model replica serving this request failed; retry."
 _SHAPES = error_shapes()  # the errors the ingress answers itself, in the shape of the request's surface
 
 
 class PromptHasher:
-    """Prompt -> KV block chain hashes, as the replica's cache will compute them."""
+    """Prompt -> KV block chain hashes, as the replica's cache will compute them: the body
+    becomes the replica's own `Prompt` (api/openai/params.py: the chat template's kwargs and
+    tools, a forced tool call's output start) and is encoded by the replica's own code
+    (runtime/prompt_encoding.py), so routing and caching agree on every block."""
 
     def __init__(self, models: list[Any]) -> None:
         from transformers import AutoTokenizer
@@ -67,32 +80,39 @@ class PromptHasher:
         found = match(scope.get("method", ""), scope.get("path", ""))
         if found is not None and found[0].runs is not None:
             try:
-                hashes = self._hashes(json.loads(body))
+                hashes = self.hashes(json.loads(body))
             except Exception:  # noqa: BLE001 - a bad body gets its 400 from the replica
                 hashes = ()
         return RoutingHint(hashes, session) if hashes or session else None
 
-    def _hashes(self, doc: dict[str, Any]) -> tuple[int, ...]:
+    def hashes(self, doc: dict[str, Any]) -> tuple[int, ...]:
         model = doc.get("model")
         entry = (self._models.get(model) if isinstance(model, str) else None) or self._default
         if entry is None:
             return ()
         tokenizer, block_size = entry
-        truncated = False
-        messages, prompt = doc.get("messages"), doc.get("prompt")
-        if isinstance(messages, list):
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            truncated = len(text) > MAX_HASHED_CHARS
-            ids = tokenizer.encode(text[:MAX_HASHED_CHARS], add_special_tokens=False)
-        elif isinstance(prompt, str):
-            truncated = len(prompt) > MAX_HASHED_CHARS
-            ids = tokenizer.encode(prompt[:MAX_HASHED_CHARS])
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            ids = prompt
-        else:
+        found = request_prompt(doc, template_takes_tools(tokenizer))
+        if found is None:
             return ()
-        hashes = block_hashes(ids, block_size, MAX_HASHED_BLOCKS)
-        return tuple(hashes[:-1] if truncated else hashes)  # a cut text's last block may differ
+        return tuple(block_hashes(encode_prompt(tokenizer, *found), block_size, MAX_HASHED_BLOCKS))
+
+
+def request_prompt(doc: dict[str, Any], template_tools: bool) -> tuple[Prompt, str] | None:
+    """The `Prompt` a replica will encode for a chat or completions body, and the output start
+    its guide puts after it (`Guide.prefix`), built by the replica's own params functions."""
+    if isinstance(doc.get("messages"), list):
+        prompt, sampling = chat_params(_struct(ChatCompletionRequest, doc), template_tools)
+        return prompt, output_prefix(sampling)
+    if "prompt" in doc:
+        prompts, _ = completion_params(_struct(CompletionRequest, doc))
+        return prompts[0], ""  # a batch's first prompt routes it
+    return None
+
+
+def _struct(kind: Any, doc: dict[str, Any]) -> Any:
+    """`doc` as the OpenAI struct `kind`, without the fields it lacks (Azure's and
+    Databricks' bodies carry their own; the replica checks those)."""
+    return msgspec.convert({k: v for k, v in doc.items() if k in kind.__struct_encode_fields__}, kind)
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:
@@ -151,6 +171,8 @@ class SwitchyardIngress:
         self._id = serve.get_replica_context().replica_id.unique_id.encode()
         self._replicas = replicas.options(stream=True)
         self._hasher = PromptHasher(spec.models) if spec.settings.router == "prefix" else None
+        # One thread: a fast tokenizer shared across threads can refuse ("Already borrowed").
+        self._hashing = ThreadPoolExecutor(1, thread_name_prefix="prompt-hash")
 
     def __serve_build_asgi_app__(self) -> Any:
         async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:  # a plain function:
@@ -165,7 +187,9 @@ class SwitchyardIngress:
         if scope["type"] != "http":
             return  # websockets: no route takes them
         body = await read_body(receive)
-        hint = self._hasher.hint(scope, body) if self._hasher is not None else None
+        hint = None
+        if self._hasher is not None:
+            hint = await asyncio.get_running_loop().run_in_executor(self._hashing, self._hasher.hint, scope, body)
         request = HttpRequest(portable_scope(scope), body)
         await relay(self._replicas.handle_http.remote(request, routing=hint), scope, send, self._id)
 

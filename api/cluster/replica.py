@@ -10,7 +10,9 @@ answers the ingress's `handle_http` calls with that app's ASGI messages, streame
   past `step_deadline`, or the trio loop stopped answering, so the controller replaces it;
 - follows the shared endpoint config (api/cluster/config_store.py) for its whole life, and
   counts per-key rate limits in the deployment's shared buckets (api/cluster/limits.py);
-- on shutdown, drains its live requests (up to `drain_timeout`) before stopping the actors.
+- on shutdown, drains its live requests (up to `drain_timeout`) before stopping the actors:
+  from the moment the driver announces the stop (config_store.announce_stop), not only when
+  Ray Serve gets to __del__, which it does once every request has ended.
 
 Each response carries `x-switchyard-replica`, the replica's id, so clients, logs and tests can
 see where a request ran. Imports ray and api.
@@ -49,12 +51,30 @@ class SwitchyardReplica:
         platform = dataclasses.replace(spec.platform, endpoint_store=SharedEndpointStore(self._config, path), rate_limiter=limiter)
         self.host = TrioHost(spec.models, platform)
         await self.host.wait_ready()
-        self._watcher = asyncio.get_running_loop().create_task(watch_endpoints(self._config, self.replica_id, self._adopt))
+        loop = asyncio.get_running_loop()
+        self._watcher = loop.create_task(watch_endpoints(self._config, self.replica_id, self._adopt))
+        self._stop_watcher = loop.create_task(self._drain_when_stopping())
         log.info("replica_ready", replica=self.replica_id, models=[c.served_name for c in spec.models])
 
     async def _adopt(self, stored: dict[str, str]) -> None:
         endpoints = self.host.app.extensions["serving_endpoints"]
         await self.host.call(endpoints.adopt, stored)
+
+    async def _drain_when_stopping(self) -> None:
+        """Drain as soon as the driver stops the deployment (config_store.announce_stop): Ray
+        Serve only calls __del__ once no request is left, so a stream would otherwise run on
+        until Ray's graceful_shutdown_timeout_s and be cut by a kill."""
+        while True:
+            try:
+                await self._config.wait_stop.remote()
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the actor is restarting: wait again
+                log.warning("stop_watch_failed", error=repr(exc)[:300])
+                await asyncio.sleep(1.0)
+        log.info("replica_draining", replica=self.replica_id, drain_timeout=self.spec.drain_timeout)
+        await self.host.drain(self.spec.drain_timeout)
 
     async def handle_http(self, request: HttpRequest, routing: Any = None) -> AsyncIterator[list[dict[str, Any]]]:
         """The app's ASGI messages for one request, in batches of those already sent (host.py);
@@ -97,10 +117,10 @@ class SwitchyardReplica:
         return {"replica": self.replica_id, "models": stats}
 
     async def __del__(self) -> None:
-        watcher = getattr(self, "_watcher", None)
-        if watcher is not None:
-            watcher.cancel()
+        for name in ("_watcher", "_stop_watcher"):
+            task = getattr(self, name, None)
+            if task is not None:
+                task.cancel()
         host = getattr(self, "host", None)
         if host is not None:
-            drain = max((c.drain_timeout for c in self.spec.models), default=5.0)
-            await asyncio.to_thread(host.stop, drain)
+            await asyncio.to_thread(host.stop, self.spec.drain_timeout)

@@ -16,7 +16,8 @@ The `[cluster]` table (every key optional):
     routing_stats_period_s = 1.0 how often replicas report their load to the routers
     health_check_period_s = 5.0
     health_check_timeout_s = 30.0
-    graceful_shutdown_timeout_s = 30.0
+    graceful_shutdown_timeout_s  a replica's whole stop, after which Ray kills it; default the
+                                 models' longest --drain-timeout + 10 s (its actors closing)
     [cluster.autoscaling]        passed to Ray Serve's autoscaling_config as is:
                                  min_replicas, max_replicas, target_ongoing_requests,
                                  upscale_delay_s, downscale_delay_s, ...
@@ -30,6 +31,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 ROUTERS = ("prefix", "pow2")
+DEFAULT_DRAIN_S = 30.0  # runtime.config.RuntimeConfig.drain_timeout's default
+# After the drain: the runtimes' actors closing and the device thread joined (a step in flight
+# finishes first; a step is at most ~150 ms on this CPU, far more on a slow device).
+ACTORS_STOP_S = 10.0
 
 
 class ClusterConfigError(ValueError):
@@ -48,7 +53,7 @@ class ClusterSettings:
     routing_stats_period_s: float = 1.0
     health_check_period_s: float = 5.0
     health_check_timeout_s: float = 30.0
-    graceful_shutdown_timeout_s: float = 30.0
+    graceful_shutdown_timeout_s: float | None = None  # None: ClusterSpec.stop_timeout_s
     autoscaling: dict[str, Any] | None = None
     router_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -74,6 +79,9 @@ class ClusterSettings:
         for name in ("replica_cpus", "ingress_cpus", "replica_gpus", "routing_stats_period_s"):
             if not isinstance(getattr(self, name), (int, float)) or getattr(self, name) < 0:
                 raise ClusterConfigError(f"{source}: [cluster].{name} must be a number >= 0")
+        stop = self.graceful_shutdown_timeout_s
+        if stop is not None and (not isinstance(stop, (int, float)) or stop < 0):
+            raise ClusterConfigError(f"{source}: [cluster].graceful_shutdown_timeout_s must be a number >= 0")
         if self.autoscaling is not None and not isinstance(self.autoscaling, dict):
             raise ClusterConfigError(f"{source}: [cluster.autoscaling] must be a table")
 
@@ -85,3 +93,14 @@ class ClusterSpec:
     models: list[Any]  # runtime.config.RuntimeConfig, one per served model
     platform: Any  # api.platform.config.PlatformConfig
     settings: ClusterSettings = field(default_factory=ClusterSettings)
+
+    @property
+    def drain_timeout(self) -> float:
+        """How long a stopping replica gives its live requests (the models' --drain-timeout)."""
+        return max((c.drain_timeout for c in self.models), default=DEFAULT_DRAIN_S)
+
+    @property
+    def stop_timeout_s(self) -> float:
+        """A replica's whole stop (Ray's graceful_shutdown_timeout_s), after which Ray kills it."""
+        explicit = self.settings.graceful_shutdown_timeout_s
+        return float(explicit) if explicit is not None else self.drain_timeout + ACTORS_STOP_S

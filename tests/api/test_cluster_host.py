@@ -62,3 +62,27 @@ def test_stream_cancel_and_stop(tiny_model_dir: Path, tmp_path: Path) -> None:
                 pass
 
     asyncio.run(scenario())
+
+
+def test_drain_ends_live_streams_cleanly_and_refuses_new_requests(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """What a replica does once the driver announces the stop (api/cluster/replica.py)."""
+
+    async def scenario() -> None:
+        host = TrioHost([tiny_config(tiny_model_dir)], PlatformConfig(state_dir=str(tmp_path)))
+        await host.wait_ready()
+        long = {"model": "tiny", "prompt": "hi", "max_tokens": 400, "stream": True, "ignore_eos": True}
+        gen = host.stream(request("/v1/completions", long))
+        messages = []
+        async for batch in gen:
+            messages += batch
+            if any(m.get("body", b"").startswith(b"data: {") for m in batch):
+                break
+        await host.drain(0)  # no grace: the stream in flight is aborted now
+        messages += [m async for batch in gen for m in batch]
+        body = b"".join(m.get("body", b"") for m in messages[1:])
+        assert body.endswith(b"data: [DONE]\n\n") and b'"error"' in body, body[-300:]
+        refused = [m async for b in host.stream(request("/v1/completions", {**long, "stream": False})) for m in b]
+        assert refused[0]["status"] == 503
+        await asyncio.to_thread(host.stop, 0)
+
+    asyncio.run(scenario())

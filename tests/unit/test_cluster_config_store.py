@@ -61,3 +61,16 @@ def test_watch_returns_when_the_version_moves(tmp_path: Path) -> None:
         assert (await actor.snapshot())[1] == {}
 
     run(scenario())
+
+
+def test_stop_reaches_every_waiting_replica(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        actor = EndpointConfigActor(str(tmp_path / "db.sqlite3"))
+        waiting = [asyncio.create_task(actor.wait_stop()) for _ in range(3)]  # three replicas
+        await asyncio.sleep(0.05)
+        assert not any(w.done() for w in waiting)
+        await actor.stop_serving()
+        await asyncio.wait_for(asyncio.gather(*waiting), 2)
+        await asyncio.wait_for(actor.wait_stop(), 2)  # a replica that asks later drains at once
+
+    run(scenario())

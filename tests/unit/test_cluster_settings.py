@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from api.cluster.cli import cluster_settings, cluster_spec
-from api.cluster.settings import ClusterConfigError, ClusterSettings
+from api.cluster.settings import ACTORS_STOP_S, ClusterConfigError, ClusterSettings
 from api.serve import parse_args, read_config_file
 from runtime.config import RuntimeConfig
 
@@ -60,3 +60,12 @@ def test_replica_threads_follow_reserved_cpus_unless_set() -> None:
     settings = ClusterSettings(replica_cpus=3)
     spec = cluster_spec([RuntimeConfig(), RuntimeConfig(num_threads=1)], None, settings)
     assert [c.num_threads for c in spec.models] == [3, 1]
+
+
+def test_replica_stop_bound_follows_the_drain_timeout_unless_set() -> None:
+    models = [RuntimeConfig(drain_timeout=4.0), RuntimeConfig(drain_timeout=7.0)]
+    spec = cluster_spec(models, None, ClusterSettings())
+    assert spec.drain_timeout == 7.0 and spec.stop_timeout_s == 7.0 + ACTORS_STOP_S
+    assert cluster_spec(models, None, ClusterSettings(graceful_shutdown_timeout_s=3)).stop_timeout_s == 3.0
+    with pytest.raises(ClusterConfigError, match="graceful_shutdown_timeout_s must be a number"):
+        ClusterSettings.from_table({"graceful_shutdown_timeout_s": "long"})

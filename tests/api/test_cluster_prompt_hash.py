@@ -1,0 +1,98 @@
+"""The serve-ray ingress's routing hashes (api/cluster/ingress.py, PromptHasher) are the chain
+the replica's prefix cache computes for the same request, for a request with tools too.
+
+The replica side is real: the whole single-node stack on its trio thread (api/cluster/host.py,
+what a replica runs), serving the request; its block manager's cached hashes are then read.
+Both kinds of chat template: one that renders `tools` itself (the tools go in as a template
+kwarg) and one that does not (the tools become a system block). Before the ingress built the
+replica's own Prompt, it rendered the bare messages, whose chain leaves the cache's at the
+first block the tools change: the control below. No Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.cluster.host import TrioHost
+from api.cluster.ingress import PromptHasher
+from api.platform.config import PlatformConfig
+from runtime.prefix_hash import block_hashes
+from tests.api.test_cluster_host import request
+from tests.conftest import tiny_config
+
+SCHEMA = {"type": "object", "properties": {"unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["unit"], "additionalProperties": False}
+TOOL = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.", "parameters": SCHEMA}}
+MESSAGES = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "What is the weather in Paris today?"}]
+# The tiny template, plus the tools as a system turn of its own, rendered by the template.
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def long_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with room for a tools block (its vocabulary is close to bytes)."""
+    from tests.tiny_model import build_tiny_decoder
+
+    return build_tiny_decoder(tmp_path_factory.mktemp("tiny-long"), "llama", perturb_norms=False, max_position_embeddings=2048)
+
+
+@pytest.fixture(params=["template renders tools", "tools as a system block"])
+def model_dir(request: pytest.FixtureRequest, long_model_dir: Path, tmp_path: Path) -> Path:
+    if request.param == "tools as a system block":
+        return long_model_dir
+    copy = Path(shutil.copytree(long_model_dir, tmp_path / "tools-template"))
+    (copy / "chat_template.jinja").write_text(TOOLS_TEMPLATE)
+    return copy
+
+
+def cached_hashes(host: TrioHost) -> set[int]:
+    runtime = next(iter(host.models))
+    return set(runtime.scheduler.core.blocks.hash_to_block)
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", {"type": "function", "function": {"name": "get_weather"}}])
+def test_routing_hash_of_a_tool_request_is_the_replica_cache_chain(model_dir: Path, tmp_path: Path, tool_choice: Any) -> None:
+    config = tiny_config(model_dir, max_num_batched_tokens=512)
+    body = {"model": "tiny", "messages": MESSAGES, "tools": [TOOL], "tool_choice": tool_choice, "max_tokens": 2, "chat_template_kwargs": {"unused_flag": True}}
+    hashes = PromptHasher([config]).hashes(body)
+
+    async def serve_once() -> tuple[dict[str, Any], set[int]]:
+        host = TrioHost([config], PlatformConfig(state_dir=str(tmp_path / "state")))
+        await host.wait_ready()
+        try:
+            messages = [m async for batch in host.stream(request("/v1/chat/completions", body)) for m in batch]
+            assert messages[0]["status"] == 200, messages
+            answer = json.loads(b"".join(m.get("body", b"") for m in messages[1:]))
+            return answer, await host.call(cached_hashes, host)
+        finally:
+            await asyncio.to_thread(host.stop, 0)
+
+    answer, cached = asyncio.run(serve_once())
+    prompt_blocks = answer["usage"]["prompt_tokens"] // config.block_size
+    assert len(hashes) == prompt_blocks > 8  # every full block of the prompt, the tools' included
+    assert set(hashes) <= cached
+
+    # The control: the bare messages, as the ingress rendered them before.
+    tokenizer = PromptHasher([config])._default[0]  # type: ignore[index]
+    bare = tokenizer.encode(tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True), add_special_tokens=False)
+    assert block_hashes(bare, config.block_size)[-1] not in cached
+
+
+def test_request_struct_keeps_only_openai_fields() -> None:
+    """An Azure body's extra fields (the replica checks them) do not stop the hashing."""
+    from api.cluster.ingress import request_prompt
+
+    found = request_prompt({"messages": MESSAGES, "tools": [TOOL], "extra_azure_field": 1}, template_tools=True)
+    assert found is not None and found[0].chat_template_kwargs["tools"][0]["function"]["name"] == "get_weather"
+    assert request_prompt({"input": "a Responses body"}, template_tools=False) is None
+
+

@@ -1,0 +1,100 @@
+"""`switchyard serve-ray` as its users run it: the command on the tiny model, stopped by a
+SIGTERM to its process group (what systemd and the bench's ServerProcess send) with a stream
+in flight. It must finish that stream cleanly (`[DONE]`), exit 0 promptly, and leave no Ray
+process serving behind.
+
+Before api/cluster/supervisor.py the group signal also killed the local Ray instance's GCS
+server and raylet, so the driver's orderly stop waited out its 45 s bound on a controller
+that could no longer answer, and exited with the proxy and replicas still running (measured:
+46 s here); now the stop takes ~3-4 s on this 2-core machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.cluster.conftest import _free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 180.0  # Ray's start, Serve's, a replica importing torch: ~20 s alone here
+STOP_BOUND_S = 30.0  # generous for a busy machine; the old stop took 46 s
+DRAIN_S = 2.0
+STREAM = {"model": "tiny", "prompt": "Paged attention keeps keys", "max_tokens": 400, "stream": True, "ignore_eos": True}
+
+
+@pytest.fixture
+def serve_ray(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
+    port = _free_port()
+    log_path = tmp_path / "serve-ray.log"
+    cmd = [
+        sys.executable, "-m", "api.serve", "serve-ray", "--model", str(tiny_model_dir), "--served-name", "tiny",
+        "--dtype", "float32", "--num-kv-blocks", "256", "--block-size", "4", "--num-threads", "1", "--no-embeddings",
+        "--replica-cpus", "0.5", "--drain-timeout", str(DRAIN_S), "--host", "127.0.0.1", "--port", str(port),
+        "--state-dir", str(tmp_path / "state"), "--log-level", "info",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc, f"http://127.0.0.1:{port}", log_path
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the driver, in its own session, follows (parent-death signal)
+            proc.wait(10)
+
+
+def wait_ready(proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while b"serve_ray_ready" not in log_path.read_bytes():
+        assert proc.poll() is None, f"serve-ray exited {proc.returncode} before it was ready:\n{log_tail(log_path)}"
+        assert time.monotonic() < deadline, f"serve-ray not ready after {READY_TIMEOUT_S:.0f}s:\n{log_tail(log_path)}"
+        time.sleep(0.5)
+
+
+def log_tail(path: Path) -> str:
+    return path.read_bytes()[-4000:].decode("utf-8", "replace")
+
+
+def refuses(url: str) -> bool:
+    host, port = url.removeprefix("http://").split(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
+def test_sigterm_to_the_group_drains_the_stream_and_exits_0_promptly(serve_ray: tuple[subprocess.Popen[bytes], str, Path]) -> None:
+    proc, url, log_path = serve_ray
+    wait_ready(proc, log_path)
+    with httpx.Client(base_url=url, timeout=60) as http:
+        with http.stream("POST", "/v1/completions", json=STREAM) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            assert first != "data: [DONE]"
+            os.killpg(proc.pid, signal.SIGTERM)
+            signalled = time.monotonic()
+            rest = [line for line in lines if line.startswith("data: ")]
+    # Finished within the drain, or cut at its end with an error event: either way it ends.
+    assert rest and rest[-1] == "data: [DONE]", rest[-3:]
+    try:
+        status = proc.wait(STOP_BOUND_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"serve-ray still running {STOP_BOUND_S:.0f}s after SIGTERM:\n{log_tail(log_path)}")
+    took = time.monotonic() - signalled
+    print(f"serve-ray stopped {took:.2f}s after SIGTERM, a stream in flight")
+    assert status == 0, log_tail(log_path)
+    log = log_path.read_text("utf-8", "replace")
+    assert '"clean": true' in log, log_tail(log_path)
+    assert refuses(url), "Ray's HTTP proxy is still listening after serve-ray exited"
