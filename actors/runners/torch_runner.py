@@ -170,6 +170,10 @@ class TorchRunner:
             ],
         )
         self.execute(plan)
+        # Then one sequence decoding alone, the step a single stream repeats (a compiled model
+        # path compiles its one-row decode graph here, not on the first request's token).
+        decode = ScheduledSeq(request_id="warm-0", token_ids=[1], start_pos=self.block_size + 1, block_table=[0, 1, 2], sample=True, sampling=greedy, seed=0)
+        self.execute(StepPlan(step_id=-1, seqs=[decode]))
         timed, slots = calibration.plans(self.block_size, self.k_cache[0].shape[1] // self.block_size, self._max_len)
         samples = calibration.time_steps(self.execute, timed)
         for cache in (*self.k_cache, *self.v_cache):

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from actors.runners.invariant import fixed_block_linear
-from actors.runners.native import attention, compiled, quant
+from actors.runners.native import attention, compiled, decode_graph, quant
 from actors.runners.native.config import native_config
 from actors.runners.native.llama import LlamaModel
 from actors.runners.native.loader import load_weights
@@ -52,8 +52,10 @@ class NativePath:
             quant.quantize_model(weights, bits)
             self.model.linear = quant.QuantLinear(quant.MAX_ROWS[bits])
             self.impl = f"native+{quantization}"
+        self.decode_graph: decode_graph.DecodeGraph | None = None
         if compile:
             self.impl += "+compiled"
+            self.decode_graph = decode_graph.DecodeGraph(self.model)  # before compile_model wraps the parts it traces
             compiled.compile_model(self.model)
             seconds = compiled.warm_up(self.model)
             log.info("compiled", seconds=round(seconds, 1), cache_dir=compiled.use_disk_cache())
@@ -62,4 +64,6 @@ class NativePath:
         return attention.build_step(seqs, tables, block_size, k_cache, v_cache, per_sequence_decode=self.batch_invariant)
 
     def forward(self, input_ids, positions, step, keep, k_cache, v_cache):
+        if self.decode_graph is not None and decode_graph.applies(input_ids, step, keep):
+            return self.decode_graph(input_ids, positions, step, k_cache, v_cache)
         return self.model.forward(input_ids, positions, step, keep, k_cache, v_cache)

@@ -1,0 +1,65 @@
+"""The one-row decode graph (actors/runners/native/decode_graph.py): compiled once at warm-up,
+then a single stream's decode steps run it, never recompile as the context grows across
+blocks, write the cache exactly as the eager step does and give the eager step's logits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from actors.runners.torch_runner import TorchRunner
+
+BLOCK = 4
+TABLE = list(range(8))
+
+
+def _decode(runner: TorchRunner, prompt: list[int], steps: int) -> tuple[list[torch.Tensor], list[int]]:
+    """Prefill `prompt`, then greedy decode steps of the one sequence; each decode step's logits."""
+    assert runner.model is not None
+    logits, tokens = [], []
+    with torch.inference_mode():
+        ids, start = torch.tensor(prompt), 0
+        for _ in range(steps + 1):
+            step, positions = runner.model.build_step([(start, ids.shape[0])], [TABLE], BLOCK, runner.k_cache, runner.v_cache)
+            out = runner.model.forward(ids, positions, step, torch.tensor([ids.shape[0] - 1]), runner.k_cache, runner.v_cache).float()
+            if start:
+                logits.append(out)
+            start += ids.shape[0]
+            ids = out.argmax(-1)
+            tokens.append(int(ids))
+    return logits, tokens
+
+
+def _runners(model_dir: Path, **settings: object) -> tuple[TorchRunner, TorchRunner]:
+    kwargs = dict(num_kv_blocks=32, block_size=BLOCK, num_threads=1, **settings)
+    eager = TorchRunner(model_dir, **kwargs)
+    eager.load()
+    compiled = TorchRunner(model_dir, compile=True, **kwargs)
+    compiled.load()
+    compiled.warmup()
+    return eager, compiled
+
+
+@pytest.mark.parametrize(("dtype", "quantization", "tolerance"), [("float32", None, 1e-4), ("bfloat16", "int4", 0.05)])
+def test_one_row_decode_graph_matches_eager_and_never_recompiles(tiny_model_dir: Path, dtype: str, quantization: str | None, tolerance: float) -> None:
+    eager, compiled = _runners(tiny_model_dir, dtype=dtype, quantization=quantization)
+    graph = compiled.model.decode_graph
+    assert graph is not None and graph.ready  # compiled by warmup(), before any request
+    runs = []
+    inner = graph.compiled
+    graph.compiled = lambda *args: runs.append(1) or inner(*args)
+    torch._dynamo.config.error_on_recompile = True
+    try:
+        got_logits, got_tokens = _decode(compiled, [5, 6, 7, 8, 9, 10], 12)  # context 7 → 18: crosses blocks 2 → 5
+    finally:
+        torch._dynamo.config.error_on_recompile = False
+    want_logits, want_tokens = _decode(eager, [5, 6, 7, 8, 9, 10], 12)
+    assert len(runs) == 12  # every decode step ran the graph, the prefill did not
+    if dtype == "float32":
+        assert got_tokens == want_tokens
+    for got, want in zip(got_logits, want_logits, strict=True):
+        assert (got - want).norm() / want.norm() < tolerance
+    for got, want in zip(compiled.k_cache + compiled.v_cache, eager.k_cache + eager.v_cache, strict=True):
+        torch.testing.assert_close(got.float(), want.float(), rtol=tolerance, atol=tolerance)  # the graph wrote slots 6..17 in place
