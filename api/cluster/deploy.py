@@ -22,7 +22,10 @@ Owns the shape of the deployment, one of two topologies (ClusterSettings.direct 
 Every token crosses one process fewer on the direct one (the proxy's call reaches the
 replica itself); the ingress's tokenizing and hashing is what the relay pays for.
 
-and the driver's life: join a running cluster (`--address`) or start a local Ray instance
+A replica that dies mid-response: on the relay the ingress ends the response cleanly; on the
+direct topology Ray's proxy runs api/cluster/proxy_guard.py, which does the same.
+
+And the driver's life: join a running cluster (`--address`) or start a local Ray instance
 (the driver then runs under api/cluster/supervisor.py), start Serve's HTTP proxy on
 --host/--port, deploy, wait for SIGINT/SIGTERM, then stop in order: announce the stop (every
 replica drains at once, up to --drain-timeout), delete the app while the proxy still carries
@@ -42,6 +45,7 @@ from typing import Any
 
 from api.cluster.config_store import announce_stop, forget_config_actor
 from api.cluster.ingress import SwitchyardIngress
+from api.cluster.proxy_guard import PROXY_CALLBACK, PROXY_CALLBACK_ENV
 from api.cluster.replica import SwitchyardReplica
 from api.cluster.settings import ClusterSpec
 from runtime.logging import get_logger
@@ -127,6 +131,8 @@ def run(spec: ClusterSpec, host: str, port: int, address: str | None) -> None:
     # A local instance without the dashboard: its processes took ~5% of a core here, which
     # on a small machine comes out of the model's steps. A cluster one joins keeps its own.
     # "local", not None: None would join a cluster `ray start` left running on this host.
+    if address is None:  # the instance's processes inherit it: Ray's HTTP proxy loads the guard
+        os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)
     ray.init(address=address or "local", ignore_reinit_error=True, **({"include_dashboard": False} if address is None else {}))
     stop = _StopSignal()  # after ray.init, which installs its own SIGTERM handler (sys.exit)
     try:

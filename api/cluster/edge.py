@@ -39,6 +39,34 @@ async def read_body(receive: Any) -> bytes:
             return b"".join(chunks)
 
 
+class Progress:
+    """How far one response has gone, from the ASGI messages sent for it."""
+
+    def __init__(self) -> None:
+        self.started = self.streaming = self.finished = False
+
+    def saw(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+            self.streaming = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in message.get("headers", ()))
+        elif message["type"] == "http.response.body" and not message.get("more_body"):
+            self.finished = True
+
+
+async def end_cleanly(send: Any, scope: dict[str, Any], progress: Progress, error: str) -> None:
+    """The replica behind this response failed (`error`): end the response as a client can read it."""
+    log.warning("replica_call_failed", path=scope.get("path"), started=progress.started, error=error[:300])
+    if progress.finished:
+        return
+    if not progress.started:
+        await _SHAPES.send(send, scope, HTTPError(503, REPLICA_FAILED, "replica_failed"), {"Retry-After": "1"})
+    elif progress.streaming:
+        failure = sse.data({"error": {"message": REPLICA_FAILED, "type": "server_error", "param": None, "code": "replica_failed"}}) + sse.DONE
+        await send({"type": "http.response.body", "body": failure})
+    else:
+        await send({"type": "http.response.body", "body": b""})
+
+
 async def relay(
     responses: AsyncIterable[list[dict[str, Any]]], scope: dict[str, Any], send: Any,
     extra_headers: Headers = (), on_cancel: Callable[[], Any] | None = None,
@@ -46,33 +74,20 @@ async def relay(
     """Forward a replica's batches of ASGI messages (`extra_headers` added to the response's
     start); on its failure, end the response cleanly. `on_cancel`: what stops the replica's
     call when this task is cancelled (the client left), when cancelling this task alone does not."""
-    started = finished = streaming = False
+    progress = Progress()
     try:
         async for batch in responses:
             for message in batch:
-                if message["type"] == "http.response.start":
-                    started = True
-                    streaming = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in message.get("headers", ()))
-                    if extra_headers:
-                        message = {**message, "headers": [*message.get("headers", ()), *extra_headers]}
-                elif message["type"] == "http.response.body" and not message.get("more_body"):
-                    finished = True
+                progress.saw(message)
+                if message["type"] == "http.response.start" and extra_headers:
+                    message = {**message, "headers": [*message.get("headers", ()), *extra_headers]}
                 await send(message)
     except asyncio.CancelledError:
         if on_cancel is not None:
             on_cancel()
         raise
     except Exception as exc:  # noqa: BLE001 - replica died, unreachable, or its call failed
-        log.warning("replica_call_failed", path=scope.get("path"), started=started, error=repr(exc)[:300])
-        if finished:
-            return
-        if not started:
-            await _SHAPES.send(send, scope, HTTPError(503, REPLICA_FAILED, "replica_failed"), {"Retry-After": "1"})
-        elif streaming:
-            failure = sse.data({"error": {"message": REPLICA_FAILED, "type": "server_error", "param": None, "code": "replica_failed"}}) + sse.DONE
-            await send({"type": "http.response.body", "body": failure})
-        else:
-            await send({"type": "http.response.body", "body": b""})
+        await end_cleanly(send, scope, progress, repr(exc))
 
 
 async def lifespan(receive: Any, send: Any) -> None:

@@ -2,8 +2,10 @@
 calls the model replicas themselves, with no SwitchyardIngress between. Everything a client
 sees must hold as on the relay: the official openai client's chat and completions cases, SSE
 token by token ending with [DONE], a disconnect freeing the replica's blocks (read from its
-/metrics), and `x-session-id` keeping a conversation on one replica (Ray's proxy hands the
-header to the request router, api/cluster/router.py).
+/metrics), `x-session-id` keeping a conversation on one replica (Ray's proxy hands the
+header to the request router, api/cluster/router.py), and a replica killed mid-stream
+ending its client's stream with an error event and [DONE] (no ingress does it here: the
+guard in Ray's proxy does, api/cluster/proxy_guard.py), then the deployment recovering.
 
 Runs right after test_routing_quality.py, whose last deployment is this same shape (two
 replicas, pow2), so the tier pays no extra deployment for it.
@@ -30,6 +32,7 @@ from tests.cluster.test_basic_serving import (  # noqa: F401
     test_sse_arrives_incrementally_and_ends_with_done,
     test_two_replicas_both_serve,
 )
+from tests.cluster.test_failover import kill_mid_stream_and_recover
 
 REPLICA = "x-switchyard-replica"
 INGRESS = "x-switchyard-ingress"
@@ -56,3 +59,7 @@ async def test_the_proxy_calls_the_replicas_and_sessions_stick(cluster: Cluster)
                 assert INGRESS not in r.headers  # no ingress relayed it
                 served.add(r.headers[REPLICA])
             assert len(served) == 1, (session, served)
+
+
+async def test_a_replica_killed_mid_stream_ends_cleanly_and_is_replaced(cluster: Cluster) -> None:
+    await kill_mid_stream_and_recover(cluster)  # last here: the module after redeploys anyway
