@@ -84,7 +84,7 @@ def build_application(spec: ClusterSpec) -> Any:
     router: dict[str, Any] = {"request_routing_stats_period_s": s.routing_stats_period_s}
     # On the direct topology the proxy's own router picks the replica: the session policy
     # (no prompt hashes there) keeps an x-session-id on one replica, which Ray's pow2 would not.
-    if (s.routes if s.direct else s.router == "prefix"):
+    if (s.direct and s.routes) or (not s.direct and s.router == "prefix"):
         router.update(request_router_class=PrefixAffinityRouter, request_router_kwargs=s.router_kwargs)
     options: dict[str, Any] = dict(
         name=REPLICA_DEPLOYMENT,

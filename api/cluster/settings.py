@@ -83,8 +83,8 @@ class ClusterSettings:
             raise ClusterConfigError(f"{source}: [cluster].topology must be one of {TOPOLOGIES}, not {self.topology!r}")
         if self.topology == "direct" and self.router == "prefix" and self.routes:
             raise ClusterConfigError(
-                f"{source}: [cluster].topology \"direct\" cannot route by prefix (Ray's proxy never reads the prompt); "
-                "use router \"pow2\", one replica without autoscaling, or topology \"relay\""
+                f"{source}: [cluster].topology 'direct' cannot route by prefix (Ray's proxy never reads the prompt); "
+                "use router 'pow2', one replica without autoscaling, or topology 'relay'"
             )
         for name in ("replicas", "ingress_replicas", "max_ongoing_requests"):
             value = getattr(self, name)

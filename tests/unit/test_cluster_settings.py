@@ -89,7 +89,7 @@ def test_topology_is_direct_wherever_routing_does_not_need_the_prompt(table: dic
 
 
 def test_direct_topology_refuses_prefix_routing_over_several_replicas(tmp_path: Path) -> None:
-    with pytest.raises(ClusterConfigError, match="topology \"direct\" cannot route by prefix"):
+    with pytest.raises(ClusterConfigError, match="topology 'direct' cannot route by prefix"):
         ClusterSettings.from_table({"topology": "direct", "replicas": 2})
     parse_args(["serve-ray", "--topology", "direct", "--replicas", "2"])
     from api.serve import _CLI_EXTRAS
