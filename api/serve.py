@@ -77,6 +77,11 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ingress-replicas", type=int, default=None, help="HTTP ingress replicas (default 1)")
     p.add_argument("--replica-cpus", type=float, default=None, help="Ray CPUs reserved per model replica (default 1)")
     p.add_argument("--router", choices=["prefix", "pow2"], default=None, help="prefix-aware routing (default) or Ray's power of two choices")
+    p.add_argument(
+        "--topology", choices=["auto", "direct", "relay"], default=None,
+        help="direct: Ray's proxy calls the replicas (one hop fewer; no prefix routing); relay: through the ingress; "
+        "auto (default): direct for pow2 or one replica",
+    )  # fmt: skip
 
 
 def _add_serve_arguments(p: argparse.ArgumentParser) -> None:

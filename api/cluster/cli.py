@@ -13,7 +13,7 @@ import msgspec
 from api.cluster.settings import ClusterConfigError, ClusterSettings, ClusterSpec
 from api.cluster.supervisor import is_driver, supervise
 
-_FLAGS = {"replicas": "replicas", "ingress_replicas": "ingress_replicas", "replica_cpus": "replica_cpus", "router": "router"}
+_FLAGS = {"replicas": "replicas", "ingress_replicas": "ingress_replicas", "replica_cpus": "replica_cpus", "router": "router", "topology": "topology"}
 
 
 def cluster_settings(args: argparse.Namespace, table: dict[str, Any]) -> ClusterSettings:

@@ -1,6 +1,8 @@
 """`switchyard serve-ray`: build the Ray Serve application and run it until a signal.
 
-Owns the shape of the deployment:
+Owns the shape of the deployment, one of two topologies (ClusterSettings.direct decides):
+
+    relay (router "prefix" over several replicas: routing needs the prompt)
 
     Ray HTTP proxy ──▶ SwitchyardIngress (ingress_replicas; tokenizes, hashes, relays)
                           │ handle, stream=True, PrefixAffinityRouter (or Ray's power of two)
@@ -10,7 +12,20 @@ Owns the shape of the deployment:
                           ▼
                        EndpointConfigActor (one, named, detached: the shared endpoint config)
 
-and the driver's life: join a running cluster (`--address`) or start a local Ray instance
+    direct (router "pow2", or one replica without autoscaling: the prompt is not needed)
+
+    Ray HTTP proxy ──▶ SwitchyardReplica, wrapped by serve.ingress() (its own ASGI app)
+                          │ (proxy's handle; PrefixAffinityRouter with x-session-id only, when
+                          ▼  there is a choice of replica)
+                       EndpointConfigActor
+
+Every token crosses one process fewer on the direct one (the proxy's call reaches the
+replica itself); the ingress's tokenizing and hashing is what the relay pays for.
+
+A replica that dies mid-response: on the relay the ingress ends the response cleanly; on the
+direct topology Ray's proxy runs api/cluster/proxy_guard.py, which does the same.
+
+And the driver's life: join a running cluster (`--address`) or start a local Ray instance
 (the driver then runs under api/cluster/supervisor.py), start Serve's HTTP proxy on
 --host/--port, deploy, wait for SIGINT/SIGTERM, then stop in order: announce the stop (every
 replica drains at once, up to --drain-timeout), delete the app while the proxy still carries
@@ -30,6 +45,7 @@ from typing import Any
 
 from api.cluster.config_store import announce_stop, forget_config_actor
 from api.cluster.ingress import SwitchyardIngress
+from api.cluster.proxy_guard import PROXY_CALLBACK, PROXY_CALLBACK_ENV
 from api.cluster.replica import SwitchyardReplica
 from api.cluster.settings import ClusterSpec
 from runtime.logging import get_logger
@@ -49,6 +65,15 @@ DRAIN_POLL_S = 0.2
 STOP_MARGIN_S = 15.0
 
 
+def topology(spec: ClusterSpec) -> dict[str, Any]:
+    """The deployment's shape in words, for the ready log line and the bench's record."""
+    s = spec.settings
+    if not s.direct:
+        return {"topology": "relay", "hops": "proxy -> ingress -> replica", "ingress_replicas": s.ingress_replicas}
+    sessions = "x-session-id sticky, else power of two" if s.routes else "one replica"
+    return {"topology": "direct", "hops": "proxy -> replica", "routing": sessions}
+
+
 def build_application(spec: ClusterSpec) -> Any:
     from ray import serve
     from ray.serve.config import RequestRouterConfig
@@ -57,7 +82,9 @@ def build_application(spec: ClusterSpec) -> Any:
 
     s = spec.settings
     router: dict[str, Any] = {"request_routing_stats_period_s": s.routing_stats_period_s}
-    if s.router == "prefix":
+    # On the direct topology the proxy's own router picks the replica: the session policy
+    # (no prompt hashes there) keeps an x-session-id on one replica, which Ray's pow2 would not.
+    if (s.direct and s.routes) or (not s.direct and s.router == "prefix"):
         router.update(request_router_class=PrefixAffinityRouter, request_router_kwargs=s.router_kwargs)
     options: dict[str, Any] = dict(
         name=REPLICA_DEPLOYMENT,
@@ -74,6 +101,8 @@ def build_application(spec: ClusterSpec) -> Any:
         options["autoscaling_config"] = s.autoscaling
     else:
         options["num_replicas"] = s.replicas
+    if s.direct:
+        return serve.deployment(**options)(serve.ingress()(SwitchyardReplica)).bind(spec)
     replica = serve.deployment(**options)(SwitchyardReplica)
     ingress = serve.deployment(
         name=INGRESS_DEPLOYMENT,
@@ -102,12 +131,15 @@ def run(spec: ClusterSpec, host: str, port: int, address: str | None) -> None:
     # A local instance without the dashboard: its processes took ~5% of a core here, which
     # on a small machine comes out of the model's steps. A cluster one joins keeps its own.
     # "local", not None: None would join a cluster `ray start` left running on this host.
+    if address is None:  # the instance's processes inherit it: Ray's HTTP proxy loads the guard
+        os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)
     ray.init(address=address or "local", ignore_reinit_error=True, **({"include_dashboard": False} if address is None else {}))
     stop = _StopSignal()  # after ray.init, which installs its own SIGTERM handler (sys.exit)
     try:
         with stop.interrupting():  # a signal while Serve deploys (minutes for a big model) stops it
             deploy(spec, host, port)
-        log.info("serve_ray_ready", url=f"http://{host}:{port}", replicas=spec.settings.autoscaling or spec.settings.replicas, router=spec.settings.router)
+        settings = spec.settings
+        log.info("serve_ray_ready", url=f"http://{host}:{port}", replicas=settings.autoscaling or settings.replicas, router=settings.router, **topology(spec))
         stop.wait()
     except _Interrupted:
         pass

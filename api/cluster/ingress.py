@@ -11,12 +11,11 @@ and error shapes all run on the replica, in the one app):
    so a long prompt never stalls the relays; and the `x-session-id` header;
 2. call the replicas' `handle_http` through a streaming handle, with that `RoutingHint` as the
    `routing` keyword, which the request router (api/cluster/router.py) reads;
-3. relay the replica's ASGI messages to the proxy as they arrive. The client leaving cancels
-   this task, which cancels the replica's call (Ray propagates it), which aborts the request.
+3. relay the replica's ASGI messages to the proxy as they arrive (api/cluster/edge.py, which
+   also answers a failed replica with a clean error). The client leaving cancels this task,
+   which cancels the replica's call, which aborts the request.
 
-When the replica fails (killed, crashed, unreachable), the client gets a clean error, never
-a hang: before the response started, a 503 in the shape of the API the path belongs to
-(api.app.error_shapes); mid-SSE, an error event and `[DONE]`; otherwise the body ends.
+Deployed only on the relay topology (api/cluster/deploy.py): the one that routes by prompt.
 Imports ray, transformers (tokenizers), api and runtime.
 """
 
@@ -29,11 +28,9 @@ from typing import Any
 
 import msgspec
 
-from api.app import error_shapes
+from api.cluster.edge import lifespan, read_body, relay
 from api.cluster.host import HttpRequest, portable_scope
 from api.cluster.settings import ClusterSpec
-from api.http import sse
-from api.http.errors import HTTPError
 from api.http.routes import match
 from api.openai.params import chat_params, completion_params
 from api.openai.schemas import ChatCompletionRequest, CompletionRequest
@@ -51,8 +48,6 @@ log = get_logger("cluster.ingress")
 SESSION_HEADER = b"x-session-id"
 INGRESS_HEADER = b"x-switchyard-ingress"  # which ingress replica relayed the response
 MAX_HASHED_BLOCKS = 512
-REPLICA_FAILED = "The model replica serving this request failed; retry."
-_SHAPES = error_shapes()  # the errors the ingress answers itself, in the shape of the request's surface
 
 
 class PromptHasher:
@@ -122,46 +117,6 @@ def _header(scope: dict[str, Any], name: bytes) -> str | None:
     return None
 
 
-async def read_body(receive: Any) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise asyncio.CancelledError("client left before sending its body")
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
-async def relay(responses: Any, scope: dict[str, Any], send: Any, ingress_id: bytes = b"") -> None:
-    """Forward a replica's batches of ASGI messages; on its failure, end the response cleanly."""
-    started = finished = streaming = False
-    try:
-        async for batch in responses:
-            for message in batch:
-                if message["type"] == "http.response.start":
-                    started = True
-                    streaming = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in message.get("headers", ()))
-                    message = {**message, "headers": [*message.get("headers", ()), (INGRESS_HEADER, ingress_id)]}
-                elif message["type"] == "http.response.body" and not message.get("more_body"):
-                    finished = True
-                await send(message)
-    except asyncio.CancelledError:
-        responses.cancel()
-        raise
-    except Exception as exc:  # noqa: BLE001 - replica died, unreachable, or its call failed
-        log.warning("replica_call_failed", path=scope.get("path"), started=started, error=repr(exc)[:300])
-        if finished:
-            return
-        if not started:
-            await _SHAPES.send(send, scope, HTTPError(503, REPLICA_FAILED, "replica_failed"), {"Retry-After": "1"})
-        elif streaming:
-            failure = sse.data({"error": {"message": REPLICA_FAILED, "type": "server_error", "param": None, "code": "replica_failed"}}) + sse.DONE
-            await send({"type": "http.response.body", "body": failure})
-        else:
-            await send({"type": "http.response.body", "body": b""})
-
-
 class SwitchyardIngress:
     """Wrapped by `serve.ingress()` in api/cluster/deploy.py; its ASGI app is `asgi`."""
 
@@ -182,7 +137,7 @@ class SwitchyardIngress:
 
     async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return  # websockets: no route takes them
@@ -191,14 +146,5 @@ class SwitchyardIngress:
         if self._hasher is not None:
             hint = await asyncio.get_running_loop().run_in_executor(self._hashing, self._hasher.hint, scope, body)
         request = HttpRequest(portable_scope(scope), body)
-        await relay(self._replicas.handle_http.remote(request, routing=hint), scope, send, self._id)
-
-
-async def _lifespan(receive: Any, send: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+        responses = self._replicas.handle_http.remote(request, routing=hint)
+        await relay(responses, scope, send, [(INGRESS_HEADER, self._id)], on_cancel=responses.cancel)

@@ -2,7 +2,11 @@
 
 Owns one replica's life: it hosts a whole single-node stack (api/cluster/host.py: the trio
 runtime, the actors, the executor thread and the paged cache, and the Quart app) and
-answers the ingress's `handle_http` calls with that app's ASGI messages, streamed. It also:
+serves that app's ASGI messages, streamed, on either topology (api/cluster/deploy.py): to
+the ingress's `handle_http` calls (relay), or, when deploy.py wraps this class with
+`serve.ingress()`, straight to Ray's HTTP proxy through `__serve_build_asgi_app__` (direct:
+one process fewer on every token's way; the client leaving cancels the call, which aborts the
+request on the trio loop and frees its blocks, as on the relay). It also:
 
 - reports its load to the routers (`record_routing_stats`: live, running and waiting requests,
   KV usage as a 0-1 fraction), which Ray Serve polls every `routing_stats_period_s`;
@@ -26,7 +30,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from api.cluster.config_store import SharedEndpointStore, config_actor, watch_endpoints
-from api.cluster.host import HttpRequest, TrioHost
+from api.cluster.edge import lifespan, read_body, relay
+from api.cluster.host import HttpRequest, TrioHost, portable_scope
 from api.cluster.limits import SharedRateLimiter, rate_limit_actor
 from api.cluster.settings import ClusterSpec
 from runtime.logging import get_logger
@@ -84,6 +89,26 @@ class SwitchyardReplica:
                 start = batch[0]
                 batch[0] = {**start, "headers": [*start.get("headers", ()), (REPLICA_HEADER, self.replica_id.encode())]}
             yield batch
+
+    def __serve_build_asgi_app__(self) -> Any:
+        """The direct topology's HTTP entry (Ray calls it once `serve.ingress()` wraps the class)."""
+
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:  # a plain function:
+            await self.asgi(scope, receive, send)  # uvicorn takes a bound method for ASGI2
+
+        return app
+
+    async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """One request from Ray's proxy through this replica's app; a failure of the runtime's
+        thread gets the edge's clean error (api/cluster/edge.py), as on the relay."""
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return  # websockets: no route takes them
+        request = HttpRequest(portable_scope(scope), await read_body(receive))
+        # Leaving handle_http early (this task cancelled) cancels the request on the trio loop.
+        await relay(self.handle_http(request), scope, send)
 
     async def record_routing_stats(self) -> dict[str, Any]:
         return await self.host.call(self._load)

@@ -2,7 +2,10 @@
 
 Owns only the adaptation: Ray Serve calls `choose_replicas` with the live replicas and the
 pending request; this reads the request's `RoutingHint` (the `routing=` keyword the ingress
-passed: the prompt's KV block hashes and session id), each replica's load (this router's own
+passed on the relay topology: the prompt's KV block hashes and session id; on the direct
+topology, where Ray's HTTP proxy runs this router and no one has read the prompt, only the
+session: Ray's proxy copies the `x-session-id` header into the request's metadata), each
+replica's load (this router's own
 count of requests in flight there, from Ray's queue-length cache, and the figures the replica
 last reported through `record_routing_stats`), and returns `runtime.routing.RoutingPolicy`'s
 ranks. Ray then sends to the least-queued replica of the first rank with room, and moves down
@@ -62,4 +65,8 @@ def hint_of(pending_request: PendingRequest | None) -> RoutingHint | None:
     if pending_request is None:
         return None
     hint = pending_request.kwargs.get("routing")
-    return hint if isinstance(hint, RoutingHint) else None
+    if isinstance(hint, RoutingHint):
+        return hint
+    # Ray's proxy reads RAY_SERVE_SESSION_ID_HEADER_KEY, whose default is our x-session-id.
+    session = getattr(pending_request.metadata, "session_id", "")
+    return RoutingHint((), session) if session else None

@@ -10,6 +10,11 @@ The `[cluster]` table (every key optional):
     ingress_cpus = 0.5           ... per ingress replica
     replica_gpus = 0.0           Ray GPUs per model replica
     router = "prefix"            "prefix" (runtime/routing.py) or "pow2" (Ray's power of two)
+    topology = "auto"            "relay": Ray's proxy -> SwitchyardIngress -> replicas (what the
+                                 prefix router needs: the ingress reads the prompt); "direct":
+                                 Ray's proxy -> the replicas, no ingress (one process fewer
+                                 on every token's way; routing sees headers, not the prompt);
+                                 "auto": direct for pow2 or one fixed replica, else relay
     max_ongoing_requests = 1024  per model replica, Ray's own cap; above the runtime's
                                  max_pending (512) on purpose, so a full replica answers a fast
                                  429 itself instead of Ray queueing requests silently
@@ -31,6 +36,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 ROUTERS = ("prefix", "pow2")
+TOPOLOGIES = ("auto", "direct", "relay")
 DEFAULT_DRAIN_S = 30.0  # runtime.config.RuntimeConfig.drain_timeout's default
 # After the drain: the runtimes' actors closing and the device thread joined (a step in flight
 # finishes first; a step is at most ~150 ms on this CPU, far more on a slow device).
@@ -49,6 +55,7 @@ class ClusterSettings:
     ingress_cpus: float = 0.5
     replica_gpus: float = 0.0
     router: str = "prefix"
+    topology: str = "auto"
     max_ongoing_requests: int = 1024
     routing_stats_period_s: float = 1.0
     health_check_period_s: float = 5.0
@@ -72,6 +79,13 @@ class ClusterSettings:
     def check(self, source: str = "config") -> None:
         if self.router not in ROUTERS:
             raise ClusterConfigError(f"{source}: [cluster].router must be one of {ROUTERS}, not {self.router!r}")
+        if self.topology not in TOPOLOGIES:
+            raise ClusterConfigError(f"{source}: [cluster].topology must be one of {TOPOLOGIES}, not {self.topology!r}")
+        if self.topology == "direct" and self.router == "prefix" and self.routes:
+            raise ClusterConfigError(
+                f"{source}: [cluster].topology 'direct' cannot route by prefix (Ray's proxy never reads the prompt); "
+                "use router 'pow2', one replica without autoscaling, or topology 'relay'"
+            )
         for name in ("replicas", "ingress_replicas", "max_ongoing_requests"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -84,6 +98,19 @@ class ClusterSettings:
             raise ClusterConfigError(f"{source}: [cluster].graceful_shutdown_timeout_s must be a number >= 0")
         if self.autoscaling is not None and not isinstance(self.autoscaling, dict):
             raise ClusterConfigError(f"{source}: [cluster.autoscaling] must be a table")
+
+    @property
+    def routes(self) -> bool:
+        """Whether there is a choice of replica to make (more than one, now or once scaled)."""
+        return self.autoscaling is not None or self.replicas > 1
+
+    @property
+    def direct(self) -> bool:
+        """Ray's proxy calls the replicas themselves (no SwitchyardIngress): asked for, or, on
+        "auto", whenever routing does not need the prompt (pow2, or nothing to route)."""
+        if self.topology != "auto":
+            return self.topology == "direct"
+        return self.router == "pow2" or not self.routes
 
 
 @dataclass

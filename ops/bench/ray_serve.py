@@ -1,17 +1,18 @@
 """Switchyard on Ray Serve against plain `switchyard serve`, and prefix routing against power of two.
 
-PYTHONPATH=$PWD python -m ops.bench.ray_serve [--levels 1,16] [--skip-overhead] [--skip-routing] [--out PATH]
+PYTHONPATH=$PWD python -m ops.bench.ray_serve [--levels 1,16] [--topology direct|relay] [--skip-overhead] [--skip-routing] [--out PATH]
 
 1. Overhead (one run, same machine, same model, same threads): `switchyard serve` and then
-   `switchyard serve-ray --replicas 1` (a local Ray instance: HTTP proxy -> ingress -> one
-   replica), each under the streaming load sweep of ops.bench.load (128-token unique prompts,
+   `switchyard serve-ray --replicas 1 --topology T` (a local Ray instance; --topology direct:
+   HTTP proxy -> the replica; relay: HTTP proxy -> ingress -> the replica), each under the streaming load sweep of ops.bench.load (128-token unique prompts,
    64 tokens out), alternated for --rounds rounds. Reported as ratios (medians over rounds):
    tok/s at c=16 (Ray / plain) and TTFT p50 at c=1 (Ray - plain, ms). Targets: at most 10%
    lower throughput, at most 20 ms added TTFT.
    Then the added TTFT alone, paired: both servers up at once and one request at a time to
    each in turn (--pairs), so each pair sees the same machine load; the median difference.
 2. Routing quality: `serve-ray --replicas 2` with `--router prefix`, then with `--router pow2`
-   (Ray Serve's power of two choices), each on cold caches, under the multi-tenant
+   (Ray Serve's power of two choices, which serve-ray deploys on the direct topology: the
+   proxy calls the replicas), each on cold caches, under the multi-tenant
    shared-prefix chat mix of ops.bench.prefix_mix (streamed, so TTFT is measured): the
    prefix-cache hit rate (cached / prompt tokens) and TTFT p50/p99. The KV cache is capped
    (--kv-blocks per replica) so that one replica cannot hold every tenant's system prompt but
@@ -63,7 +64,7 @@ def overhead(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     rounds: list[dict[str, Any]] = []
     for i in range(args.rounds):  # alternated, so drift in the machine's load hits both alike
         current: dict[str, Any] = {}
-        for name, command, extra in (("plain", "serve", PLAIN_ARGS), ("ray", "serve-ray", RAY_ARGS)):
+        for name, command, extra in (("plain", "serve", PLAIN_ARGS), ("ray", "serve-ray", ray_args(args))):
             with switchyard_server(log_dir / f"{name}-{i}.log", [*common, *extra], args.startup_timeout, command=command) as srv:
                 current[name] = {"cmd": srv.cmd, "startup_s": srv.startup_s}
                 current[name]["sweep"] = asyncio.run(sweep(switchyard_target(srv.base_url, SERVED), prompts, args.levels, **kwargs))
@@ -71,11 +72,14 @@ def overhead(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         log(f"[overhead round {i}] {current['ratios']}")
         rounds.append(current)
     ratios = {key: round(statistics.median(r["ratios"][key] for r in rounds if key in r["ratios"]), 3) for key in rounds[0]["ratios"]}
-    return {"rounds": rounds, "ratios": ratios, "threads": args.threads}
+    return {"rounds": rounds, "ratios": ratios, "threads": args.threads, "topology": args.topology}
 
 
 PLAIN_ARGS: list[str] = []
-RAY_ARGS = ["--replicas", "1", "--ingress-replicas", "1", "--replica-cpus", "1"]
+
+
+def ray_args(args: argparse.Namespace) -> list[str]:
+    return ["--replicas", "1", "--ingress-replicas", "1", "--replica-cpus", "1", "--topology", args.topology]
 
 
 def paired_ttft(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
@@ -87,7 +91,7 @@ def paired_ttft(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     common = ["--no-embeddings", "--num-threads", str(args.threads), "--log-level", "warning"]
     with (
         switchyard_server(log_dir / "paired-plain.log", [*common, *PLAIN_ARGS], args.startup_timeout) as plain,
-        switchyard_server(log_dir / "paired-ray.log", [*common, *RAY_ARGS], args.startup_timeout, command="serve-ray") as ray,
+        switchyard_server(log_dir / "paired-ray.log", [*common, *ray_args(args)], args.startup_timeout, command="serve-ray") as ray,
     ):
         targets = [switchyard_target(plain.base_url, SERVED), switchyard_target(ray.base_url, SERVED)]
 
@@ -105,7 +109,7 @@ def paired_ttft(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         pairs = asyncio.run(run())
     diffs = [b - a for a, b in pairs]
     ms = lambda x: None if x is None else round(1000 * x, 2)  # noqa: E731
-    return {"pairs": len(pairs), "plain_ttft_p50_ms": ms(percentile([a for a, _ in pairs], 50)), "ray_ttft_p50_ms": ms(percentile([b for _, b in pairs], 50)),
+    return {"pairs": len(pairs), "topology": args.topology, "plain_ttft_p50_ms": ms(percentile([a for a, _ in pairs], 50)), "ray_ttft_p50_ms": ms(percentile([b for _, b in pairs], 50)),
             "added_ttft_p50_ms": ms(percentile(diffs, 50)), "added_ttft_p90_ms": ms(percentile(diffs, 90))}  # fmt: skip
 
 
@@ -179,7 +183,7 @@ def markdown(result: dict[str, Any]) -> str:
             for name in ("plain", "ray"):
                 for lv in current[name]["sweep"]["levels"]:
                     lines.append(f"| {i} | {name} | {lv['concurrency']} | {lv['output_tok_s']} | {lv['ttft_ms']['p50']} | {lv['ttft_ms']['p99']} | {lv['errors']} |")
-        lines += ["", f"ratios (median over rounds): {json.dumps(result['overhead']['ratios'])}", ""]
+        lines += ["", f"ratios (median over rounds, topology {result['overhead'].get('topology')}): {json.dumps(result['overhead']['ratios'])}", ""]
     if "paired_ttft" in result:
         lines += [f"paired TTFT (both servers up, requests alternated, 4 tokens out): {json.dumps(result['paired_ttft'])}", ""]
     if "routing" in result:
@@ -198,6 +202,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--requests-per-slot", type=int, default=4)
     p.add_argument("--min-requests", type=int, default=16)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--topology", choices=["direct", "relay"], default="direct",
+                   help="the one-replica deployment's shape in the overhead and paired runs (api/cluster/deploy.py)")  # fmt: skip
     p.add_argument("--threads", type=int, default=2, help="torch threads of the (one) model replica in the overhead runs")
     p.add_argument("--rounds", type=int, default=3, help="overhead runs, plain and Ray alternated; ratios are the median round's")
     p.add_argument("--pairs", type=int, default=100, help="paired TTFT requests (both servers up at once); 0 skips it")

@@ -12,6 +12,7 @@ Used by ops.bench.run, ops.bench.guided and ops.bench.embeddings.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -52,7 +53,9 @@ def switchyard_server(
     state_dir.mkdir(parents=True, exist_ok=True)
     cmd = [str(VENV_BIN / "switchyard"), command, "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(state_dir), *server_args]
     print(f"[switchyard] starting: {' '.join(cmd)} (log {log_path})", file=sys.stderr, flush=True)
-    process = ServerProcess("switchyard", cmd, log_path, cwd=str(REPO_ROOT))
+    # This checkout's code, not whichever one the shared venv's editable install points at.
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    process = ServerProcess("switchyard", cmd, log_path, env={"PYTHONPATH": path}, cwd=str(REPO_ROOT))
     server = RunningServer(f"http://127.0.0.1:{port}", cmd, log_path, process)
     try:
         server.startup_s = round(process.wait_healthy(server.base_url + "/health", startup_timeout), 2)

@@ -10,6 +10,7 @@ Skipped as a whole when ray is not importable (it is the optional `.[ray]` extra
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,6 +48,9 @@ def _free_port() -> int:
 # go away when this tier ends, instead of competing with the rest of the suite for the cores.
 @pytest.fixture(scope="package")
 def ray_instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    from api.cluster.proxy_guard import PROXY_CALLBACK, PROXY_CALLBACK_ENV
+
+    os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)  # as deploy.run sets it: the proxy inherits it
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})

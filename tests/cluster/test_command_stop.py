@@ -97,4 +97,5 @@ def test_sigterm_to_the_group_drains_the_stream_and_exits_0_promptly(serve_ray: 
     assert status == 0, log_tail(log_path)
     log = log_path.read_text("utf-8", "replace")
     assert '"clean": true' in log, log_tail(log_path)
+    assert '"topology": "direct"' in log, "one replica: Ray's proxy should call it directly"
     assert refuses(url), "Ray's HTTP proxy is still listening after serve-ray exited"

@@ -1,6 +1,7 @@
 """Prefix-aware routing earns its keep: on a multi-tenant shared-prefix workload, more of the
-prompt tokens are served from the replicas' prefix caches with the prefix router than with Ray
-Serve's power of two choices, through two ingress replicas.
+prompt tokens are served from the replicas' prefix caches with the prefix router (through two
+ingress replicas, which read the prompt) than with power of two choices (on the direct
+topology: Ray's proxy calls the replicas, api/cluster/deploy.py).
 
 The caches are small on purpose (tests.conftest.tiny_config: 256 blocks of 4 tokens per
 replica): 12 tenants' system prompts do not all fit in one replica's cache, but half of them
@@ -41,7 +42,7 @@ async def test_prefix_router_beats_power_of_two_on_shared_prefixes(deployer: Dep
     prefix = await run_mix(deployer())  # caches warm with other tests' prompts: no help here
     pow2 = await run_mix(deployer(router="pow2"))  # redeployed: cold caches
     print(
-        f"\nshared-prefix mix ({TENANTS} tenants, {COUNT} requests, c={CONCURRENCY}, 2 replicas, 2 ingress): "
+        f"\nshared-prefix mix ({TENANTS} tenants, {COUNT} requests, c={CONCURRENCY}, 2 replicas; prefix: 2 ingress, pow2: direct): "
         f"prefix-cache hit rate {prefix.rate:.1%} with the prefix router, {pow2.rate:.1%} with power of two "
         f"({prefix.cached_tokens}/{prefix.prompt_tokens} vs {pow2.cached_tokens}/{pow2.prompt_tokens} prompt tokens)"
     )

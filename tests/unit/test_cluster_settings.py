@@ -69,3 +69,32 @@ def test_replica_stop_bound_follows_the_drain_timeout_unless_set() -> None:
     assert cluster_spec(models, None, ClusterSettings(graceful_shutdown_timeout_s=3)).stop_timeout_s == 3.0
     with pytest.raises(ClusterConfigError, match="graceful_shutdown_timeout_s must be a number"):
         ClusterSettings.from_table({"graceful_shutdown_timeout_s": "long"})
+
+
+@pytest.mark.parametrize(
+    ("table", "direct"),
+    [
+        ({}, True),  # one replica: nothing to route, so nothing needs the prompt
+        ({"replicas": 2}, False),  # prefix routing reads the prompt: through the ingress
+        ({"replicas": 2, "router": "pow2"}, True),
+        ({"autoscaling": {"min_replicas": 1, "max_replicas": 4}}, False),
+        ({"autoscaling": {"max_replicas": 4}, "router": "pow2"}, True),
+        ({"topology": "relay"}, False),
+        ({"topology": "relay", "router": "pow2", "replicas": 2}, False),
+        ({"topology": "direct", "replicas": 2, "router": "pow2"}, True),
+    ],
+)
+def test_topology_is_direct_wherever_routing_does_not_need_the_prompt(table: dict, direct: bool) -> None:
+    assert ClusterSettings.from_table(table).direct is direct
+
+
+def test_direct_topology_refuses_prefix_routing_over_several_replicas(tmp_path: Path) -> None:
+    with pytest.raises(ClusterConfigError, match="topology 'direct' cannot route by prefix"):
+        ClusterSettings.from_table({"topology": "direct", "replicas": 2})
+    parse_args(["serve-ray", "--topology", "direct", "--replicas", "2"])
+    from api.serve import _CLI_EXTRAS
+
+    with pytest.raises(SystemExit, match="cannot route by prefix"):
+        cluster_settings(_CLI_EXTRAS["args"], {})
+    with pytest.raises(ClusterConfigError, match="topology must be one of"):
+        ClusterSettings.from_table({"topology": "hops"})
