@@ -1,6 +1,7 @@
 """How long a step takes on this machine, learned from the engine's own steps. Pure: no torch, no trio.
 
-Owns: a least-squares fit, over the last `WINDOW` steps, of
+Owns: a least-squares fit, over the last `WINDOW` steps with prompt tokens and the last
+`WINDOW` without (seeded by the runner's timed start-up steps), of
 
     seconds ≈ base + per_decode_row * decode_rows + per_prefill_token * prefill_tokens
 
@@ -32,11 +33,11 @@ OUTLIER_RUN = 8  # ...unless this many come in a row: then the fit starts over
 # Features are scaled to about 1 so the 3x3 system is well conditioned.
 _ROW_SCALE = 32.0
 _TOKEN_SCALE = 256.0
-# Where the steps seen do not say (all of them with ~512 prompt tokens at start-up, or all at 32
-# rows), the fit leans on a prior: no fixed cost, and a decode row costing what a prompt token
-# does, at the window's mean seconds per token. That errs towards a dear prompt token, so
-# towards smaller chunks, until steps of other sizes have been seen.
-_PRIOR_WEIGHT = 0.00001
+# A tie-breaker, not a belief: where the steps seen do not tell the costs apart (all of them at
+# 32 rows and ~64 prompt tokens, say), the fit leans on a weak prior of no fixed cost and a
+# decode row costing what a prompt token does. Heavier priors (1e-3 and up) biased the fixed
+# cost towards 0 and halved the allowance in the c=32 simulation (tests/unit/test_step_budget.py).
+_PRIOR_WEIGHT = 1e-5
 
 
 class PromptTokens:
