@@ -143,7 +143,7 @@ class SchedulerCore:
         outputs: list[TokenDelta] = []
         self._step_times = (started, finished)
         if result.error is None:
-            self.step_cost.observe_step([len(item.token_ids) for item in plan.seqs], finished - started)
+            self.step_cost.observe(plan.num_decode_rows, plan.num_prefill_tokens, finished - started)
         batch_size = len(plan.seqs) + sum(len(item.forks or ()) for item in plan.seqs)
         for item in plan.seqs:
             seq = self.requests.get(item.request_id)

@@ -133,8 +133,7 @@ class SchedulerActor:
         await self.plans.send(plan)
         result = await self.results.receive()
         finished = time.perf_counter()
-        rows = sum(1 for item in plan.seqs if len(item.token_ids) == 1)
-        log.debug("step", step_id=plan.step_id, decode_rows=rows, prompt_tokens=plan.num_tokens - rows, ms=round((finished - started) * 1e3, 1))
+        log.debug("step", step_id=plan.step_id, decode_rows=plan.num_decode_rows, prompt_tokens=plan.num_prefill_tokens, ms=round((finished - started) * 1e3, 1))
         self._drain()
         items = self.core.update(plan, result, started, finished)
         self.num_steps += 1

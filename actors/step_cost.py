@@ -66,11 +66,6 @@ class StepCostModel:
         for rows, tokens, seconds in seed:  # the runner's timed start-up steps
             self.observe(rows, tokens, seconds)
 
-    def observe_step(self, tokens_per_seq: list[int], seconds: float) -> None:
-        """Record a step from its sequences' token counts: 1 is a decode, more a prompt chunk."""
-        decode_rows = sum(1 for n in tokens_per_seq if n == 1)
-        self.observe(decode_rows, sum(tokens_per_seq) - decode_rows, seconds)
-
     def observe(self, decode_rows: int, prefill_tokens: int, seconds: float) -> None:
         """Record one step: `decode_rows` requests fed one token, plus `prefill_tokens` prompt tokens."""
         if seconds <= 0 or decode_rows + prefill_tokens == 0:
@@ -109,10 +104,11 @@ class StepCostModel:
         """Prompt tokens a step with `decode_rows` decodes may carry so it takes at most
         `stretch` x the decodes alone. None while the fit is not trusted."""
         coef = self._fit()
-        decode_alone = self.predict(decode_rows, 0)
-        if coef is None or decode_alone is None or decode_alone <= 0:
+        if coef is None:
             return None
-        return int((stretch - 1.0) * decode_alone / coef[2])
+        base, per_row, per_token = coef
+        decode_alone = base + per_row * decode_rows
+        return int((stretch - 1.0) * decode_alone / per_token) if decode_alone > 0 else None
 
     def _fit(self) -> tuple[float, float, float] | None:
         if self._stale:

@@ -108,6 +108,16 @@ class StepPlan(msgspec.Struct, kw_only=True):
     def num_tokens(self) -> int:
         return sum(len(s.token_ids) for s in self.seqs)
 
+    @property
+    def num_decode_rows(self) -> int:
+        """Sequences fed one token: decodes (the step cost fit's rows)."""
+        return sum(1 for s in self.seqs if len(s.token_ids) == 1)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        """Tokens of sequences fed more than one: prompt chunks (the step cost fit's tokens)."""
+        return sum(len(s.token_ids) for s in self.seqs if len(s.token_ids) > 1)
+
 
 class Logprob(msgspec.Struct, array_like=True, gc=False):
     """A token's log-probability under the raw model distribution, with the top alternatives."""

@@ -92,8 +92,7 @@ def simulate(step_stretch: float | None, concurrency: int = 32, total: int = 96)
     while core.has_work:
         plan = driver.schedule()
         assert plan is not None
-        rows = sum(1 for s in plan.seqs if len(s.token_ids) == 1)
-        step_s = cost(rows, plan.num_tokens - rows)
+        step_s = cost(plan.num_decode_rows, plan.num_prefill_tokens)
         deltas = driver.update(plan, driver.result(plan), now, now + step_s)
         now += step_s
         for delta in deltas:
