@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ serve = pytest.importorskip("ray.serve")
 
 from api.cluster.settings import ClusterSettings, ClusterSpec  # noqa: E402
 from api.platform.config import PlatformConfig  # noqa: E402
+from tests.cluster import stuck_step  # noqa: E402
 from tests.conftest import tiny_config  # noqa: E402
 
 
@@ -51,7 +53,9 @@ def ray_instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     from api.cluster.proxy_guard import PROXY_CALLBACK, PROXY_CALLBACK_ENV
 
     os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)  # as deploy.run sets it: the proxy inherits it
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # The setup hook does nothing unless a deployment's runtime_env names a stuck-step directory
+    # (tests/cluster/stuck_step.py); Ray runs a hook given by module path only from the job's runtime_env.
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False, runtime_env=stuck_step.JOB_RUNTIME_ENV)
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield port
@@ -74,22 +78,57 @@ class Deployer:
         self.port, self.model_dir, self.state_dir = port, model_dir, state_dir
         self.current: tuple[Any, ...] | None = None
 
-    def __call__(self, fresh: bool = False, platform: dict[str, Any] | None = None, **shape: Any) -> Cluster:
-        """`shape`: ClusterSettings over DEFAULT_SHAPE; `platform`: PlatformConfig settings."""
+    def __call__(
+        self,
+        fresh: bool = False,
+        platform: dict[str, Any] | None = None,
+        model: dict[str, Any] | None = None,
+        runtime_env: dict[str, Any] | None = None,
+        **shape: Any,
+    ) -> Cluster:
+        """`shape`: ClusterSettings over DEFAULT_SHAPE; `platform`: PlatformConfig settings;
+        `model`: the tiny model's RuntimeConfig settings; `runtime_env`: Ray's, for the model
+        replicas' processes (a test's fault hook: tests/cluster/stuck_step.py)."""
         from api.cluster.deploy import APP_NAME, build_application
 
         settings = ClusterSettings(**{**DEFAULT_SHAPE, **shape})
-        key = (tuple(sorted(shape.items())), tuple(sorted((platform or {}).items())))
+        key = tuple(repr(sorted((part or {}).items())) for part in (shape, platform, model, runtime_env))
         if fresh or key != self.current:
             serve.delete(APP_NAME)
             spec = ClusterSpec(
-                models=[tiny_config(self.model_dir, num_threads=1)],
+                models=[tiny_config(self.model_dir, num_threads=1, **(model or {}))],
                 platform=PlatformConfig(state_dir=str(self.state_dir), **(platform or {})),
                 settings=settings,
             )
-            serve.run(build_application(spec), name=APP_NAME, route_prefix="/")
+            with replica_runtime_env(runtime_env):
+                application = build_application(spec)
+            serve.run(application, name=APP_NAME, route_prefix="/")
             self.current = key
         return Cluster(f"http://127.0.0.1:{self.port}", settings, self.state_dir)
+
+
+@contextmanager
+def replica_runtime_env(runtime_env: dict[str, Any] | None) -> Iterator[None]:
+    """While building the application, the model replicas' deployment gets `runtime_env` in
+    its ray_actor_options: through Ray's own `serve.deployment` options, which build_application
+    reads from `ray.serve` when it runs, so the product needs no hook of its own."""
+    if not runtime_env:
+        yield
+        return
+    from api.cluster.deploy import REPLICA_DEPLOYMENT
+
+    original = serve.deployment
+
+    def deployment(*args: Any, **options: Any) -> Any:
+        if options.get("name") == REPLICA_DEPLOYMENT:
+            options["ray_actor_options"] = {**options.get("ray_actor_options", {}), "runtime_env": runtime_env}
+        return original(*args, **options)
+
+    serve.deployment = deployment
+    try:
+        yield
+    finally:
+        serve.deployment = original
 
 
 @pytest.fixture(scope="package")

@@ -61,16 +61,21 @@ async def kill_mid_stream_and_recover(cluster: Cluster) -> None:
                 assert r.status_code in (200, 503), r.text
         assert statuses.count(200) >= 5, statuses
 
-        # The controller replaces the dead replica; then both serve again.
-        with trio.fail_after(90):
-            while running_replicas() < 2:
-                await trio.sleep(0.5)
-            seen: set[str] = set()
-            i = 0
-            while len(seen) < 2:
-                r = await http.post("/v1/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 2}, headers={"x-session-id": f"after-{i}"})
-                i += 1
-                if r.status_code == 200:
-                    seen.add(r.headers[REPLICA])
-        assert victim not in seen
+        seen = await whole_again(http, victim)
         print(f"\nkilled replica {victim} mid-stream; next 10 requests {statuses}; replaced, now serving from {sorted(seen)}")
+
+
+async def whole_again(http: httpx.AsyncClient, victim: str) -> set[str]:
+    """Once the controller has replaced `victim`, two replicas serve again, neither of them it."""
+    with trio.fail_after(90):
+        while running_replicas() < 2:
+            await trio.sleep(0.5)
+        seen: set[str] = set()
+        i = 0
+        while len(seen) < 2:
+            r = await http.post("/v1/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 2}, headers={"x-session-id": f"after-{i}"})
+            i += 1
+            if r.status_code == 200:
+                seen.add(r.headers[REPLICA])
+    assert victim not in seen
+    return seen

@@ -1,0 +1,119 @@
+"""serve-ray replica health and scaling (issue item 5), on a live deployment: a replica whose
+device step is stuck fails its health check (the runtime's `step_deadline`, Ray's
+`health_check_period_s`), is reported unhealthy and replaced, and the client whose stream it
+held gets a clean error, never a hang; `[cluster.autoscaling]` reaches Ray Serve's controller.
+
+The stuck step is injected from the test side, in the replica's own process, by a Ray
+worker_process_setup_hook (tests/cluster/stuck_step.py). Runs last in the tier (file names):
+its deployment (the default shape, autoscaled 2..2, the hook in the replicas) is its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import ray
+import trio
+from ray import serve
+
+from api.cluster.deploy import APP_NAME, REPLICA_DEPLOYMENT
+from tests.cluster.conftest import Cluster, Deployer
+from tests.cluster.stuck_step import runtime_env
+from tests.cluster.test_failover import LONG, REPLICA, replica_actor, whole_again
+
+STEP_DEADLINE_S = 1.5  # the runtime's --step-deadline, per model
+# Non-default values, so reading them back shows they came from here; min = max keeps the
+# replica count still while the other test stalls one.
+AUTOSCALING = {"min_replicas": 2, "max_replicas": 2, "target_ongoing_requests": 7, "upscale_delay_s": 4.5, "downscale_delay_s": 321.0}
+
+
+@pytest.fixture(scope="module")
+def stuck_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("stuck")
+
+
+@pytest.fixture
+def cluster(deployer: Deployer, stuck_dir: Path) -> Cluster:
+    # A stuck replica is killed once graceful_shutdown_timeout_s has passed (its stream cannot end).
+    return deployer(
+        model={"step_deadline": STEP_DEADLINE_S}, runtime_env=runtime_env(stuck_dir), autoscaling=AUTOSCALING, graceful_shutdown_timeout_s=2.0
+    )
+
+
+def test_the_autoscaling_table_reaches_ray_serve(cluster: Cluster) -> None:
+    from ray.serve.context import _get_global_client
+
+    details = _get_global_client().get_serve_details()  # the controller's own record
+    deployment = details["applications"][APP_NAME]["deployments"][REPLICA_DEPLOYMENT]
+    applied = deployment["deployment_config"]["autoscaling_config"]
+    assert {key: applied[key] for key in AUTOSCALING} == AUTOSCALING
+    assert serve.status().applications[APP_NAME].deployments[REPLICA_DEPLOYMENT].replica_states.get("RUNNING") == 2
+
+
+def deployment_status() -> str:
+    return str(serve.status().applications[APP_NAME].deployments[REPLICA_DEPLOYMENT].status)
+
+
+async def health_reason(victim: str) -> str:
+    """What the victim's own check_health (the one Ray's controller calls) says; '' if healthy."""
+    ref = replica_actor(victim).check_health.remote()
+    try:
+        await trio.to_thread.run_sync(lambda: ray.get(ref, timeout=10), abandon_on_cancel=True)
+    except ray.exceptions.RayError as exc:
+        return str(exc)
+    return ""
+
+
+@dataclass
+class Timeline:
+    """Seconds after the victim's step stuck, and what its health check said."""
+
+    start: float = 0.0
+    health_failed: float | None = None
+    reason: str = ""
+    unhealthy: float | None = None  # the controller's verdict: the deployment is UNHEALTHY
+    client_error: float | None = None
+
+    def now(self) -> float:
+        return round(trio.current_time() - self.start, 1)
+
+
+async def test_a_stuck_step_is_reported_unhealthy_and_replaced(cluster: Cluster, stuck_dir: Path) -> None:
+    events: list[str] = []
+    seen = Timeline()
+    async with httpx.AsyncClient(base_url=cluster.base_url, timeout=60) as http:
+        with trio.fail_after(45):  # never a hang
+            async with http.stream("POST", "/v1/completions", json=LONG, headers={"x-session-id": "stuck"}) as r, trio.open_nursery() as nursery:
+                assert r.status_code == 200
+                victim = r.headers[REPLICA]
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    events.append(line)
+                    if len(events) == 3:
+                        (stuck_dir / victim).touch()  # the victim's next step never returns
+                        seen.start = trio.current_time()
+                        nursery.start_soon(watch, victim, seen)
+                seen.client_error = seen.now()
+                nursery.cancel_scope.cancel()
+        assert events[-1] == "data: [DONE]"
+        assert '"code":"replica_failed"' in events[-2], events[-2]
+        assert len(events) < 100, "the stream ran to its end: the step never stuck"
+        assert "a step has been running for" in seen.reason, seen
+        assert seen.unhealthy is not None, f"the controller never reported the replica unhealthy: {seen}"
+        replaced = await whole_again(http, victim)
+    print(f"\nstuck step on {victim}: {seen}; replaced, now serving from {sorted(replaced)}")
+
+
+async def watch(victim: str, seen: Timeline) -> None:
+    """Record when the victim's check_health first failed, and why, and when the controller
+    first called the deployment unhealthy."""
+    while seen.unhealthy is None:
+        if not seen.reason and (reason := await health_reason(victim)):
+            seen.health_failed, seen.reason = seen.now(), reason
+        if "UNHEALTHY" in deployment_status():
+            seen.unhealthy = seen.now()
+        await trio.sleep(0.25)
