@@ -247,7 +247,7 @@ async def _watch_for_shutdown(
 MODEL_KEYS = {
     "model", "served_name", "task", "device", "dtype", "kv_cache_gib", "num_kv_blocks", "block_size", "max_num_seqs",
     "max_num_batched_tokens", "max_model_len", "max_pending", "max_pending_tokens", "num_threads", "batch_invariant",
-    "model_impl", "compile", "quantization", "step_stretch",
+    "model_impl", "compile", "quantization", "step_stretch", "step_deadline",
 }
 
 

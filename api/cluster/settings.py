@@ -1,6 +1,7 @@
 """What a serve-ray deployment is made of: `ClusterSettings` (the `[cluster]` table of the
 config file, then the CLI's flags over it) and `ClusterSpec` (what every replica and ingress
-replica is built from). No Ray import: the CLI checks a config file before starting Ray.
+replica is built from). No Ray import at module level: the CLI checks a config file before
+starting Ray (only [cluster.autoscaling] is checked against Ray's own model, when Ray is there).
 
 The `[cluster]` table (every key optional):
 
@@ -19,13 +20,23 @@ The `[cluster]` table (every key optional):
                                  max_pending (512) on purpose, so a full replica answers a fast
                                  429 itself instead of Ray queueing requests silently
     routing_stats_period_s = 1.0 how often replicas report their load to the routers
-    health_check_period_s = 5.0
-    health_check_timeout_s = 30.0
+    health_check_period_s = 5.0  how often Ray calls each replica's check_health, which fails
+                                 when its runtime died, its device thread is gone, a step has
+                                 run past the model's step_deadline (--step-deadline, or
+                                 step_deadline in its [[models]] table; 60 s by default), or
+                                 its event loop does not answer; after 3 failures in a row
+                                 (Ray's threshold) the replica is replaced: a stuck step is
+                                 caught about step_deadline + 3 x this after it started, and
+                                 its clients get their error once graceful_shutdown_timeout_s
+                                 has passed too (the stuck replica is stopped, then killed)
+    health_check_timeout_s = 30.0  a check_health call that takes longer counts as failed
     graceful_shutdown_timeout_s  a replica's whole stop, after which Ray kills it; default the
                                  models' longest --drain-timeout + 10 s (its actors closing)
     [cluster.autoscaling]        passed to Ray Serve's autoscaling_config as is:
                                  min_replicas, max_replicas, target_ongoing_requests,
-                                 upscale_delay_s, downscale_delay_s, ...
+                                 upscale_delay_s, downscale_delay_s, ...; checked against
+                                 Ray's AutoscalingConfig first (unknown keys and bad values
+                                 are a config error naming the key)
     [cluster.router_kwargs]      epsilon, slack, max_kv_usage, min_match, affinity_blocks
                                  (runtime.routing.RoutingPolicy)
 """
@@ -93,11 +104,14 @@ class ClusterSettings:
         for name in ("replica_cpus", "ingress_cpus", "replica_gpus", "routing_stats_period_s"):
             if not isinstance(getattr(self, name), (int, float)) or getattr(self, name) < 0:
                 raise ClusterConfigError(f"{source}: [cluster].{name} must be a number >= 0")
+        for name in ("health_check_period_s", "health_check_timeout_s"):
+            if not isinstance(getattr(self, name), (int, float)) or getattr(self, name) <= 0:
+                raise ClusterConfigError(f"{source}: [cluster].{name} must be a number > 0")
         stop = self.graceful_shutdown_timeout_s
         if stop is not None and (not isinstance(stop, (int, float)) or stop < 0):
             raise ClusterConfigError(f"{source}: [cluster].graceful_shutdown_timeout_s must be a number >= 0")
-        if self.autoscaling is not None and not isinstance(self.autoscaling, dict):
-            raise ClusterConfigError(f"{source}: [cluster.autoscaling] must be a table")
+        if self.autoscaling is not None:
+            check_autoscaling(self.autoscaling, source)
 
     @property
     def routes(self) -> bool:
@@ -111,6 +125,28 @@ class ClusterSettings:
         if self.topology != "auto":
             return self.topology == "direct"
         return self.router == "pow2" or not self.routes
+
+
+def check_autoscaling(table: Any, source: str) -> None:
+    """[cluster.autoscaling] as Ray Serve's AutoscalingConfig takes it, checked here so a typo
+    fails before Ray starts: that model ignores unknown keys (a misspelt max_replicas would
+    silently be the default) and names a bad value in a pydantic dump."""
+    if not isinstance(table, dict):
+        raise ClusterConfigError(f"{source}: [cluster.autoscaling] must be a table")
+    try:
+        from pydantic import ValidationError
+        from ray.serve.config import AutoscalingConfig
+    except ImportError:  # serve-ray refuses to start without Ray anyway, saying so
+        return
+    known = set(AutoscalingConfig.model_fields)
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ClusterConfigError(f"{source}: [cluster.autoscaling] has unknown keys {unknown}; known: {sorted(known)}")
+    try:
+        AutoscalingConfig(**table)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'table'}: {e['msg']}" for e in exc.errors())
+        raise ClusterConfigError(f"{source}: [cluster.autoscaling] {problems}") from None
 
 
 @dataclass

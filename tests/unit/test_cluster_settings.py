@@ -3,13 +3,14 @@ the command line over it, and what each replica is built from. No Ray needed."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from api.cluster.cli import cluster_settings, cluster_spec
 from api.cluster.settings import ACTORS_STOP_S, ClusterConfigError, ClusterSettings
-from api.serve import parse_args, read_config_file
+from api.serve import model_configs, parse_args, read_config_file
 from runtime.config import RuntimeConfig
 
 
@@ -98,3 +99,42 @@ def test_direct_topology_refuses_prefix_routing_over_several_replicas(tmp_path: 
         cluster_settings(_CLI_EXTRAS["args"], {})
     with pytest.raises(ClusterConfigError, match="topology must be one of"):
         ClusterSettings.from_table({"topology": "hops"})
+
+
+@pytest.mark.parametrize(
+    ("autoscaling", "message"),
+    [
+        ({"min_replica": 1, "max_replicas": 4}, "[cluster.autoscaling] has unknown keys ['min_replica']"),
+        ({"min_replicas": 3, "max_replicas": 1}, "max_replicas (1) must be greater than or equal to min_replicas (3)"),
+        ({"max_replicas": 4, "target_ongoing_requests": "many"}, "[cluster.autoscaling] target_ongoing_requests:"),
+    ],
+)
+def test_a_bad_autoscaling_table_is_a_config_error_naming_the_key(tmp_path: Path, autoscaling: dict, message: str) -> None:
+    pytest.importorskip("ray.serve.config", reason="checked against Ray's own AutoscalingConfig")
+    with pytest.raises(ClusterConfigError, match=re.escape(message)):
+        ClusterSettings.from_table({"autoscaling": autoscaling}, "f.toml")
+    table = "\n".join(f"{key} = {value!r}".replace("'", '"') for key, value in autoscaling.items())
+    config = write(tmp_path, f"[cluster.autoscaling]\n{table}\n")
+    parse_args(["serve-ray", "--config", config])
+    from api.serve import _CLI_EXTRAS
+
+    with pytest.raises(SystemExit, match=re.escape(message)):  # the command's own message, before Ray starts
+        cluster_settings(_CLI_EXTRAS["args"], read_config_file(config).cluster)
+
+
+def test_health_settings_come_from_the_config_file(tmp_path: Path) -> None:
+    """How soon a stuck replica is caught: the model's step_deadline, Ray's check period."""
+    config = write(tmp_path, """
+[[models]]
+name = "tiny"
+step_deadline = 2.5
+[cluster]
+health_check_period_s = 0.5
+""")
+    parse_args(["serve-ray", "--config", config])
+    from api.serve import _CLI_EXTRAS
+
+    assert cluster_settings(_CLI_EXTRAS["args"], read_config_file(config).cluster).health_check_period_s == 0.5
+    assert [c.step_deadline for c in model_configs(RuntimeConfig(), config, False)] == [2.5]
+    with pytest.raises(ClusterConfigError, match=re.escape("[cluster].health_check_period_s must be a number > 0")):
+        ClusterSettings.from_table({"health_check_period_s": 0})
