@@ -36,7 +36,7 @@ from api.openai.params import chat_params, completion_params
 from api.openai.schemas import ChatCompletionRequest, CompletionRequest
 from api.openai.tools.parser import output_prefix
 from api.openai.tools.prompt import template_takes_tools
-from runtime.logging import get_logger
+from runtime.logging import configure_logging, get_logger
 from runtime.model_store import resolve_model
 from runtime.prefix_hash import block_hashes
 from runtime.prompt_encoding import encode_prompt
@@ -123,6 +123,7 @@ class SwitchyardIngress:
     def __init__(self, replicas: Any, spec: ClusterSpec) -> None:
         from ray import serve
 
+        configure_logging(spec.log_level)  # a Ray worker process: structlog's defaults until now
         self._id = serve.get_replica_context().replica_id.unique_id.encode()
         self._replicas = replicas.options(stream=True)
         self._hasher = PromptHasher(spec.models) if spec.settings.router == "prefix" else None

@@ -34,7 +34,7 @@ from api.cluster.edge import lifespan, read_body, relay
 from api.cluster.host import HttpRequest, TrioHost, portable_scope
 from api.cluster.limits import SharedRateLimiter, rate_limit_actor
 from api.cluster.settings import ClusterSpec
-from runtime.logging import get_logger
+from runtime.logging import configure_logging, get_logger
 
 log = get_logger("cluster.replica")
 
@@ -46,6 +46,7 @@ class SwitchyardReplica:
     async def __init__(self, spec: ClusterSpec) -> None:  # type: ignore[misc]  # Ray Serve awaits an async constructor
         from ray import serve
 
+        configure_logging(spec.log_level)  # a Ray worker process: structlog's defaults until now
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.spec = spec
         path = spec.platform.endpoints_db

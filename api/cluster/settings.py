@@ -158,6 +158,12 @@ class ClusterSpec:
     settings: ClusterSettings = field(default_factory=ClusterSettings)
 
     @property
+    def log_level(self) -> str:
+        """The command's --log-level, which each model's config carries: a replica's and an
+        ingress's process configure their logging with it, as `switchyard serve` does."""
+        return str(getattr(self.models[0], "log_level", "info")) if self.models else "info"
+
+    @property
     def drain_timeout(self) -> float:
         """How long a stopping replica gives its live requests (the models' --drain-timeout)."""
         return max((c.drain_timeout for c in self.models), default=DEFAULT_DRAIN_S)

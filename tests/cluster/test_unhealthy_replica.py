@@ -10,7 +10,8 @@ its deployment (the default shape, autoscaled 2..2, the hook in the replicas) is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -18,8 +19,9 @@ import pytest
 import ray
 import trio
 from ray import serve
+from ray.util import list_named_actors
 
-from api.cluster.deploy import APP_NAME, REPLICA_DEPLOYMENT
+from api.cluster.deploy import APP_NAME, INGRESS_DEPLOYMENT, REPLICA_DEPLOYMENT
 from tests.cluster.conftest import Cluster, Deployer
 from tests.cluster.stuck_step import runtime_env
 from tests.cluster.test_failover import LONG, REPLICA, replica_actor, whole_again
@@ -39,7 +41,7 @@ def stuck_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cluster(deployer: Deployer, stuck_dir: Path) -> Cluster:
     # A stuck replica is killed once graceful_shutdown_timeout_s has passed (its stream cannot end).
     return deployer(
-        model={"step_deadline": STEP_DEADLINE_S}, runtime_env=runtime_env(stuck_dir), autoscaling=AUTOSCALING, graceful_shutdown_timeout_s=2.0
+        model={"step_deadline": STEP_DEADLINE_S, "log_level": "warning"}, runtime_env=runtime_env(stuck_dir), autoscaling=AUTOSCALING, graceful_shutdown_timeout_s=2.0
     )
 
 
@@ -53,6 +55,31 @@ def test_the_autoscaling_table_reaches_ray_serve(cluster: Cluster) -> None:
     assert serve.status().applications[APP_NAME].deployments[REPLICA_DEPLOYMENT].replica_states.get("RUNNING") == 2
 
 
+def test_replica_and_ingress_processes_log_at_the_commands_level(cluster: Cluster) -> None:
+    """--log-level warning (here the models' log_level, which the command sets): each Ray
+    worker that hosts a replica or an ingress writes JSON lines on its stderr at warning and
+    above only, as `switchyard serve` does; before, it wrote at every level."""
+
+    def probe(instance: object) -> str:  # runs in the replica's own process
+        import os
+
+        from runtime.logging import get_logger
+
+        get_logger("test.probe").info("probe_info")
+        get_logger("test.probe").warning("probe_warning")
+        return os.readlink("/proc/self/fd/2")  # the worker's stderr file: Ray's log
+
+    actors = [e for e in list_named_actors(all_namespaces=True) if e["name"].startswith(f"SERVE_REPLICA::{APP_NAME}#")]
+    assert {e["name"].split("#")[1] for e in actors} == {REPLICA_DEPLOYMENT, INGRESS_DEPLOYMENT}, actors
+    for entry in actors:
+        actor = ray.get_actor(entry["name"], namespace=entry["namespace"])
+        stderr = Path(ray.get(actor.__ray_call__.remote(probe), timeout=30)).read_text()
+        ours = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]  # Ray adds its own lines
+        events = {(line["event"], line["level"]) for line in ours if "event" in line}
+        assert ("probe_warning", "warning") in events, stderr[-2000:]
+        assert not [e for e in events if e[1] in ("debug", "info")], (entry["name"], sorted(events))
+
+
 def deployment_status() -> str:
     return str(serve.status().applications[APP_NAME].deployments[REPLICA_DEPLOYMENT].status)
 
@@ -63,7 +90,7 @@ async def health_reason(victim: str) -> str:
     try:
         await trio.to_thread.run_sync(lambda: ray.get(ref, timeout=10), abandon_on_cancel=True)
     except ray.exceptions.RayError as exc:
-        return str(exc)
+        return str(exc).strip().splitlines()[-1]  # the replica's own message, past Ray's traceback
     return ""
 
 
@@ -71,7 +98,7 @@ async def health_reason(victim: str) -> str:
 class Timeline:
     """Seconds after the victim's step stuck, and what its health check said."""
 
-    start: float = 0.0
+    start: float = field(default=0.0, repr=False)
     health_failed: float | None = None
     reason: str = ""
     unhealthy: float | None = None  # the controller's verdict: the deployment is UNHEALTHY
