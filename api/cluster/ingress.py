@@ -4,7 +4,7 @@ Owns the hop from HTTP to a model replica, and nothing of the API itself (routes
 and error shapes all run on the replica, in the one app):
 
 1. read the body, and learn what routing needs before any replica sees it (`PromptHasher`):
-   for a chat or completions body, the prompt's token ids exactly as the replica's tokenizer
+   for a chat, completions or Responses body, the prompt's token ids exactly as the replica's tokenizer
    actor will encode them (the replica's own params functions and runtime/prompt_encoding.py:
    the chat template with the request's tools and template kwargs), hashed into KV block
    chain hashes with the model's own block size (runtime/prefix_hash.py), on a worker thread
@@ -33,7 +33,9 @@ from api.cluster.host import HttpRequest, portable_scope
 from api.cluster.settings import ClusterSpec
 from api.http.routes import match
 from api.openai.params import chat_params, completion_params
+from api.openai.params_responses import responses_params
 from api.openai.schemas import ChatCompletionRequest, CompletionRequest
+from api.openai.schemas_responses import ResponsesRequest
 from api.openai.tools.parser import output_prefix
 from api.openai.tools.prompt import template_takes_tools
 from runtime.logging import configure_logging, get_logger
@@ -48,6 +50,7 @@ log = get_logger("cluster.ingress")
 SESSION_HEADER = b"x-session-id"
 INGRESS_HEADER = b"x-switchyard-ingress"  # which ingress replica relayed the response
 MAX_HASHED_BLOCKS = 512
+RESPONSES_ROUTE = "create_response"  # api/http/routes.py: its body is hashed as Responses builds it
 
 
 class PromptHasher:
@@ -75,26 +78,30 @@ class PromptHasher:
         found = match(scope.get("method", ""), scope.get("path", ""))
         if found is not None and found[0].runs is not None:
             try:
-                hashes = self.hashes(json.loads(body))
+                hashes = self.hashes(json.loads(body), responses=found[0].name == RESPONSES_ROUTE)
             except Exception:  # noqa: BLE001 - a bad body gets its 400 from the replica
                 hashes = ()
         return RoutingHint(hashes, session) if hashes or session else None
 
-    def hashes(self, doc: dict[str, Any]) -> tuple[int, ...]:
+    def hashes(self, doc: dict[str, Any], responses: bool = False) -> tuple[int, ...]:
         model = doc.get("model")
         entry = (self._models.get(model) if isinstance(model, str) else None) or self._default
         if entry is None:
             return ()
         tokenizer, block_size = entry
-        found = request_prompt(doc, template_takes_tools(tokenizer))
+        found = request_prompt(doc, template_takes_tools(tokenizer), responses)
         if found is None:
             return ()
         return tuple(block_hashes(encode_prompt(tokenizer, *found), block_size, MAX_HASHED_BLOCKS))
 
 
-def request_prompt(doc: dict[str, Any], template_tools: bool) -> tuple[Prompt, str] | None:
-    """The `Prompt` a replica will encode for a chat or completions body, and the output start
+def request_prompt(doc: dict[str, Any], template_tools: bool, responses: bool = False) -> tuple[Prompt, str] | None:
+    """The `Prompt` a replica will encode for a chat, completions or (`responses`: the route
+    says so, since an embeddings body has an `input` too) Responses body, and the output start
     its guide puts after it (`Guide.prefix`), built by the replica's own params functions."""
+    if responses:
+        params = responses_params(_struct(ResponsesRequest, doc), template_tools)
+        return params.prompt, output_prefix(params.sampling)
     if isinstance(doc.get("messages"), list):
         prompt, sampling = chat_params(_struct(ChatCompletionRequest, doc), template_tools)
         return prompt, output_prefix(sampling)

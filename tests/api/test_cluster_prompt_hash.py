@@ -59,24 +59,29 @@ def cached_hashes(host: TrioHost) -> set[int]:
     return set(runtime.scheduler.core.blocks.hash_to_block)
 
 
-@pytest.mark.parametrize("tool_choice", ["auto", {"type": "function", "function": {"name": "get_weather"}}])
-def test_routing_hash_of_a_tool_request_is_the_replica_cache_chain(model_dir: Path, tmp_path: Path, tool_choice: Any) -> None:
-    config = tiny_config(model_dir, max_num_batched_tokens=512)
-    body = {"model": "tiny", "messages": MESSAGES, "tools": [TOOL], "tool_choice": tool_choice, "max_tokens": 2, "chat_template_kwargs": {"unused_flag": True}}
-    hashes = PromptHasher([config]).hashes(body)
+def serve_once(config: Any, tmp_path: Path, path: str, body: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
+    """The replica's answer to one request, and the hashes its prefix cache then holds."""
 
-    async def serve_once() -> tuple[dict[str, Any], set[int]]:
+    async def serve() -> tuple[dict[str, Any], set[int]]:
         host = TrioHost([config], PlatformConfig(state_dir=str(tmp_path / "state")))
         await host.wait_ready()
         try:
-            messages = [m async for batch in host.stream(request("/v1/chat/completions", body)) for m in batch]
+            messages = [m async for batch in host.stream(request(path, body)) for m in batch]
             assert messages[0]["status"] == 200, messages
             answer = json.loads(b"".join(m.get("body", b"") for m in messages[1:]))
             return answer, await host.call(cached_hashes, host)
         finally:
             await asyncio.to_thread(host.stop, 0)
 
-    answer, cached = asyncio.run(serve_once())
+    return asyncio.run(serve())
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", {"type": "function", "function": {"name": "get_weather"}}])
+def test_routing_hash_of_a_tool_request_is_the_replica_cache_chain(model_dir: Path, tmp_path: Path, tool_choice: Any) -> None:
+    config = tiny_config(model_dir, max_num_batched_tokens=512)
+    body = {"model": "tiny", "messages": MESSAGES, "tools": [TOOL], "tool_choice": tool_choice, "max_tokens": 2, "chat_template_kwargs": {"unused_flag": True}}
+    hashes = PromptHasher([config]).hashes(body)
+    answer, cached = serve_once(config, tmp_path, "/v1/chat/completions", body)
     prompt_blocks = answer["usage"]["prompt_tokens"] // config.block_size
     assert len(hashes) == prompt_blocks > 8  # every full block of the prompt, the tools' included
     assert set(hashes) <= cached
@@ -96,3 +101,28 @@ def test_request_struct_keeps_only_openai_fields() -> None:
     assert request_prompt({"input": "a Responses body"}, template_tools=False) is None
 
 
+RESPONSES_TOOL = {"type": "function", "name": "get_weather", "description": "The weather in a city.", "parameters": SCHEMA}
+RESPONSES_INPUT = [
+    {"role": "user", "content": [{"type": "input_text", "text": "What is the weather in Paris today?"}]},
+    {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"unit": "c"}'},
+    {"type": "function_call_output", "call_id": "call_1", "output": "18 C and sunny"},
+    {"role": "user", "content": "And tomorrow?"},
+]
+
+
+@pytest.mark.parametrize("input_", [RESPONSES_INPUT, "What is the weather in Paris today?"], ids=["items", "string"])
+def test_routing_hash_of_a_responses_request_is_the_replica_cache_chain(model_dir: Path, tmp_path: Path, input_: Any) -> None:
+    """/v1/responses: `input` (a string or items, tool calls and their outputs included),
+    `instructions` and `tools` become the replica's prompt as the Responses route builds it."""
+    config = tiny_config(model_dir, max_num_batched_tokens=512)
+    body = {"model": "tiny", "input": input_, "instructions": "You answer briefly.", "tools": [RESPONSES_TOOL], "max_output_tokens": 2}
+    hashes = PromptHasher([config]).hashes(body, responses=True)
+    answer, cached = serve_once(config, tmp_path, "/v1/responses", body)
+    assert answer["object"] == "response", answer
+    assert len(hashes) == answer["usage"]["input_tokens"] // config.block_size > 8
+    assert set(hashes) <= cached
+    # The ingress takes a body for a Responses one by its route: an embeddings body has `input` too.
+    hasher, raw = PromptHasher([config]), json.dumps(body).encode()
+    hint = hasher.hint({"method": "POST", "path": "/v1/responses", "headers": []}, raw)
+    assert hint is not None and hint.block_hashes == hashes
+    assert hasher.hint({"method": "POST", "path": "/v1/embeddings", "headers": []}, raw) is None
