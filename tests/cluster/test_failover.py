@@ -5,6 +5,8 @@ topology here; test_serving_direct.py runs the same on the direct one."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
 import ray
 import trio
@@ -35,21 +37,8 @@ async def test_killing_a_replica_mid_stream_fails_cleanly_and_recovers(deployer:
 
 
 async def kill_mid_stream_and_recover(cluster: Cluster) -> None:
-    events: list[str] = []
     async with httpx.AsyncClient(base_url=cluster.base_url, timeout=60) as http:
-        with trio.fail_after(30):  # never a hang
-            async with http.stream("POST", "/v1/completions", json=LONG, headers={"x-session-id": "doomed"}) as r:
-                assert r.status_code == 200
-                victim = r.headers[REPLICA]
-                async for line in r.aiter_lines():
-                    if not line.startswith("data: "):
-                        continue
-                    events.append(line)
-                    if len(events) == 3:
-                        ray.kill(replica_actor(victim), no_restart=True)
-        assert events[-1] == "data: [DONE]"
-        assert '"code":"replica_failed"' in events[-2], events[-2]
-        assert len(events) < 100, "the stream ran to its end: the kill did not land mid-stream"
+        victim = await fail_mid_stream(http, "doomed", lambda victim: ray.kill(replica_actor(victim), no_restart=True), within=30)
 
         # Others are served meanwhile; each request is answered (a 503 at worst while the
         # routers learn the replica is gone), none hangs.
@@ -79,3 +68,23 @@ async def whole_again(http: httpx.AsyncClient, victim: str) -> set[str]:
                 seen.add(r.headers[REPLICA])
     assert victim not in seen
     return seen
+
+
+async def fail_mid_stream(http: httpx.AsyncClient, session: str, fault: Callable[[str], object], within: float) -> str:
+    """Stream a long completion and, after its third event, `fault(replica id)`: the stream
+    must end within `within` s (never a hang) with an error event and [DONE]. The victim."""
+    events: list[str] = []
+    with trio.fail_after(within):
+        async with http.stream("POST", "/v1/completions", json=LONG, headers={"x-session-id": session}) as r:
+            assert r.status_code == 200
+            victim = r.headers[REPLICA]
+            async for line in r.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                events.append(line)
+                if len(events) == 3:
+                    fault(victim)
+    assert events[-1] == "data: [DONE]"
+    assert '"code":"replica_failed"' in events[-2], events[-2]
+    assert len(events) < 100, "the stream ran to its end: the fault did not land mid-stream"
+    return victim

@@ -24,7 +24,7 @@ from ray.util import list_named_actors
 from api.cluster.deploy import APP_NAME, INGRESS_DEPLOYMENT, REPLICA_DEPLOYMENT
 from tests.cluster.conftest import Cluster, Deployer
 from tests.cluster.stuck_step import runtime_env
-from tests.cluster.test_failover import LONG, REPLICA, replica_actor, whole_again
+from tests.cluster.test_failover import fail_mid_stream, replica_actor, whole_again
 
 STEP_DEADLINE_S = 1.5  # the runtime's --step-deadline, per model
 # Non-default values, so reading them back shows they came from here; min = max keeps the
@@ -109,26 +109,18 @@ class Timeline:
 
 
 async def test_a_stuck_step_is_reported_unhealthy_and_replaced(cluster: Cluster, stuck_dir: Path) -> None:
-    events: list[str] = []
     seen = Timeline()
     async with httpx.AsyncClient(base_url=cluster.base_url, timeout=60) as http:
-        with trio.fail_after(45):  # never a hang
-            async with http.stream("POST", "/v1/completions", json=LONG, headers={"x-session-id": "stuck"}) as r, trio.open_nursery() as nursery:
-                assert r.status_code == 200
-                victim = r.headers[REPLICA]
-                async for line in r.aiter_lines():
-                    if not line.startswith("data: "):
-                        continue
-                    events.append(line)
-                    if len(events) == 3:
-                        (stuck_dir / victim).touch()  # the victim's next step never returns
-                        seen.start = trio.current_time()
-                        nursery.start_soon(watch, victim, seen)
-                seen.client_error = seen.now()
-                nursery.cancel_scope.cancel()
-        assert events[-1] == "data: [DONE]"
-        assert '"code":"replica_failed"' in events[-2], events[-2]
-        assert len(events) < 100, "the stream ran to its end: the step never stuck"
+        async with trio.open_nursery() as nursery:
+
+            def stick(victim: str) -> None:
+                (stuck_dir / victim).touch()  # the victim's next step never returns
+                seen.start = trio.current_time()
+                nursery.start_soon(watch, victim, seen)
+
+            victim = await fail_mid_stream(http, "stuck", stick, within=45)
+            seen.client_error = seen.now()
+            nursery.cancel_scope.cancel()
         assert "a step has been running for" in seen.reason, seen
         assert seen.unhealthy is not None, f"the controller never reported the replica unhealthy: {seen}"
         replaced = await whole_again(http, victim)
