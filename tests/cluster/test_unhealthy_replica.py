@@ -1,7 +1,8 @@
 """serve-ray replica health and scaling (issue item 5), on a live deployment: a replica whose
 device step is stuck fails its health check (the runtime's `step_deadline`, Ray's
 `health_check_period_s`), is reported unhealthy and replaced, and the client whose stream it
-held gets a clean error, never a hang; `[cluster.autoscaling]` reaches Ray Serve's controller.
+held gets a clean error, never a hang; `[cluster.autoscaling]` reaches Ray Serve's controller;
+replica and ingress processes log at the command's level.
 
 The stuck step is injected from the test side, in the replica's own process, by a Ray
 worker_process_setup_hook (tests/cluster/stuck_step.py). Runs last in the tier (file names):
