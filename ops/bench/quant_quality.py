@@ -1,9 +1,11 @@
 """Quality cost of --quantization: mean token logprob of a fixed text, quantized vs bf16.
 
 Scores every token of TEXT (about 400 tokens of varied English and code) under the native
-path: mean log p(token | the text before it). The quantized variants are forced onto their
-quantized kernels for the whole text (a real server uses them for steps of few rows, i.e.
-decode; larger steps run bf16), so the figure is the cost a decoded token pays.
+path: mean log p(token | the text before it). Each variant runs one kernel for the whole text:
+  int8, int4   the weight-only kernels, which a server runs for steps of few rows (decode):
+               the cost a decoded token pays
+  w8a8         the int8 GEMM with activations quantized per row, which both schemes run past
+               that (prompt chunks, wide decode steps): the cost those rows pay
 
 python -m ops.bench.quant_quality [--model DIR] [--variants bf16,int8,int4] [--out F]
 """
@@ -50,11 +52,11 @@ def score(model_dir: str, variant: str, threads: int) -> float:
 
     ids = load_tokenizer(model_dir)(TEXT)["input_ids"]
     blocks = -(-len(ids) // 16) + 1
-    quantization = None if variant == "bf16" else variant
+    quantization = {"bf16": None, "w8a8": "int8"}.get(variant, variant)
     runner = TorchRunner(model_dir, dtype="bfloat16", num_kv_blocks=blocks, block_size=16, num_threads=threads, model_impl="native", quantization=quantization)
     runner.load()
-    if quantization:
-        runner.model.model.linear = QuantLinear(max_rows=sys.maxsize)  # quantized kernels at every row count
+    if quantization:  # one kernel at every row count: the int8 GEMM past 0 rows, else weight-only
+        runner.model.model.linear = QuantLinear(max_rows=0 if variant == "w8a8" else sys.maxsize)
     with torch.inference_mode():
         step, positions = runner.model.build_step([(0, len(ids))], [list(range(blocks))], 16, runner.k_cache, runner.v_cache)
         logits = runner.model.forward(torch.tensor(ids), positions, step, torch.arange(len(ids) - 1), runner.k_cache, runner.v_cache)
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None)
-    p.add_argument("--variants", default="bf16,int8,int4")
+    p.add_argument("--variants", default="bf16,int8,int4,w8a8")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)

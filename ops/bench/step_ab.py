@@ -1,13 +1,14 @@
 """Interleaved A/B of bare native step variants: decisions that a shared machine cannot spoil.
 
-python -m ops.bench.step_ab --variants native,native+int4,transformers [--batches 1,4,32] [--steps 24]
+python -m ops.bench.step_ab --variants native,native+int4,transformers [--batches 1,4,32] [--steps 24] [--prefill]
 
 Loads every variant (ops.bench.bare_native's `impl[+compile][+int8|+int4]`) in one process,
 prefills the 128-token benchmark prompt at batch B in each, then runs decode steps round-robin:
 variant 1, variant 2, ..., variant 1, ... so load from other processes hits all alike. With
 --threads 1 (the default) each step is timed in process CPU time, which other processes'
 work does not inflate; with more threads in wall time. Prints each variant's median step and
-its speed relative to the first variant.
+its speed relative to the first variant. With --prefill the timed step is the prefill itself
+(B fresh 128-token prompts in one packed step, repeated), not the decode steps after it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from typing import Any
 
 
-def run(model_dir: str, variants: list[str], batches: list[int], steps: int, threads: int) -> dict[str, Any]:
+def run(model_dir: str, variants: list[str], batches: list[int], steps: int, threads: int, prefill: bool = False) -> dict[str, Any]:
     import torch
 
     from ops.bench import bare_native as bn
@@ -29,7 +30,7 @@ def run(model_dir: str, variants: list[str], batches: list[int], steps: int, thr
     clock = time.process_time if threads == 1 else time.perf_counter
     ids = build_prompt_ids(model_dir, 128)
     runners = {v: bn._runner(model_dir, v, "bfloat16", max(batches), len(ids), steps + 8, threads) for v in variants}
-    out: dict[str, Any] = {"cpu": bn._cpu_model(), "threads": threads, "clock": clock.__name__, "batches": {}}
+    out: dict[str, Any] = {"cpu": bn._cpu_model(), "threads": threads, "clock": clock.__name__, "timed": "prefill" if prefill else "decode", "batches": {}}
     with torch.inference_mode():
         for b in batches:
             per_seq = runners[variants[0]][1]
@@ -39,11 +40,14 @@ def run(model_dir: str, variants: list[str], batches: list[int], steps: int, thr
             for i in range(steps):
                 for v, (r, _) in runners.items():
                     started = clock()
-                    toks[v] = bn._step(r, [(len(ids) + i, 1)] * b, tables, toks[v])
+                    if prefill:
+                        bn._step(r, [(0, len(ids))] * b, tables, torch.tensor(ids * b))
+                    else:
+                        toks[v] = bn._step(r, [(len(ids) + i, 1)] * b, tables, toks[v])
                     times[v].append(clock() - started)
             median = {v: statistics.median(t[2:]) * 1000 for v, t in times.items()}
             out["batches"][str(b)] = {v: {"step_ms": round(m, 2), "speed_vs_first": round(median[variants[0]] / m, 3)} for v, m in median.items()}
-            print(f"B={b} " + "  ".join(f"{v}: {m:.1f} ms ({median[variants[0]] / m:.2f}x)" for v, m in median.items()), flush=True)
+            print(f"{out['timed']} B={b} " + "  ".join(f"{v}: {m:.1f} ms ({median[variants[0]] / m:.2f}x)" for v, m in median.items()), flush=True)
     return out
 
 
@@ -56,10 +60,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batches", type=parse_levels, default=[1, 4, 32])
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--prefill", action="store_true", help="time the prefill step (B prompts of 128 tokens), not decode")
     p.add_argument("--model", default=None)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    result = run(args.model or str(default_model_dir()), args.variants.split(","), args.batches, args.steps, args.threads)
+    result = run(args.model or str(default_model_dir()), args.variants.split(","), args.batches, args.steps, args.threads, args.prefill)
     if args.out:
         with open(args.out, "w") as f:
             f.write(json.dumps(result, indent=2) + "\n")

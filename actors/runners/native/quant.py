@@ -1,18 +1,23 @@
-"""Weight-only quantization of the native model's linear layers, chosen per batch size.
+"""Quantized linear layers of the native model, with the kernel chosen per batch size.
 
 Owns: turning a loaded model's bf16 matrices into int8 (per output channel) or int4 (per group
 of 32 along K, asymmetric) at load time, and `QuantLinear`, the model's `linear` that picks
 the kernel by the number of rows.
 
-Why per row count: a decode step reads every weight once; at a few rows that read is the step
-(bandwidth bound), so fewer bytes win: aten's `_weight_int8pack_mm` ran one SmolLM2 step's 211
-products 3.4x faster than bf16 `F.linear` at 1 row, but 0.52x at 32 rows, where the products
-are compute bound and the dequantizing kernel is slower than oneDNN's bf16 GEMM. So the bf16
-matrices stay loaded beside the quantized ones and steps with more than `max_rows` rows use
-them: memory is 1.5x (int8) or 1.25x (int4) the bf16 weights.
+Why per row count: a decode step of few rows reads every weight once, so that read is the
+step (bandwidth bound) and fewer bytes win: aten's weight-only kernels (`_weight_int8pack_mm`,
+`_weight_int4pack_mm_for_cpu`) ran one SmolLM2 step's products 1.9x (int8) and 4.5x (int4)
+faster than bf16 `F.linear` at 1 row. Past a few rows the products are compute bound and
+those kernels, which dequantize every weight for every row block, lose to oneDNN's bf16 GEMM
+(int8 0.73x at 16 rows). There the activations are quantized too, per row, and the product
+runs as an int8 GEMM (`torch._int_mm`, VNNI on x86: ~740 int8 GOP/s against ~330-375 bf16
+GFLOP/s on this EPYC at prefill shapes), rescaled by the row and channel scales. So prompt
+chunks and wide decode steps gain as well, and no bf16 copy of the weights stays loaded:
+memory is 0.5x (int8) or 0.75x (int4: the int4 pack plus the int8 matrix) the bf16 weights.
+The cost in quality is stated per kernel in README "Quantization" (ops/bench/quant_quality.py).
 
-The quantized kernels take activations in bf16 (int8: any float dtype); scales are kept in the
-activations' dtype.
+The weight-only kernels take activations in bf16 (int8: any float dtype); their scales are
+kept in the activations' dtype. The int8 GEMM's scales are float32.
 """
 
 from __future__ import annotations
@@ -24,35 +29,41 @@ import torch.nn.functional as F
 
 INT4_GROUP = 32
 INT4_INNER_K_TILES = 2
-# Rows up to which the quantized kernel beats bf16 F.linear, measured over one SmolLM2 step's
-# 121 products (bf16, 1 thread, this EPYC; ops/bench/README.md "Quantization" has the table):
-# int8 1.86x at 1 row, 1.08x at 8, 0.73x at 16; int4 4.47x at 1, 2.01x at 8, 1.17x at 16, 0.75x at 32.
-MAX_ROWS = {8: 8, 4: 16}
+# Rows up to which the weight-only kernel beats the int8 GEMM: one layer's four products, 2
+# threads, this EPYC (time against bf16 F.linear, weight-only / int8 GEMM): 1 row 0.56 / 0.70,
+# 4 rows 0.88 / 1.01 (int4 0.85 / 1.09), 8 rows 1.24 / 0.85 (int4 1.16 / 0.60), 32 rows
+# 1.95 / 0.73. Against bf16 alone the limits had been 8 (int8) and 16 (int4) rows.
+MAX_ROWS = {8: 4, 4: 4}
 
 
 @dataclass(slots=True)
 class QuantizedWeight:
-    dense: torch.Tensor  # [N, K] the original matrix, for steps past max_rows
-    packed: torch.Tensor  # int8 [N, K], or int4 packed by aten for the CPU kernel
-    scales: torch.Tensor  # int8: [N]; int4: [K / group, N, 2] scales and zeros
+    packed: torch.Tensor  # the weight-only kernel's operand: int8 [N, K], or int4 packed by aten
+    scales: torch.Tensor  # its scales: int8 [N]; int4 [K / group, N, 2] scales and zeros
     bits: int
+    int8: torch.Tensor  # int8 [N, K] per output channel, for the int8 GEMM (bits 8: `packed` itself)
+    int8_scales: torch.Tensor  # float32 [N]
 
     @property
     def shape(self) -> torch.Size:
-        return self.dense.shape
+        return self.int8.shape
+
+
+def _int8_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel int8: w ≈ q * scale, q in [-127, 127]; scale float32 [N]."""
+    wf = w.float()
+    scales = wf.abs().amax(dim=1).clamp(min=1e-8) / 127.0
+    return torch.round(wf / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous(), scales
 
 
 def quantize_int8(w: torch.Tensor) -> QuantizedWeight:
-    """Symmetric per-output-channel int8: w ≈ q * scale, q in [-127, 127]."""
-    wf = w.float()
-    scales = wf.abs().amax(dim=1).clamp(min=1e-8) / 127.0
-    q = torch.round(wf / scales[:, None]).clamp(-127, 127).to(torch.int8)
-    return QuantizedWeight(dense=w, packed=q.contiguous(), scales=scales.to(w.dtype), bits=8)
+    q, scales = _int8_per_channel(w)
+    return QuantizedWeight(packed=q, scales=scales.to(w.dtype), bits=8, int8=q, int8_scales=scales)
 
 
 def quantize_int4(w: torch.Tensor) -> QuantizedWeight:
     """Asymmetric int4 per group of INT4_GROUP input columns (the layout aten's CPU kernel reads:
-    w ≈ (q - 8) * scale + zero, with zero = min + 8 * scale)."""
+    w ≈ (q - 8) * scale + zero, with zero = min + 8 * scale), plus the int8 matrix."""
     n, k = w.shape
     groups = w.float().reshape(n, k // INT4_GROUP, INT4_GROUP)
     lo, hi = groups.amin(dim=-1), groups.amax(dim=-1)
@@ -61,11 +72,23 @@ def quantize_int4(w: torch.Tensor) -> QuantizedWeight:
     q = torch.round((groups - lo[..., None]) / scales[..., None]).clamp(0, 15).to(torch.int32).reshape(n, k)
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, INT4_INNER_K_TILES)
     scale_zeros = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous().to(w.dtype)  # [K/g, N, 2]
-    return QuantizedWeight(dense=w, packed=packed, scales=scale_zeros, bits=4)
+    q8, scales8 = _int8_per_channel(w)
+    return QuantizedWeight(packed=packed, scales=scale_zeros, bits=4, int8=q8, int8_scales=scales8)
+
+
+def int8_gemm(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
+    """x [M, K] quantized per row (symmetric, dynamic) times the int8 weight, in x's dtype."""
+    # One copy into float32 each side of the GEMM, then in-place passes: timed against
+    # vector_norm / aminmax for the row maxima and out= / outer-product rescaling, this order
+    # was the fastest at every prefill and decode shape (up to 2.5x less time around the GEMM).
+    row_scales = x.abs().amax(dim=-1, keepdim=True).float().clamp_(min=1e-8).div_(127.0)
+    xq = x.to(torch.float32, copy=True).mul_(row_scales.reciprocal()).round_().to(torch.int8)  # |x / scale| <= 127
+    acc = torch._int_mm(xq, weight.int8.t())  # int32 [M, N]
+    return acc.float().mul_(row_scales).mul_(weight.int8_scales).to(x.dtype)
 
 
 class QuantLinear:
-    """The model's `linear`: quantized kernels up to `max_rows` rows, the dense matrix past them."""
+    """The model's `linear`: the weight-only kernel up to `max_rows` rows, the int8 GEMM past them."""
 
     def __init__(self, max_rows: int) -> None:
         self.max_rows = max_rows
@@ -74,8 +97,8 @@ class QuantLinear:
         if not isinstance(weight, QuantizedWeight):
             return F.linear(x, weight, bias)
         if x.shape[0] > self.max_rows:
-            return F.linear(x, weight.dense, bias)
-        if weight.bits == 8:
+            out = int8_gemm(x, weight)
+        elif weight.bits == 8:
             out = torch.ops.aten._weight_int8pack_mm(x, weight.packed, weight.scales)
         else:
             out = torch.ops.aten._weight_int4pack_mm_for_cpu(x, weight.packed, INT4_GROUP, weight.scales)
