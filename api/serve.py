@@ -114,7 +114,7 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--model-impl", default=DEFAULTS.model_impl, choices=["auto", "native", "transformers"], help="model code: native (Llama, Mistral, Qwen2, Qwen3), transformers (any causal LM), auto (native when supported)")
     p.add_argument("--compile", action="store_true", help="torch.compile the native path at start-up: one graph for a single stream's decode step (1.4x with int4 here) (about 2 minutes the first time on 2 cores; inductor's disk cache after)")
-    p.add_argument("--quantization", default=None, choices=["int8", "int4"], help="weight-only quantized linears on the native path for steps of few rows (faster single streams); bf16 for larger batches")
+    p.add_argument("--quantization", default=None, choices=["int8", "int4"], help="quantized linears on the native path: weight-only kernels for steps of up to 4 rows (faster single streams), an int8 GEMM with per-row quantized activations past that (faster prompts and wide batches)")
     platform_config.add_arguments(p)
 
 
