@@ -19,7 +19,14 @@ from typing import Any
 STUCK_DIR_ENV = "SWITCHYARD_STUCK_DIR"
 
 
-JOB_RUNTIME_ENV = {"worker_process_setup_hook": f"{__name__}.install"}
+# Ray's workers import the installed packages (api, actors, runtime) but not this checkout's
+# tests/: without the checkout on their path the hook's import fails, every worker dies at
+# start, and serve.start() waits for its controller for good (a fresh clone under `make test`).
+_CHECKOUT = str(Path(__file__).resolve().parents[2])
+JOB_RUNTIME_ENV = {
+    "worker_process_setup_hook": f"{__name__}.install",
+    "env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [_CHECKOUT, os.environ.get("PYTHONPATH")]))},
+}
 
 
 def install() -> None:
