@@ -12,9 +12,10 @@ import torch
 # blocks of exactly INVARIANT_ROWS rows (the last one zero-padded), every row goes through the
 # same kernel with the same split whatever the batch: measured here, a row's output was
 # bit-identical across 355 batch sizes and positions. Attention does its part in
-# paged_attention (`per_sequence_decode`). The cost, measured with the default model on the
-# transformers path: 0.85x the tok/s at c=1 (a decode step does 32-row products) and 0.52x at
-# c=32 (mostly the per-sequence attention loop); README "Reproducibility" has the command.
+# paged_attention (`per_sequence_decode`). The cost through the server, default model, native
+# path: 0.62x the tok/s at c=1 (a one-row decode step does 32-row products) and 0.75x at c=32
+# (0.52x on the transformers path, mostly its per-sequence attention loop then); README
+# "Reproducibility" has the commands.
 INVARIANT_ROWS = 32
 
 
