@@ -9,7 +9,7 @@ this figure is the server's own overhead.
 Variants (`--variants`, comma separated; each `impl[+compile][+int8|+int4]`):
   native                   the native decoder, eager
   native+compile           decode steps compiled per batch bucket (actors/runners/native/compiled.py)
-  native+int8, +int4       weight-only quantized linears, chosen per batch bucket
+  native+int8, +int4       quantized linears: weight-only kernels up to 4 rows, the int8 GEMM past them
   transformers             today's transformers path (paged attention through the interface)
 
 Prefill: B chunks of 128 in one packed step (TTFT baseline: B=1). decode tok/s = B * steps /
