@@ -99,3 +99,48 @@ def test_sigterm_to_the_group_drains_the_stream_and_exits_0_promptly(serve_ray: 
     assert '"clean": true' in log, log_tail(log_path)
     assert '"topology": "direct"' in log, "one replica: Ray's proxy should call it directly"
     assert refuses(url), "Ray's HTTP proxy is still listening after serve-ray exited"
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (this container's init may be slow to reap an orphan)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_sigkill_to_the_supervisor_still_stops_the_driver_and_its_ray_instance(serve_ray: tuple[subprocess.Popen[bytes], str, Path]) -> None:
+    # Nothing can catch a SIGKILL: the supervisor dies at once and the driver, in a session of
+    # its own, would go on serving (and keep the local Ray instance up) if the kernel's
+    # parent-death signal did not hand it a SIGTERM.
+    proc, url, log_path = serve_ray
+    wait_ready(proc, log_path)
+    (driver,) = _children(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    killed = time.monotonic()
+    try:
+        while _running(driver) or not refuses(url):
+            assert time.monotonic() - killed < STOP_BOUND_S, f"the driver outlived its supervisor by {STOP_BOUND_S:.0f}s:\n{log_tail(log_path)}"
+            time.sleep(0.25)
+    finally:
+        if _running(driver):
+            os.kill(driver, signal.SIGKILL)
+    print(f"the driver stopped {time.monotonic() - killed:.2f}s after its supervisor was killed")
+    log = log_path.read_text("utf-8", "replace")
+    assert "serve_ray_stopped" in log and '"clean": true' in log, log_tail(log_path)
