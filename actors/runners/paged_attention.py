@@ -158,12 +158,14 @@ def _grouped_decode(
     k = k_rows.index_select(0, rows).view(kv_heads, batch, length, head_dim)
     v = v_rows.index_select(0, rows).view(kv_heads, batch, length, head_dim)
     if batch <= float32_max_seqs:
-        return _float32_decode(qg, k, v, bias, scale)
+        return float32_decode(qg, k, v, bias, scale)
     scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale + bias  # [KVH, B, G, L]
     return torch.matmul(scores.softmax(dim=-1).to(v.dtype), v)
 
 
-def _float32_decode(qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
+def float32_decode(qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | float, scale: float) -> torch.Tensor:
+    """qg [KVH, B, G, d] over keys and values [KVH, B, L, d] with the padding `bias`, in float32
+    (also traced into the native one-row decode graph, actors/runners/native/decode_graph.py)."""
     scores = torch.matmul(qg.float(), k.float().transpose(-1, -2)) * scale + bias
     return torch.matmul(scores.softmax(dim=-1), v.float()).to(v.dtype)
 

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from actors.runners.native.llama import rms_norm
+from actors.runners.paged_attention import float32_decode
 from runtime.logging import get_logger
 
 log = get_logger("runner")
@@ -49,11 +50,11 @@ def attend_one(
     v_rows.index_copy_(0, write_rows, v[0])
     num_heads = q.shape[1]
     length = read_rows.shape[0] // kv_heads
-    qg = q[0].view(kv_heads, num_heads // kv_heads, head_dim).float()  # [KVH, G, d]: heads grouped as repeat_kv does
-    keys = k_rows.index_select(0, read_rows).view(kv_heads, length, head_dim).float()
-    values = v_rows.index_select(0, read_rows).view(kv_heads, length, head_dim).float()
-    probs = (torch.bmm(qg, keys.transpose(1, 2)) * scale).softmax(dim=-1)
-    return torch.bmm(probs, values).to(q.dtype).view(1, num_heads, head_dim)
+    qg = q[0].view(kv_heads, 1, num_heads // kv_heads, head_dim)  # [KVH, 1, G, d]: heads grouped as repeat_kv does
+    keys = k_rows.index_select(0, read_rows).view(kv_heads, 1, length, head_dim)
+    values = v_rows.index_select(0, read_rows).view(kv_heads, 1, length, head_dim)
+    # One sequence, so nothing is padded: no bias.
+    return float32_decode(qg, keys, values, 0.0, scale).view(1, num_heads, head_dim)
 
 
 def _own_code(fn: Any) -> types.FunctionType:
