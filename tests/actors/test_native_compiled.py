@@ -51,3 +51,33 @@ def test_compiled_steps_never_recompile_and_match_eager(tiny_model_dir: Path) ->
     finally:
         torch._dynamo.config.error_on_recompile = False
     assert got == _run(eager)
+
+
+_CACHE_DIR_PROBE = """
+import os, sys, torch
+seen = []
+def fake_compile(fn, **kwargs):  # what torch.compile does first: import inductor
+    seen.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+    import torch._inductor.config  # noqa: F401
+    return fn
+torch.compile = fake_compile
+from actors.runners.torch_runner import TorchRunner
+TorchRunner(sys.argv[1], dtype="float32", num_kv_blocks=8, block_size=4, num_threads=1, compile=True).load()
+print(seen[0], os.environ["TORCHINDUCTOR_CACHE_DIR"])
+"""
+
+
+def test_inductor_cache_lives_under_home_not_tmp(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A restart loads compiled kernels from ~/.cache/switchyard/inductor: the directory is set
+    before the first torch.compile, since importing inductor pins its /tmp default."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env["HOME"] = str(tmp_path)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    out = subprocess.run([sys.executable, "-c", _CACHE_DIR_PROBE, str(tiny_model_dir)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    expected = str(tmp_path / ".cache" / "switchyard" / "inductor")
+    assert out.stdout.split()[-2:] == [expected, expected]

@@ -34,13 +34,19 @@ WARM_TOKENS = (1, 3)
 
 
 def use_disk_cache() -> str:
-    """Point inductor's caches at a directory that survives reboots (not /tmp)."""
-    default = Path.home() / ".cache" / "switchyard" / "inductor"
-    return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(default))
+    """Point inductor's caches at a directory that survives reboots (not /tmp), unless the user
+    chose one. Importing torch._dynamo (transformers does) already wrote inductor's /tmp
+    default into the variable, so that value counts as unset; call this before the process's
+    first torch.compile."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if current is None or os.path.abspath(current) == os.path.abspath(default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path.home() / ".cache" / "switchyard" / "inductor")
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
 def compile_model(model: Any) -> None:
-    use_disk_cache()
     model.pre_attention = torch.compile(model.pre_attention, dynamic=True, fullgraph=True)
     model.post_attention = torch.compile(model.post_attention, dynamic=True, fullgraph=True)
 

@@ -55,10 +55,14 @@ class NativePath:
         self.decode_graph: decode_graph.DecodeGraph | None = None
         if compile:
             self.impl += "+compiled"
+            # Before the first torch.compile: importing inductor fixes its cache directory
+            # (/tmp/torchinductor_<user> unless the variable is set), and /tmp does not survive
+            # a reboot.
+            cache_dir = compiled.use_disk_cache()
             self.decode_graph = decode_graph.DecodeGraph(self.model)  # before compile_model wraps the parts it traces
             compiled.compile_model(self.model)
             seconds = compiled.warm_up(self.model)
-            log.info("compiled", seconds=round(seconds, 1), cache_dir=compiled.use_disk_cache())
+            log.info("compiled", seconds=round(seconds, 1), cache_dir=cache_dir)
 
     def build_step(self, seqs, tables, block_size, k_cache, v_cache):
         return attention.build_step(seqs, tables, block_size, k_cache, v_cache, per_sequence_decode=self.batch_invariant)
