@@ -62,12 +62,8 @@ def score(model_dir: str, variant: str, threads: int):
     kernel = variant.removesuffix("-nosmooth")
     quantization = {"bf16": None, "w8a8": "int8", "w8a8-int4": "int4"}.get(kernel, kernel)
     runner = TorchRunner(model_dir, dtype="bfloat16", num_kv_blocks=blocks, block_size=16, num_threads=threads, model_impl="native", quantization=quantization)
-    alpha = smoothing.ALPHA
-    smoothing.ALPHA = None if variant.endswith("-nosmooth") else alpha
-    try:
+    with smoothing.alpha_while_loading(None if variant.endswith("-nosmooth") else smoothing.ALPHA):
         runner.load()
-    finally:
-        smoothing.ALPHA = alpha
     if quantization:  # one kernel at every row count: the int8 GEMM past 0 rows, else weight-only
         runner.model.model.linear = QuantLinear(max_rows=0 if kernel.startswith("w8a8") else sys.maxsize)
     with torch.inference_mode():

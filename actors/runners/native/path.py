@@ -52,7 +52,8 @@ class NativePath:
             bits = {"int8": 8, "int4": 4}[quantization]
             started = time.perf_counter()
             smooth = smoothing.prepare(self.model, model_dir, bits)
-            log.info("smoothed", alpha=smoothing.ALPHA, seconds=round(time.perf_counter() - started, 2))
+            if smoothing.ALPHA is not None:
+                log.info("smoothed", alpha=smoothing.ALPHA, seconds=round(time.perf_counter() - started, 2))
             quant.quantize_model(weights, bits, smooth)
             self.model.linear = quant.QuantLinear(quant.MAX_ROWS[bits])
             self.impl = f"native+{quantization}"

@@ -17,10 +17,20 @@ of two, so both multiplications are exact in bf16 and the dense product is uncha
 bit. o_proj's input is the attention output, a mix of v rows per head: its scales are shared
 by the q heads of one kv group, since they all read the same v. A tied lm_head gets its own
 smoothed copy (quantized right after); the embedding lookup keeps the unsmoothed matrix.
+
+Folding suits int8 (its GEMM and weight-only kernel share one matrix) but not int4: the int4
+pack's groups of 32 columns took the inflated columns badly (-0.27 nats/token at alpha 0.5),
+so int4 keeps its pack unsmoothed and smooths only its separate int8 matrix, the GEMM dividing
+x by s itself (quant.py). Alpha 0.5 had the lowest KL against bf16 for the int8 GEMM among
+0.4-0.8, on the evaluation text and on this calibration text alike. The calibration costs a
+tokenizer load and one forward of ~200 tokens: 0.4-1 s at load for SmolLM2-135M on 2 cores.
+Figures: README "Quantization" part of Performance, quant.py's docstring.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -43,7 +53,20 @@ depth of ten metres. Fish there have adapted to eat fruit and seeds that fall fr
 User: How many minutes are in a week?
 Assistant: 7 days x 24 hours x 60 minutes = 10,080 minutes."""
 
-ALPHA = 0.5
+# SmoothQuant's default; 0.4-0.8 measured (README "Quantization"). None: no smoothing.
+ALPHA: float | None = 0.5
+
+
+@contextmanager
+def alpha_while_loading(alpha: float | None) -> Iterator[None]:
+    """Models loaded inside the block smooth with `alpha` (None: not at all): the benchmarks'
+    before/after (the served path always runs with ALPHA)."""
+    global ALPHA
+    kept, ALPHA = ALPHA, alpha
+    try:
+        yield
+    finally:
+        ALPHA = kept
 
 
 class _MaximaRecorder:
@@ -71,6 +94,7 @@ def calibrate(model, ids: list[int]) -> dict[int, torch.Tensor]:
     from actors.runners.native.attention import build_step
 
     cfg, w = model.cfg, model.w
+    ids = ids[: model.cos.shape[0]]  # within the rotary tables (--max-model-len may be short)
     block = 16
     blocks = -(-len(ids) // block)
     shape = (cfg.num_kv_heads, blocks * block, cfg.head_dim)
@@ -87,7 +111,7 @@ def calibrate(model, ids: list[int]) -> dict[int, torch.Tensor]:
     return recorder.maxima
 
 
-def _scales(act_max: torch.Tensor, weight_max: torch.Tensor, alpha: float) -> torch.Tensor:
+def channel_scales(act_max: torch.Tensor, weight_max: torch.Tensor, alpha: float) -> torch.Tensor:
     """s per input channel, float32, rounded to a power of two (exact to fold in bf16)."""
     s = act_max.clamp(min=1e-5).pow(alpha) / weight_max.clamp(min=1e-5).pow(1 - alpha)
     return torch.exp2(torch.log2(s).round())
@@ -104,13 +128,13 @@ def smoothing_scales(model, maxima: dict[int, torch.Tensor], alpha: float) -> di
     out = {}
     for layer in w.layers:
         for matrix in (layer.qkv, layer.gate_up, layer.down):
-            out[id(matrix)] = _scales(maxima[id(matrix)], _column_max(matrix), alpha)
+            out[id(matrix)] = channel_scales(maxima[id(matrix)], _column_max(matrix), alpha)
         # o_proj reads the attention output, a mix of v rows: one s per (kv head, dim), shared
         # by the q heads of the group, so that it can be folded into v
         o_act = maxima[id(layer.o_proj)].view(per_group).amax(dim=1)
-        o_s = _scales(o_act, _column_max(layer.o_proj).view(per_group).amax(dim=1), alpha)
+        o_s = channel_scales(o_act, _column_max(layer.o_proj).view(per_group).amax(dim=1), alpha)
         out[id(layer.o_proj)] = o_s[:, None, :].expand(per_group).reshape(-1)
-    out[id(w.lm_head)] = _scales(maxima[id(w.lm_head)], _column_max(w.lm_head), alpha)
+    out[id(w.lm_head)] = channel_scales(maxima[id(w.lm_head)], _column_max(w.lm_head), alpha)
     return out
 
 
