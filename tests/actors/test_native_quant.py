@@ -105,32 +105,28 @@ def test_int8_gemm_is_the_product_of_the_row_quantized_activations() -> None:
 # -- smoothing (actors/runners/native/smoothing.py) -----------------------------------------
 
 
-def _dense_logits_before_and_after_fold(model_dir: Path) -> tuple[torch.Tensor, torch.Tensor, TorchRunner]:
-    runner = TorchRunner(model_dir, dtype="bfloat16", num_kv_blocks=32, block_size=4, num_threads=1)
-    runner.load()
-    assert runner.model is not None
-    before = _logits(runner, 12)
-    model = runner.model.model
-    scales = smoothing.smoothing_scales(model, smoothing.calibrate(model, smoothing.calibration_ids(model_dir)), smoothing.ALPHA)
-    assert any((s != 1).any() for s in scales.values())  # the fold below is not a no-op
-    smoothing.fold(model, scales)
-    return before, _logits(runner, 12), runner
-
-
 @pytest.mark.parametrize("family", ["qwen2", "qwen3"])  # GQA with q/k/v biases, untied; GQA with q/k norms, tied
 def test_folded_smoothing_leaves_the_dense_model_unchanged(tmp_path: Path, family: str) -> None:
     model_dir = build_tiny_decoder(tmp_path, family)
-    embed = TorchRunner(model_dir, dtype="bfloat16", num_kv_blocks=32, block_size=4)
-    embed.load()
-    assert embed.model is not None
-    original_embed = embed.model.model.w.embed.clone()
-    before, after, runner = _dense_logits_before_and_after_fold(model_dir)
+    kwargs = dict(dtype="bfloat16", num_kv_blocks=32, block_size=4, num_threads=1)
+    runner = TorchRunner(model_dir, **kwargs)
+    runner.load()
+    assert runner.model is not None
+    model = runner.model.model
+    original_embed = model.w.embed.clone()
+    before = _logits(runner, 12)
+    scales = smoothing.smoothing_scales(model, smoothing.calibrate(model, smoothing.calibration_ids(model_dir)), smoothing.ALPHA)
+    assert any((s != 1).any() for s in scales.values())  # the fold below is not a no-op
+    smoothing.fold(model, scales)
     # s is a power of two: x / s and W * s are exact in bf16, so the products are too
-    assert torch.equal(before, after)
-    w = runner.model.model.w
-    assert torch.equal(w.embed, original_embed)  # the lookup reads the unsmoothed matrix
-    if family == "qwen3":
-        assert w.lm_head is not w.embed and not torch.equal(w.lm_head, w.embed)
+    assert torch.equal(_logits(runner, 12), before)
+    assert torch.equal(model.w.embed, original_embed)  # the lookup reads the unsmoothed matrix
+    if family == "qwen3":  # tied: the lm_head got a smoothed copy of its own
+        assert model.w.lm_head is not model.w.embed and not torch.equal(model.w.lm_head, model.w.embed)
+    quantized = TorchRunner(model_dir, quantization="int8", **kwargs)  # the load path folds too
+    quantized.load()
+    assert quantized.model is not None
+    assert torch.equal(quantized.model.model.w.embed, original_embed)
 
 
 def _with_outlier_channel(model_dir: Path, out: Path, channel: int = 5, factor: float = 64.0) -> Path:

@@ -9,10 +9,10 @@ rest (an "outlier" channel, common after RMSNorm) sets the row's step and flatte
 channel to a few levels. Dividing that channel by s moves its range into the weight column,
 which is quantized per output channel and has room for it.
 
-Folded, not applied at run time: 1/s goes into the op before each linear (the input RMSNorm
-weight for qkv, the post-attention norm for gate_up, the up rows of gate_up for down, the v
-rows of qkv for o_proj, the final norm for lm_head), so the kernels run unchanged and every
-one of them, weight-only or GEMM, reads the smoothed matrices. Each s is rounded to a power
+int8: folded, not applied at run time: 1/s goes into the op before each linear (the input
+RMSNorm weight for qkv, the post-attention norm for gate_up, the up rows of gate_up for down,
+the v rows of qkv for o_proj, the final norm for lm_head), so the kernels run unchanged and
+both of them, weight-only and GEMM, read the one smoothed matrix. Each s is rounded to a power
 of two, so both multiplications are exact in bf16 and the dense product is unchanged bit for
 bit. o_proj's input is the attention output, a mix of v rows per head: its scales are shared
 by the q heads of one kv group, since they all read the same v. A tied lm_head gets its own
