@@ -1,11 +1,16 @@
 """Quality cost of --quantization: mean token logprob of a fixed text, quantized vs bf16.
 
-Scores every token of TEXT (about 400 tokens of varied English and code) under the native
-path: mean log p(token | the text before it). Each variant runs one kernel for the whole text:
+Scores every token of TEXT (about 300 tokens of varied English and code) under the native
+path: mean log p(token | the text before it), its change against bf16 with the standard error
+of that change over the tokens, and the mean KL(bf16 || variant) of the next-token
+distributions (less noisy than one token's logprob: it weighs every candidate). Each variant
+runs one kernel for the whole text:
   int8, int4   the weight-only kernels, which a server runs for steps of few rows (decode):
                the cost a decoded token pays
   w8a8         the int8 GEMM with activations quantized per row, which both schemes run past
-               that (prompt chunks, wide decode steps): the cost those rows pay
+  w8a8-int4    that (prompt chunks, wide decode steps): the cost those rows pay, with the
+               int8 scheme's matrices and with the int4 scheme's (smoothed differently)
+A `-nosmooth` suffix loads the variant without smoothing (actors/runners/native/smoothing.py).
 
 python -m ops.bench.quant_quality [--model DIR] [--variants bf16,int8,int4] [--out F]
 """
@@ -43,25 +48,35 @@ then wait two minutes for it to restart. Your saved networks will be erased, so 
 password printed on the label first."""
 
 
-def score(model_dir: str, variant: str, threads: int) -> float:
+def score(model_dir: str, variant: str, threads: int):
+    """Log-probabilities `[T - 1, V]` of every next token of TEXT under `variant`."""
     import torch
 
+    from actors.runners.native import smoothing
     from actors.runners.native.quant import QuantLinear
     from actors.runners.torch_runner import TorchRunner
     from ops.bench.prompt import load_tokenizer
 
     ids = load_tokenizer(model_dir)(TEXT)["input_ids"]
     blocks = -(-len(ids) // 16) + 1
-    quantization = {"bf16": None, "w8a8": "int8"}.get(variant, variant)
+    kernel = variant.removesuffix("-nosmooth")
+    quantization = {"bf16": None, "w8a8": "int8", "w8a8-int4": "int4"}.get(kernel, kernel)
     runner = TorchRunner(model_dir, dtype="bfloat16", num_kv_blocks=blocks, block_size=16, num_threads=threads, model_impl="native", quantization=quantization)
-    runner.load()
+    with smoothing.alpha_while_loading(None if variant.endswith("-nosmooth") else smoothing.ALPHA):
+        runner.load()
     if quantization:  # one kernel at every row count: the int8 GEMM past 0 rows, else weight-only
-        runner.model.model.linear = QuantLinear(max_rows=0 if variant == "w8a8" else sys.maxsize)
+        runner.model.model.linear = QuantLinear(max_rows=0 if kernel.startswith("w8a8") else sys.maxsize)
     with torch.inference_mode():
         step, positions = runner.model.build_step([(0, len(ids))], [list(range(blocks))], 16, runner.k_cache, runner.v_cache)
         logits = runner.model.forward(torch.tensor(ids), positions, step, torch.arange(len(ids) - 1), runner.k_cache, runner.v_cache)
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
-        return float(logprobs.gather(1, torch.tensor(ids[1:])[:, None]).mean())
+        return torch.log_softmax(logits.float(), dim=-1), torch.tensor(ids[1:])
+
+
+def compare(logprobs, base, targets) -> dict[str, float]:
+    """Against bf16: change of the mean token logprob, its standard error, mean KL(bf16 || it)."""
+    change = (logprobs - base).gather(1, targets[:, None])[:, 0]
+    kl = (base.exp() * (base - logprobs)).sum(-1)
+    return {"change": round(float(change.mean()), 4), "stderr": round(float(change.std() / len(change) ** 0.5), 4), "kl": round(float(kl.mean()), 4)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -71,16 +86,22 @@ def main(argv: list[str] | None = None) -> None:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None)
-    p.add_argument("--variants", default="bf16,int8,int4,w8a8")
+    p.add_argument("--variants", default="bf16,int8,int4,w8a8,w8a8-int4")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     model_dir = args.model or str(default_model_dir())
-    means = {v: round(score(model_dir, v, args.threads), 4) for v in args.variants.split(",")}
-    base = means.get("bf16")
+    base, targets = score(model_dir, "bf16", args.threads)
+    means, versus = {}, {}
+    for variant in args.variants.split(","):
+        logprobs = base if variant == "bf16" else score(model_dir, variant, args.threads)[0]
+        means[variant] = round(float(logprobs.gather(1, targets[:, None]).mean()), 4)
+        versus[variant] = compare(logprobs, base, targets)
+        print(variant, means[variant], versus[variant], file=sys.stderr, flush=True)
     result: dict[str, Any] = {
-        "model_dir": model_dir, "cpu": _cpu_model(), "platform": platform.platform(), "mean_token_logprob": means,
-        "change_vs_bf16": {v: round(m - base, 4) for v, m in means.items()} if base is not None else None,
+        "model_dir": model_dir, "cpu": _cpu_model(), "platform": platform.platform(), "tokens": len(targets),
+        "mean_token_logprob": means, "change_vs_bf16": {v: c["change"] for v, c in versus.items()},
+        "stderr_of_change": {v: c["stderr"] for v, c in versus.items()}, "kl_vs_bf16": {v: c["kl"] for v, c in versus.items()},
     }  # fmt: skip
     emit_json(result, args.out)
 

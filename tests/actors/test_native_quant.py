@@ -4,13 +4,15 @@ dense model, and no dense copy of the weights stays loaded."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from actors.runners.native import quant
+from actors.runners.native import quant, smoothing
 from actors.runners.torch_runner import TorchRunner
+from tests.tiny_model import build_tiny_decoder
 
 
 def _logits(runner: TorchRunner, rows: int) -> torch.Tensor:
@@ -98,3 +100,83 @@ def test_int8_gemm_is_the_product_of_the_row_quantized_activations() -> None:
     before = x32.clone()
     quant.int8_gemm(x32, quant.quantize_int8(w))
     assert torch.equal(x32, before)  # float32 activations are not quantized in place
+
+
+# -- smoothing (actors/runners/native/smoothing.py) -----------------------------------------
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])  # GQA with q/k/v biases, untied; GQA with q/k norms, tied
+def test_folded_smoothing_leaves_the_dense_model_unchanged(tmp_path: Path, family: str) -> None:
+    model_dir = build_tiny_decoder(tmp_path, family)
+    kwargs = dict(dtype="bfloat16", num_kv_blocks=32, block_size=4, num_threads=1)
+    runner = TorchRunner(model_dir, **kwargs)
+    runner.load()
+    assert runner.model is not None
+    model = runner.model.model
+    original_embed = model.w.embed.clone()
+    before = _logits(runner, 12)
+    scales = smoothing.smoothing_scales(model, smoothing.calibrate(model, smoothing.calibration_ids(model_dir)), smoothing.ALPHA)
+    assert any((s != 1).any() for s in scales.values())  # the fold below is not a no-op
+    smoothing.fold(model, scales)
+    # s is a power of two: x / s and W * s are exact in bf16, so the products are too
+    assert torch.equal(_logits(runner, 12), before)
+    assert torch.equal(model.w.embed, original_embed)  # the lookup reads the unsmoothed matrix
+    if family == "qwen3":  # tied: the lm_head got a smoothed copy of its own
+        assert model.w.lm_head is not model.w.embed and not torch.equal(model.w.lm_head, model.w.embed)
+    quantized = TorchRunner(model_dir, quantization="int8", **kwargs)  # the load path folds too
+    quantized.load()
+    assert quantized.model is not None
+    assert torch.equal(quantized.model.model.w.embed, original_embed)
+
+
+def _with_outlier_channel(model_dir: Path, out: Path, channel: int = 5, factor: float = 64.0) -> Path:
+    """The same model with one hidden channel `factor`x larger after each norm, the matrices
+    reading it divided to match: dense output unchanged, activations with an outlier channel."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(model_dir, out)
+    tensors = load_file(str(out / "model.safetensors"))
+    for name, t in tensors.items():
+        if name.endswith(("input_layernorm.weight", "post_attention_layernorm.weight", "model.norm.weight")):
+            t[channel] *= factor
+        elif name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight", "lm_head.weight")):
+            t[:, channel] /= factor
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_smoothing_brings_the_int8_gemm_closer_to_dense_with_an_outlier_channel(tiny_model_dir: Path, tmp_path: Path, scheme: str) -> None:
+    model_dir = _with_outlier_channel(tiny_model_dir, tmp_path / "outlier")
+    kwargs = dict(dtype="bfloat16", num_kv_blocks=32, block_size=4, num_threads=1)
+    dense = TorchRunner(model_dir, **kwargs)
+    dense.load()
+    rows = quant.MAX_ROWS[{"int8": 8, "int4": 4}[scheme]] + 8  # past the limit: the int8 GEMM
+    d = _logits(dense, rows)
+
+    def error(alpha: float | None) -> float:
+        runner = TorchRunner(model_dir, quantization=scheme, **kwargs)
+        with smoothing.alpha_while_loading(alpha):
+            runner.load()
+        return float((_logits(runner, rows) - d).norm() / d.norm())
+
+    plain, smoothed = error(None), error(0.5)
+    assert smoothed < 0.5 * plain, (plain, smoothed)
+
+
+def test_int4_smooths_only_its_int8_matrix() -> None:
+    # The int4 pack (weight-only, decode) stays as it was; the GEMM divides x by s itself.
+    gen = torch.Generator().manual_seed(2)
+    w = (torch.randn(96, 128, generator=gen) * 0.05).to(torch.bfloat16)
+    x = torch.randn(20, 128, generator=gen)
+    x[:, 7] *= 60  # an outlier input channel
+    x = x.to(torch.bfloat16)
+    s = smoothing.channel_scales(x.float().abs().amax(0), w.float().abs().amax(0), 0.5)
+    plain, smoothed = quant.quantize_int4(w), quant.quantize_int4(w, s)
+    assert torch.equal(plain.packed, smoothed.packed) and torch.equal(plain.scales, smoothed.scales)
+    exact = x.float() @ w.float().T
+    few, many = quant.QuantLinear(max_rows=100), quant.QuantLinear(max_rows=4)
+    assert torch.equal(few(x, plain, None), few(x, smoothed, None))
+    plain_error = (many(x, plain, None).float() - exact).norm() / exact.norm()
+    smoothed_error = (many(x, smoothed, None).float() - exact).norm() / exact.norm()
+    assert smoothed_error < 0.5 * plain_error, (plain_error, smoothed_error)

@@ -6,13 +6,14 @@ Llama-family model (llama.py) and answers the runner's `ModelPath` interface.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from actors.runners.invariant import fixed_block_linear
-from actors.runners.native import attention, compiled, decode_graph, quant
+from actors.runners.native import attention, compiled, decode_graph, quant, smoothing
 from actors.runners.native.config import native_config
 from actors.runners.native.llama import LlamaModel
 from actors.runners.native.loader import load_weights
@@ -49,7 +50,11 @@ class NativePath:
             self.model.linear = fixed_block_linear
         if quantization:
             bits = {"int8": 8, "int4": 4}[quantization]
-            quant.quantize_model(weights, bits)
+            started = time.perf_counter()
+            smooth = smoothing.prepare(self.model, model_dir, bits)
+            if smoothing.ALPHA is not None:
+                log.info("smoothed", alpha=smoothing.ALPHA, seconds=round(time.perf_counter() - started, 2))
+            quant.quantize_model(weights, bits, smooth)
             self.model.linear = quant.QuantLinear(quant.MAX_ROWS[bits])
             self.impl = f"native+{quantization}"
         self.decode_graph: decode_graph.DecodeGraph | None = None

@@ -14,7 +14,17 @@ runs as an int8 GEMM (`torch._int_mm`, VNNI on x86: ~740 int8 GOP/s against ~330
 GFLOP/s on this EPYC at prefill shapes), rescaled by the row and channel scales. So prompt
 chunks and wide decode steps gain as well, and no bf16 copy of the weights stays loaded:
 memory is 0.5x (int8) or 0.75x (int4: the int4 pack plus the int8 matrix) the bf16 weights.
-The cost in quality is stated per kernel in README "Quantization" (ops/bench/quant_quality.py).
+
+Before quantizing, the linears are smoothed for the int8 GEMM (smoothing.py, SmoothQuant with
+alpha 0.5, calibrated at load): int8 folds the scales into the weights, so both kernels read
+the smoothed matrix; int4 smooths only its int8 matrix (`QuantizedWeight.smooth`), because
+folding into the int4 pack cost it 0.2-0.3 nats/token. Quality cost against bf16 (mean token
+logprob change / mean KL per token, nats; `python -m ops.bench.quant_quality`, SmolLM2-135M,
+AMD EPYC, ops/bench/results/quant-quality-smooth-epyc.json), before -> after smoothing:
+int8 GEMM -0.054 / 0.041 -> -0.017 / 0.021 (both schemes); int8 weight-only -0.025 / 0.0067
+-> -0.026 / 0.0088 (the fold's price: a second int8 matrix would avoid it at +0.5x the bf16
+weights' memory); int4 weight-only -0.031 / 0.048, unchanged. Every kernel's speed is
+unchanged within noise (step_ab); loading takes ~0.4-1 s more (SmolLM2-135M).
 
 The weight-only kernels take activations in bf16 (int8: any float dtype); their scales are
 kept in the activations' dtype. The int8 GEMM's scales are float32.
@@ -43,6 +53,10 @@ class QuantizedWeight:
     bits: int
     int8: torch.Tensor  # int8 [N, K] per output channel, for the int8 GEMM (bits 8: `packed` itself)
     int8_scales: torch.Tensor  # float32 [N]
+    # 1 / s [K] in the weight's dtype, when the int8 matrix alone holds W * s (int4: see
+    # smoothing.py); the int8 GEMM multiplies the activations by it. None: no smoothing, or
+    # smoothing folded into the weights (int8).
+    smooth: torch.Tensor | None = None
 
     @property
     def shape(self) -> torch.Size:
@@ -61,9 +75,10 @@ def quantize_int8(w: torch.Tensor) -> QuantizedWeight:
     return QuantizedWeight(packed=q, scales=scales.to(w.dtype), bits=8, int8=q, int8_scales=scales)
 
 
-def quantize_int4(w: torch.Tensor) -> QuantizedWeight:
+def quantize_int4(w: torch.Tensor, smooth: torch.Tensor | None = None) -> QuantizedWeight:
     """Asymmetric int4 per group of INT4_GROUP input columns (the layout aten's CPU kernel reads:
-    w ≈ (q - 8) * scale + zero, with zero = min + 8 * scale), plus the int8 matrix."""
+    w ≈ (q - 8) * scale + zero, with zero = min + 8 * scale), plus the int8 matrix, of w * smooth
+    when smoothing scales are given (the int4 pack stays unsmoothed: it lost 0.2-0.3 nats/token)."""
     n, k = w.shape
     groups = w.float().reshape(n, k // INT4_GROUP, INT4_GROUP)
     lo, hi = groups.amin(dim=-1), groups.amax(dim=-1)
@@ -72,8 +87,9 @@ def quantize_int4(w: torch.Tensor) -> QuantizedWeight:
     q = torch.round((groups - lo[..., None]) / scales[..., None]).clamp(0, 15).to(torch.int32).reshape(n, k)
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, INT4_INNER_K_TILES)
     scale_zeros = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous().to(w.dtype)  # [K/g, N, 2]
-    q8, scales8 = _int8_per_channel(w)
-    return QuantizedWeight(packed=packed, scales=scale_zeros, bits=4, int8=q8, int8_scales=scales8)
+    q8, scales8 = _int8_per_channel(w if smooth is None else w.float() * smooth)
+    inverse = None if smooth is None else smooth.reciprocal().to(w.dtype)
+    return QuantizedWeight(packed=packed, scales=scale_zeros, bits=4, int8=q8, int8_scales=scales8, smooth=inverse)
 
 
 def int8_gemm(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
@@ -81,6 +97,9 @@ def int8_gemm(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
     # One copy into float32 each side of the GEMM, then in-place passes: timed against
     # vector_norm / aminmax for the row maxima and out= / outer-product rescaling, this order
     # was the fastest at every prefill and decode shape (up to 2.5x less time around the GEMM).
+    # Smoothing divides x by s in x's dtype (exact: s is a power of two), before the float32
+    # copy: an abs/amax over the float32 copy instead ran up to 10x slower at 512 rows here.
+    x = x if weight.smooth is None else x * weight.smooth
     row_scales = x.abs().amax(dim=-1, keepdim=True).float().clamp_(min=1e-8).div_(127.0)
     xq = x.to(torch.float32, copy=True).mul_(row_scales.reciprocal()).round_().to(torch.int8)  # |x / scale| <= 127
     acc = torch._int_mm(xq, weight.int8.t())  # int32 [M, N]
@@ -105,9 +124,13 @@ class QuantLinear:
         return out if bias is None else out + bias
 
 
-def quantize_model(weights, bits: int) -> None:
-    """Replace every linear matrix (and the lm_head) of a loaded ModelWeights in place."""
-    quantize = quantize_int8 if bits == 8 else quantize_int4
+def quantize_model(weights, bits: int, smooth: dict[int, torch.Tensor] | None = None) -> None:
+    """Replace every linear matrix (and the lm_head) of a loaded ModelWeights in place; int4's
+    int8 matrices smoothed by `smooth` (s per matrix, keyed by id(matrix)) when given."""
+
+    def quantize(w: torch.Tensor) -> QuantizedWeight:
+        return quantize_int8(w) if bits == 8 else quantize_int4(w, None if smooth is None else smooth[id(w)])
+
     for layer in weights.layers:
         for name in ("qkv", "o_proj", "gate_up", "down"):
             setattr(layer, name, quantize(getattr(layer, name)))
