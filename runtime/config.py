@@ -37,13 +37,13 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # Which model code runs the steps: "native" (our Llama-family decoder, for the
     # architectures it supports), "transformers" (any causal LM), or "auto" (native when it can).
     model_impl: str = "auto"
-    # torch.compile the native path at start-up: a single stream's whole decode step as one
-    # graph (actors/runners/native/decode_graph.py; 1.43x the int4 step, 1.19x bf16 on this
-    # EPYC) and the dense layer parts of larger steps (compiled.py; 0.84-0.91x there). Off by
-    # default: the first start compiles for ~2 minutes on 2 cores (inductor's cache after).
+    # torch.compile a single stream's whole decode step on the native path as one graph at
+    # start-up (actors/runners/native/decode_graph.py; 1.43x the int4 step, 1.19x bf16 on this
+    # EPYC); larger steps stay eager, where compiling did not pay. Off by default: the first
+    # start compiles for ~1.5 minutes on 2 cores (inductor's cache after).
     compile: bool = False
-    # Weight-only "int8" or "int4" for the native path's linear layers, used by steps of few
-    # rows (decode at low concurrency); bf16 beyond (actors/runners/native/quant.py). None: off.
+    # "int8" or "int4" for the native path's linear layers: weight-only kernels for steps of
+    # few rows, an int8 GEMM beyond (actors/runners/native/quant.py). None: off.
     quantization: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000

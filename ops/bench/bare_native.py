@@ -8,7 +8,7 @@ this figure is the server's own overhead.
 
 Variants (`--variants`, comma separated; each `impl[+compile][+int8|+int4]`):
   native                   the native decoder, eager
-  native+compile           decode steps compiled per batch bucket (actors/runners/native/compiled.py)
+  native+compile           a single row's decode step as one compiled graph (actors/runners/native/decode_graph.py)
   native+int8, +int4       quantized linears: weight-only kernels up to 4 rows, the int8 GEMM past them
   transformers             today's transformers path (paged attention through the interface)
 

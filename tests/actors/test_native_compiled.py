@@ -1,8 +1,10 @@
-"""The compiled native path: compiled once at load, then no step compiles again.
+"""The compiled native path (`--compile`): the one-row decode graph is compiled at warm-up,
+then no step compiles again.
 
-Steady decode at several batch sizes and lengths, and prefill chunks beside decodes, must
-reuse the graphs compiled at start-up (torch._dynamo's error_on_recompile turns any recompile
-into an error), and give the eager path's greedy tokens.
+Prefill chunks beside decodes and decode at several batch sizes run eager; a single sequence
+decoding alone runs the graph as its context grows. None of it may compile (torch._dynamo's
+error_on_recompile turns any recompile into an error), and all of it must give the eager
+path's greedy tokens.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
 
 
 def _run(runner: TorchRunner) -> list[dict[str, int]]:
-    """Prompts of 5 and 9 tokens, a one-token prompt joining later, 12 decode steps."""
+    """Prompts of 5 and 9 tokens, a one-token prompt joining later, 12 steps; then "a" alone."""
     tables = {"a": list(range(0, 8)), "b": list(range(8, 16)), "c": list(range(16, 24))}
     prompts = {"a": [5, 6, 7, 8, 9], "b": list(range(20, 29)), "c": [40]}
     history: dict[str, list[int]] = {k: list(v) for k, v in prompts.items()}
     out = []
-    for step in range(12):
+    for step in range(18):
         seqs = []
-        for rid in ("a", "b", "c") if step >= 3 else ("a", "b"):
+        for rid in ("a",) if step >= 12 else ("a", "b", "c") if step >= 3 else ("a", "b"):
             fresh = len(history[rid]) == len(prompts[rid])
             tokens = history[rid] if fresh else history[rid][-1:]
             start = 0 if fresh else len(history[rid]) - 1
@@ -45,6 +47,7 @@ def test_compiled_steps_never_recompile_and_match_eager(tiny_model_dir: Path) ->
     compiled = TorchRunner(tiny_model_dir, compile=True, **kwargs)
     assert compiled.load().impl == "native+compiled"
     compiled.warmup()
+    assert compiled.model.decode_graph.ready  # compiled by the warm-up, before any request
     torch._dynamo.config.error_on_recompile = True
     try:
         got = _run(compiled)

@@ -17,12 +17,25 @@ reaches the graph only as the size of the gather's row index, marked dynamic, so
 context never recompiles; the cache write (`index_copy_` into the layer's cache, a graph input)
 is done in place by inductor, not by copying the cache. Sequences of length 1 are left to the
 eager step (torch would specialise the size 1 and compile again).
+
+This is all `--compile` compiles. Every other step (prompt chunks, two or more decode rows)
+runs eager: compiling the layers' dense parts for them (a dynamic token dimension, four graphs)
+lost to eager at every bf16 size measured and was mixed for int4 (interleaved step_ab, 2
+threads, AMD EPYC: bf16 decode B=4 0.88x, B=16 0.93x, B=32 0.93x, prefill of 128 tokens 0.95x;
+int4 B=4 0.81x, B=32 1.06x, prefill 1.09x), and through the server int4 + compile ran 0.86-0.92x
+of int4 eager at c=4 and c=32 (ops/bench/results/native-s15-w8a8-cpu2-epyc.json). Dropping those
+graphs took ~20 s off a first start.
+
+Owns also where inductor keeps its on-disk cache (`use_disk_cache`), so a restart loads the
+graph instead of compiling it again.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import types
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,6 +47,19 @@ from runtime.logging import get_logger
 log = get_logger("runner")
 
 OPTIONS = {"cpp_wrapper": True}
+
+
+def use_disk_cache() -> str:
+    """Point inductor's caches at a directory that survives reboots (not /tmp), unless the user
+    chose one. Importing torch._dynamo (transformers does) already wrote inductor's /tmp
+    default into the variable, so that value counts as unset; call this before the process's
+    first torch.compile."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if current is None or os.path.abspath(current) == os.path.abspath(default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path.home() / ".cache" / "switchyard" / "inductor")
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
 def attend_one(
@@ -83,7 +109,7 @@ class DecodeGraph:
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        self.pre_attention, self.post_attention = model.pre_attention, model.post_attention  # the eager parts
+        self.pre_attention, self.post_attention = model.pre_attention, model.post_attention
         # Guards: dynamo would check every weight tensor's and holder's type, shape and strides
         # before each step (~900 guards, ~0.9 ms of a 12 ms step). The weights never change
         # after load, so their guards are dropped (1.07x the step, interleaved), and this graph
@@ -118,5 +144,5 @@ class DecodeGraph:
         log.info("compiling", part="decode graph (one row, whole step)")
         out = self.compiled(input_ids, positions, step.paged.write_rows, read_rows, k_cache, v_cache)
         self.ready = True
-        log.info("compiled", part="decode graph (one row, whole step)", seconds=round(time.perf_counter() - started, 1))
+        log.info("compiled", part="decode graph (one row, whole step)", seconds=round(time.perf_counter() - started, 1), cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
         return out

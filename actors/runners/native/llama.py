@@ -96,8 +96,8 @@ class LlamaModel:
         o = attend(q, k, v, k_cache, v_cache, step, self.scale)
         return self.post_attention(h, o, w)
 
-    # The dense parts of a layer, on either side of the paged attention: the pieces
-    # native/compiled.py hands to torch.compile (the same two graphs serve every layer).
+    # The dense parts of a layer, on either side of the paged attention (also traced into the
+    # one-row decode graph, native/decode_graph.py).
 
     def pre_attention(
         self, h: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.Tensor

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from actors.runners.invariant import fixed_block_linear
-from actors.runners.native import attention, compiled, decode_graph, quant, smoothing
+from actors.runners.native import attention, decode_graph, quant, smoothing
 from actors.runners.native.config import native_config
 from actors.runners.native.llama import LlamaModel
 from actors.runners.native.loader import load_weights
@@ -60,14 +60,9 @@ class NativePath:
         self.decode_graph: decode_graph.DecodeGraph | None = None
         if compile:
             self.impl += "+compiled"
-            # Before the first torch.compile: importing inductor fixes its cache directory
-            # (/tmp/torchinductor_<user> unless the variable is set), and /tmp does not survive
-            # a reboot.
-            cache_dir = compiled.use_disk_cache()
-            self.decode_graph = decode_graph.DecodeGraph(self.model)  # before compile_model wraps the parts it traces
-            compiled.compile_model(self.model)
-            seconds = compiled.warm_up(self.model)
-            log.info("compiled", seconds=round(seconds, 1), cache_dir=cache_dir)
+            # Before the first torch.compile: importing inductor fixes its cache directory.
+            decode_graph.use_disk_cache()
+            self.decode_graph = decode_graph.DecodeGraph(self.model)  # compiled by the runner's warm-up decode step
 
     def build_step(self, seqs, tables, block_size, k_cache, v_cache):
         return attention.build_step(seqs, tables, block_size, k_cache, v_cache, per_sequence_decode=self.batch_invariant)
