@@ -11,6 +11,7 @@ Variants (`--variants`, comma separated; each `impl[+compile][+int8|+int4]`):
   native+compile           a single row's decode step as one compiled graph (actors/runners/native/decode_graph.py)
   native+int8, +int4       quantized linears: weight-only kernels up to 4 rows, the int8 GEMM past them
   transformers             today's transformers path (paged attention through the interface)
+  ...-nosmooth             a quantized variant loaded without smoothing (before/after figures)
 
 Prefill: B chunks of 128 in one packed step (TTFT baseline: B=1). decode tok/s = B * steps /
 decode time. torch.set_num_threads(threads) and torch.inference_mode throughout.
@@ -28,10 +29,20 @@ from typing import Any
 
 DEFAULT_BATCHES = (1, 4, 16, 32, 64)
 BLOCK = 16
+NOSMOOTH = "-nosmooth"
 
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def loading(variant: str) -> tuple[str, Any]:
+    """A variant without its `-nosmooth` suffix, and the context its runner must load in: the
+    suffix loads it without actors/runners/native/smoothing.py (the benchmarks' before/after)."""
+    from actors.runners.native import smoothing
+
+    nosmooth = variant.endswith(NOSMOOTH)
+    return variant.removesuffix(NOSMOOTH), smoothing.alpha_while_loading(None if nosmooth else smoothing.ALPHA)
 
 
 def _variant_options(variant: str) -> tuple[str, dict[str, Any]]:
@@ -50,12 +61,14 @@ def _variant_options(variant: str) -> tuple[str, dict[str, Any]]:
 def _runner(model_dir: str, variant: str, dtype: str, max_batch: int, prompt_tokens: int, steps: int, threads: int) -> Any:
     from actors.runners.torch_runner import TorchRunner
 
+    variant, context = loading(variant)
     impl, options = _variant_options(variant)
     per_seq = -(-(prompt_tokens + steps + 8) // BLOCK)
     runner = TorchRunner(
         model_dir, dtype=dtype, num_kv_blocks=per_seq * max_batch + 4, block_size=BLOCK, num_threads=threads, model_impl=impl, **options
     )
-    runner.load()
+    with context:
+        runner.load()
     return runner, per_seq
 
 

@@ -52,17 +52,17 @@ def score(model_dir: str, variant: str, threads: int):
     """Log-probabilities `[T - 1, V]` of every next token of TEXT under `variant`."""
     import torch
 
-    from actors.runners.native import smoothing
     from actors.runners.native.quant import QuantLinear
     from actors.runners.torch_runner import TorchRunner
+    from ops.bench.bare_native import loading
     from ops.bench.prompt import load_tokenizer
 
     ids = load_tokenizer(model_dir)(TEXT)["input_ids"]
     blocks = -(-len(ids) // 16) + 1
-    kernel = variant.removesuffix("-nosmooth")
+    kernel, context = loading(variant)
     quantization = {"bf16": None, "w8a8": "int8", "w8a8-int4": "int4"}.get(kernel, kernel)
     runner = TorchRunner(model_dir, dtype="bfloat16", num_kv_blocks=blocks, block_size=16, num_threads=threads, model_impl="native", quantization=quantization)
-    with smoothing.alpha_while_loading(None if variant.endswith("-nosmooth") else smoothing.ALPHA):
+    with context:
         runner.load()
     if quantization:  # one kernel at every row count: the int8 GEMM past 0 rows, else weight-only
         runner.model.model.linear = QuantLinear(max_rows=0 if kernel.startswith("w8a8") else sys.maxsize)

@@ -30,7 +30,7 @@ def run(model_dir: str, variants: list[str], batches: list[int], steps: int, thr
     torch.set_num_threads(threads)
     clock = time.process_time if threads == 1 else time.perf_counter
     ids = build_prompt_ids(model_dir, 128)
-    runners = {v: _load(model_dir, v, max(batches), len(ids), steps + 8, threads) for v in variants}
+    runners = {v: bn._runner(model_dir, v, "bfloat16", max(batches), len(ids), steps + 8, threads) for v in variants}
     out: dict[str, Any] = {"cpu": bn._cpu_model(), "threads": threads, "clock": clock.__name__, "timed": "prefill" if prefill else "decode", "batches": {}}
     with torch.inference_mode():
         for b in batches:
@@ -51,14 +51,6 @@ def run(model_dir: str, variants: list[str], batches: list[int], steps: int, thr
             out["batches"][str(b)] = {v: {"step_ms": round(m, 2), "speed_vs_first": round(median[variants[0]] / m, 3)} for v, m in median.items()}
             print(f"{out['timed']} B={b} " + "  ".join(f"{v}: {m:.1f} ms ({median[variants[0]] / m:.2f}x)" for v, m in median.items()), flush=True)
     return out
-
-
-def _load(model_dir: str, variant: str, max_batch: int, prompt_tokens: int, steps: int, threads: int) -> Any:
-    from actors.runners.native import smoothing
-    from ops.bench import bare_native as bn
-
-    with smoothing.alpha_while_loading(None if variant.endswith("-nosmooth") else smoothing.ALPHA):
-        return bn._runner(model_dir, variant.removesuffix("-nosmooth"), "bfloat16", max_batch, prompt_tokens, steps, threads)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -49,7 +49,7 @@ log = get_logger("runner")
 OPTIONS = {"cpp_wrapper": True}
 
 
-def use_disk_cache() -> str:
+def use_disk_cache() -> None:
     """Point inductor's caches at a directory that survives reboots (not /tmp), unless the user
     chose one. Importing torch._dynamo (transformers does) already wrote inductor's /tmp
     default into the variable, so that value counts as unset; call this before the process's
@@ -59,7 +59,6 @@ def use_disk_cache() -> str:
     current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if current is None or os.path.abspath(current) == os.path.abspath(default_cache_dir()):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path.home() / ".cache" / "switchyard" / "inductor")
-    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
 def attend_one(
@@ -109,7 +108,6 @@ class DecodeGraph:
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        self.pre_attention, self.post_attention = model.pre_attention, model.post_attention
         # Guards: dynamo would check every weight tensor's and holder's type, shape and strides
         # before each step (~900 guards, ~0.9 ms of a 12 ms step). The weights never change
         # after load, so their guards are dropped (1.07x the step, interleaved), and this graph
@@ -128,9 +126,9 @@ class DecodeGraph:
         cos = model.cos[positions][:, None, :]
         sin = model.sin[positions][:, None, :]
         for i, layer in enumerate(model.w.layers):
-            q, k, v = self.pre_attention(h, layer, cos, sin)
+            q, k, v = model.pre_attention(h, layer, cos, sin)
             o = attend_one(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, model.scale)
-            h = self.post_attention(h, o, layer)
+            h = model.post_attention(h, o, layer)
         h = rms_norm(h, model.w.final_norm, model.cfg.rms_norm_eps)
         return model.linear(h, model.w.lm_head, None)
 
