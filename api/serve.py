@@ -114,6 +114,7 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--model-impl", default=DEFAULTS.model_impl, choices=["auto", "native", "transformers"], help="model code: native (Llama, Mistral, Qwen2, Qwen3), transformers (any causal LM), auto (native when supported)")
     p.add_argument("--compile", action="store_true", help="torch.compile the native path at start-up: one graph for a single stream's decode step (1.4x with int4 here) (about 2 minutes the first time on 2 cores; inductor's disk cache after)")
+    p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_const", const=False, default=None, help="on a GPU, run decode steps eager instead of replaying one captured CUDA graph per batch and key-length bucket (native path)")
     p.add_argument("--quantization", default=None, choices=["int8", "int4"], help="quantized linears on the native path: weight-only kernels for steps of up to 4 rows (faster single streams), an int8 GEMM with per-row quantized activations past that (faster prompts and wide batches)")
     platform_config.add_arguments(p)
 
@@ -247,7 +248,7 @@ async def _watch_for_shutdown(
 MODEL_KEYS = {
     "model", "served_name", "task", "device", "dtype", "kv_cache_gib", "num_kv_blocks", "block_size", "max_num_seqs",
     "max_num_batched_tokens", "max_model_len", "max_pending", "max_pending_tokens", "num_threads", "batch_invariant",
-    "model_impl", "compile", "quantization", "step_stretch", "step_deadline",
+    "model_impl", "compile", "quantization", "cuda_graphs", "step_stretch", "step_deadline",
 }
 
 

@@ -45,6 +45,11 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # "int8" or "int4" for the native path's linear layers: weight-only kernels for steps of
     # few rows, an int8 GEMM beyond (actors/runners/native/quant.py). None: off.
     quantization: str | None = None
+    # Decode-only steps of the native path replayed as CUDA graphs, one per batch and key-length
+    # bucket (actors/runners/native/cuda_graphs.py). None: on when the model runs on CUDA;
+    # False: off (`--no-cuda-graphs`); True on a CPU runs the same bucketed steps without
+    # capture (how the CPU suite checks them; slower than the eager step there).
+    cuda_graphs: bool | None = None
     host: str = "127.0.0.1"
     port: int = 8000
     drain_timeout: float = 30.0

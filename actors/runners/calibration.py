@@ -55,8 +55,10 @@ def plans(block_size: int, num_blocks: int, max_model_len: int) -> tuple[list[tu
 
 
 def time_steps(execute: Callable[[StepPlan], object], timed: list[tuple[int, int, StepPlan]]) -> list[Sample]:
-    """Run the largest plan once untimed (first-touch costs), then each plan once, timed."""
-    execute(timed[-1][2])
+    """Run the largest plan and the decode-only ones once untimed (first-touch costs; on a GPU
+    a decode-only step's first run captures its bucket's CUDA graph), then each plan once, timed."""
+    for _, _, plan in [timed[-1], *(t for t in timed if t[1] == 0)]:
+        execute(plan)
     samples = []
     for rows, tokens, plan in timed:
         started = time.perf_counter()

@@ -87,11 +87,13 @@ def _check_quantization(quantization: str | None, model_impl: str, device: torch
 
 
 def choose(
-    model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None, compile: bool = False, quantization: str | None = None
-) -> ModelPath:
+    model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None, compile: bool = False,
+    quantization: str | None = None, cuda_graphs: bool | None = None, block_size: int = 16,
+) -> ModelPath:  # fmt: skip
     """The native path when asked for or (auto) when it supports the model; else transformers.
-    `compile` and `quantization` apply to the native path only (transformers' modules stay
-    eager and dense); quantization with a model the native path cannot run is an error."""
+    `compile`, `quantization` and `cuda_graphs` apply to the native path only (transformers'
+    modules stay eager and dense); quantization with a model the native path cannot run is an
+    error."""
     if model_impl not in ("auto", "native", "transformers"):
         raise ValueError(f"model_impl must be auto, native or transformers, not {model_impl!r}")
     _check_quantization(quantization, model_impl, device, batch_invariant)
@@ -101,7 +103,9 @@ def choose(
         hf = native_config.load_hf_config(model_dir)
         unsupported = native_config.check(hf)
         if unsupported is None:
-            path: ModelPath = NativePath(model_dir, hf, dtype, device, batch_invariant, max_len, compile=compile, quantization=quantization)
+            path: ModelPath = NativePath(
+                model_dir, hf, dtype, device, batch_invariant, max_len, compile=compile, quantization=quantization, cuda_graphs=cuda_graphs, block_size=block_size
+            )
             log.info("model_path", impl=path.impl, model=str(model_dir), load_s=round(time.perf_counter() - started, 2))
             return path
         if model_impl == "native" or quantization:

@@ -100,6 +100,7 @@ class TorchRunner:
         model_impl: str = "auto",
         compile: bool = False,
         quantization: str | None = None,
+        cuda_graphs: bool | None = None,
     ) -> None:
         self.model_dir = Path(model_dir)
         self._requested_device = device
@@ -114,6 +115,7 @@ class TorchRunner:
         self._model_impl = model_impl
         self._compile = compile
         self._quantization = quantization
+        self._cuda_graphs = cuda_graphs
         self.model: ModelPath | None = None
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
@@ -130,8 +132,9 @@ class TorchRunner:
         self.device = pick_device(self._requested_device)
         self.dtype = pick_dtype(self._requested_dtype, self.device)
         model = choose(
-            self.model_dir, self._model_impl, self.dtype, self.device, self._batch_invariant, self._max_model_len, self._compile, self._quantization
-        )
+            self.model_dir, self._model_impl, self.dtype, self.device, self._batch_invariant, self._max_model_len, self._compile, self._quantization,
+            self._cuda_graphs, self.block_size,
+        )  # fmt: skip
         self.model = model
         bytes_per_slot = 2 * model.num_layers * model.num_kv_heads * model.head_dim * torch.finfo(self.dtype).bits // 8
         num_blocks = self._num_kv_blocks or max(

@@ -1,7 +1,9 @@
 """The native model path as the runner sees it: load, step metadata, forward.
 
 Owns: `NativePath`, which reads the checkpoint (actors/runners/native/loader.py), builds the
-Llama-family model (llama.py) and answers the runner's `ModelPath` interface.
+Llama-family model (llama.py) and answers the runner's `ModelPath` interface, and which step
+runs where: decode-only steps through CUDA graphs on a GPU (cuda_graphs.py), a single stream's
+decode through the compiled graph with `--compile` (decode_graph.py), every other step eager.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from actors.runners.invariant import fixed_block_linear
 from actors.runners.native import attention, decode_graph, quant, smoothing
 from actors.runners.native.config import native_config
+from actors.runners.native.cuda_graphs import BucketedDecode, DecodeBatch
 from actors.runners.native.llama import LlamaModel
 from actors.runners.native.loader import load_weights
 from runtime.logging import get_logger
@@ -22,8 +25,11 @@ from runtime.logging import get_logger
 log = get_logger("runner")
 
 
+_NO_POSITIONS = torch.empty(0, dtype=torch.long)  # a bucketed decode step computes its own
+
+
 class NativePath:
-    impl = "native"  # with "+int8" / "+int4" and "+compiled" when so (shown in /v1/models)
+    impl = "native"  # with "+int8" / "+int4", "+compiled", "+cudagraphs" when so (shown in /v1/models)
 
     def __init__(
         self,
@@ -35,6 +41,8 @@ class NativePath:
         max_len: int | None,
         compile: bool = False,
         quantization: str | None = None,
+        cuda_graphs: bool | None = None,
+        block_size: int = 16,
     ) -> None:
         cfg = native_config(hf)
         self.cfg = cfg
@@ -63,11 +71,27 @@ class NativePath:
             # Before the first torch.compile: importing inductor fixes its cache directory.
             decode_graph.use_disk_cache()
             self.decode_graph = decode_graph.DecodeGraph(self.model)  # compiled by the runner's warm-up decode step
+        # CUDA graphs: on by default on a GPU (None), off when asked (False). True on a CPU runs
+        # the same bucketed steps without capture, which is how the CPU suite checks them.
+        if cuda_graphs is None:
+            cuda_graphs = device.type == "cuda"
+        self.bucketed: BucketedDecode | None = None
+        if cuda_graphs and not batch_invariant:  # batch invariance groups decodes by its own buckets
+            capture = device.type == "cuda"
+            self.bucketed = BucketedDecode(self.model, self.vocab_size, max_len or cfg.max_position_embeddings, block_size, device, capture)
+            self.impl += "+cudagraphs" if capture else "+buckets"
 
     def build_step(self, seqs, tables, block_size, k_cache, v_cache):
+        if self.bucketed is not None and block_size == self.bucketed.block_size:
+            plan = self.bucketed.plan(seqs, tables)
+            if plan is not None:
+                return plan, _NO_POSITIONS
         return attention.build_step(seqs, tables, block_size, k_cache, v_cache, per_sequence_decode=self.batch_invariant)
 
     def forward(self, input_ids, positions, step, keep, k_cache, v_cache):
+        if isinstance(step, DecodeBatch):
+            assert self.bucketed is not None
+            return self.bucketed(input_ids, step, keep, k_cache, v_cache)
         if self.decode_graph is not None and decode_graph.applies(input_ids, step, keep):
             return self.decode_graph(input_ids, positions, step, k_cache, v_cache)
         return self.model.forward(input_ids, positions, step, keep, k_cache, v_cache)

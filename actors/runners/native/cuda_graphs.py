@@ -1,0 +1,218 @@
+"""Decode steps in fixed-shape buckets, each captured once as a CUDA graph and replayed.
+
+Owns: `BucketedDecode`, which runs a decode-only step (one new token per sequence) padded to a
+batch bucket and a key-length bucket through one static function over static input buffers,
+capturing each (batch, length) bucket as a CUDA graph on its first use; `DecodeBatch`, a step
+planned into its bucket; and `decode_step`, the static function itself.
+
+Why: on a GPU the decode step of a small model is bound by launching its kernels (a few
+hundred per step from Python, ~10 us each), not by the GPU's arithmetic. A graph replays them
+all in one launch. A replay runs the captured kernels on the captured addresses and shapes,
+so everything that changes between steps (tokens, block tables, lengths) is copied into
+buffers the graph reads, and nothing in the step may depend on a value at capture time: no
+host sync, no data-dependent shape (`tests/actors/test_native_cuda_graphs.py` traces the step
+with dynamo's fullgraph to show it has none).
+
+Attention ("SDPA on gathered blocks"): inside the graph each sequence's block table expands
+to its cache rows, the new token's key and value are written in place, the keys and values
+are gathered to the bucket's length, and one SDPA call attends them all under a boolean mask
+of each sequence's own length, grouped-query heads through `enable_gqa`. The length buckets
+(powers of two from 256 tokens to the model's length) bound what a gather reads to 2x the
+longest context in the step.
+
+Pads: a bucket's spare rows repeat the last real sequence (token, table, length). They compute
+that sequence's keys and values and write them to its slot, the same values, so the
+duplicate writes cannot corrupt it; their logits are dropped.
+
+On CPU (`capture=False`) the same function runs over the same buffers without capture. That
+is how the CPU suite checks the bucketed step (CI has no GPU); it is not used for serving on
+a CPU, where the unpadded eager step is faster (native/path.py turns it on for CUDA only).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from actors.runners.native.llama import rms_norm
+from runtime.logging import get_logger
+
+log = get_logger("runner")
+
+# Padding a step of B rows to the next bucket wastes at most a third past 16 rows.
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+MIN_LENGTH_BUCKET = 256
+
+
+def batch_bucket(batch: int) -> int | None:
+    """The smallest batch bucket that holds `batch` rows; None past the largest (runs eager)."""
+    return next((b for b in BATCH_BUCKETS if b >= batch), None)
+
+
+def length_buckets(max_len: int, block_size: int) -> list[int]:
+    """Key-length buckets in tokens, each a whole number of blocks: 256, 512, ... up to the
+    first one that holds `max_len`."""
+    top = -(-max_len // block_size) * block_size
+    out, length = [], -(-MIN_LENGTH_BUCKET // block_size) * block_size
+    while length < top:
+        out.append(length)
+        length *= 2
+    out.append(top)
+    return out
+
+
+@dataclass(slots=True)
+class DecodeBatch:
+    """A decode-only step, planned into its bucket (host-side lists; nothing on the device yet)."""
+
+    lens: list[int]  # each sequence's length including its new token
+    tables: list[list[int]]  # each sequence's block table
+    batch: int  # the batch bucket
+    length: int  # the key-length bucket, in tokens
+
+
+def decode_step(
+    model: Any,
+    input_ids: torch.Tensor,
+    lens: torch.Tensor,
+    tables: torch.Tensor,
+    k_cache: list[torch.Tensor],
+    v_cache: list[torch.Tensor],
+    block_size: int,
+) -> torch.Tensor:
+    """One decode token per row over fixed shapes: input_ids and lens `[B]`, tables
+    `[B, L / block_size]` → logits `[B, V]`. Writes each row's key and value to its slot."""
+    kv_heads, num_slots, _ = k_cache[0].shape
+    batch, blocks = tables.shape
+    length = blocks * block_size
+    positions = lens - 1
+    heads = torch.arange(kv_heads, device=tables.device) * num_slots
+    write_slots = tables.gather(1, (positions // block_size)[:, None]).squeeze(1) * block_size + positions % block_size
+    write_rows = (heads[:, None] + write_slots[None, :]).reshape(-1)  # [KVH * B], head-major as the cache
+    slots = (tables[:, :, None] * block_size + torch.arange(block_size, device=tables.device)).reshape(batch, length)
+    read_rows = (heads[:, None, None] + slots[None]).reshape(-1)  # [KVH * B * L]
+    mask = (torch.arange(length, device=tables.device)[None, :] < lens[:, None])[:, None, None, :]  # [B, 1, 1, L]
+    h = F.embedding(input_ids, model.w.embed)
+    cos = model.cos[positions][:, None, :]
+    sin = model.sin[positions][:, None, :]
+    for i, layer in enumerate(model.w.layers):
+        q, k, v = model.pre_attention(h, layer, cos, sin)
+        o = attend_gathered(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, mask, model.scale)
+        h = model.post_attention(h, o, layer)
+    h = rms_norm(h, model.w.final_norm, model.cfg.rms_norm_eps)
+    return model.linear(h, model.w.lm_head, None)
+
+
+def attend_gathered(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    write_rows: torch.Tensor, read_rows: torch.Tensor, mask: torch.Tensor, scale: float,
+) -> torch.Tensor:  # fmt: skip
+    """q [B, H, d], k/v [B, KVH, d] → [B, H, d]: k/v to the cache rows `write_rows` first, then
+    each row's gathered context (`read_rows`, head-major) attended under `mask` [B, 1, 1, L]."""
+    kv_heads, _, head_dim = k_cache.shape
+    batch = q.shape[0]
+    k_rows = k_cache.view(-1, head_dim)
+    v_rows = v_cache.view(-1, head_dim)
+    k_rows.index_copy_(0, write_rows, k.transpose(0, 1).reshape(-1, head_dim))
+    v_rows.index_copy_(0, write_rows, v.transpose(0, 1).reshape(-1, head_dim))
+    length = read_rows.shape[0] // (kv_heads * batch)
+    keys = k_rows.index_select(0, read_rows).view(kv_heads, batch, length, head_dim).transpose(0, 1)  # [B, KVH, L, d]
+    values = v_rows.index_select(0, read_rows).view(kv_heads, batch, length, head_dim).transpose(0, 1)
+    o = F.scaled_dot_product_attention(q[:, :, None, :], keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
+    return o.squeeze(2)
+
+
+class BucketedDecode:
+    """Decode-only steps through fixed-shape buckets; on CUDA one captured graph per bucket."""
+
+    def __init__(self, model: Any, vocab_size: int, max_len: int, block_size: int, device: torch.device, capture: bool) -> None:
+        self.model = model
+        self.block_size = block_size
+        self.capture = capture
+        self.lengths = length_buckets(max_len, block_size)
+        max_batch, max_blocks = BATCH_BUCKETS[-1], self.lengths[-1] // block_size
+        # The static buffers every bucket reads and writes (views of them keep their address).
+        self.input_ids = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.lens = torch.ones(max_batch, dtype=torch.long, device=device)
+        self.tables = torch.zeros(max_batch, max_blocks, dtype=torch.long, device=device)
+        self.logits = torch.zeros(max_batch, vocab_size, dtype=model.w.embed.dtype, device=device)
+        self.runs: dict[tuple[int, int], Callable[[], None]] = {}  # (batch, length) -> replay
+        self._cache: tuple[int, ...] = ()
+        self._pool: Any = None
+
+    def plan(self, seqs: list[tuple[int, int]], tables: list[list[int]]) -> DecodeBatch | None:
+        """The step's bucket, if it is decode-only and fits one; None: run it eager."""
+        if not seqs or any(n != 1 for _, n in seqs):
+            return None
+        batch = batch_bucket(len(seqs))
+        lens = [start + 1 for start, _ in seqs]
+        longest = max(lens)
+        length = next((b for b in self.lengths if b >= longest), None)
+        if batch is None or length is None:
+            return None
+        return DecodeBatch(lens=lens, tables=tables, batch=batch, length=length)
+
+    def __call__(self, input_ids: torch.Tensor, plan: DecodeBatch, keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> torch.Tensor:
+        """Logits `[len(keep), V]` of the step's rows `keep` (a copy, not the static buffer)."""
+        self._fill(input_ids, plan)
+        cache = tuple(t.data_ptr() for t in (*k_cache, *v_cache))
+        if cache != self._cache:  # graphs hold the cache's addresses: a new cache needs new ones
+            self.runs.clear()
+            self._cache = cache
+        key = (plan.batch, plan.length)
+        run = self.runs.get(key)
+        if run is None:
+            run = self.runs[key] = self._prepare(plan.batch, plan.length, k_cache, v_cache)
+        run()
+        return self.logits.index_select(0, keep)
+
+    def _fill(self, input_ids: torch.Tensor, plan: DecodeBatch) -> None:
+        """Copy the step into the static buffers; pad rows repeat the last real sequence."""
+        real, blocks = len(plan.lens), plan.length // self.block_size
+        pad = plan.batch - real
+        table = torch.zeros(plan.batch, blocks, dtype=torch.long)
+        for row, used in enumerate(plan.tables):
+            used = used[:blocks]
+            table[row, : len(used)] = torch.tensor(used, dtype=torch.long)
+        table[real:] = table[real - 1]
+        lens = torch.tensor(plan.lens + [plan.lens[-1]] * pad, dtype=torch.long)
+        device = self.tables.device
+        self.tables[: plan.batch, :blocks].copy_(table.to(device, non_blocking=True))
+        self.lens[: plan.batch].copy_(lens.to(device, non_blocking=True))
+        self.input_ids[:real].copy_(input_ids)
+        self.input_ids[real : plan.batch] = input_ids[-1]
+
+    def _prepare(self, batch: int, length: int, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> Callable[[], None]:
+        """The bucket's run: on CUDA a captured graph's replay, else the static function."""
+        blocks = length // self.block_size
+        ids, lens, tables, logits = self.input_ids[:batch], self.lens[:batch], self.tables[:batch, :blocks], self.logits[:batch]
+
+        def run() -> None:
+            logits.copy_(decode_step(self.model, ids, lens, tables, k_cache, v_cache, self.block_size))
+
+        if not self.capture:
+            return run
+        started = time.perf_counter()
+        # Warm-up on a side stream before capture, as torch.cuda.graphs documents: lazy
+        # initialisation (cuBLAS workspaces, autotuning) must not happen inside the capture.
+        # The runs write the step's own keys and values, which the replay writes again.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                run()
+        torch.cuda.current_stream().wait_stream(side)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        # One memory pool for every bucket's graph: only one replays at a time, and what a
+        # replay leaves behind (the logits) lives in the static buffer outside the pool.
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            run()
+        log.info("cuda_graph_captured", batch=batch, length=length, graphs=len(self.runs) + 1, seconds=round(time.perf_counter() - started, 3))
+        return graph.replay
