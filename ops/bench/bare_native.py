@@ -6,12 +6,17 @@ each row's argmax), run through a runner's model path on our paged KV cache exac
 server's steps run it, minus scheduling, sampling, HTTP and detokenization. Server tok/s over
 this figure is the server's own overhead.
 
-Variants (`--variants`, comma separated; each `impl[+compile][+int8|+int4]`):
-  native                   the native decoder, eager
+Variants (`--variants`, comma separated; each `impl[+compile][+int8|+int4][+buckets|+nographs]`):
+  native                   the native decoder, eager (on a GPU: decode steps as CUDA graphs)
   native+compile           a single row's decode step as one compiled graph (actors/runners/native/decode_graph.py)
   native+int8, +int4       quantized linears: weight-only kernels up to 4 rows, the int8 GEMM past them
+  native+nographs          on a GPU, decode steps eager instead of CUDA graphs (--no-cuda-graphs)
+  native+buckets           on a CPU, decode steps through the CUDA graphs' bucketed step, uncaptured
   transformers             today's transformers path (paged attention through the interface)
   ...-nosmooth             a quantized variant loaded without smoothing (before/after figures)
+
+The device is the runner's default: CUDA when torch sees one, else the CPU. On CUDA each timed
+step ends with a synchronize, so a time covers the GPU's work, not only its launch.
 
 Prefill: B chunks of 128 in one packed step (TTFT baseline: B=1). decode tok/s = B * steps /
 decode time. torch.set_num_threads(threads) and torch.inference_mode throughout.
@@ -53,6 +58,8 @@ def _variant_options(variant: str) -> tuple[str, dict[str, Any]]:
             options["compile"] = True
         elif extra in ("int8", "int4"):
             options["quantization"] = extra
+        elif extra in ("buckets", "nographs"):
+            options["cuda_graphs"] = extra == "buckets"
         else:
             raise SystemExit(f"unknown variant part {extra!r} in {variant!r}")
     return parts[0], options
@@ -78,7 +85,10 @@ def _step(runner: Any, seqs: list[tuple[int, int]], tables: list[list[int]], ids
     step, positions = runner.model.build_step(seqs, tables, BLOCK, runner.k_cache, runner.v_cache)
     ends = torch.tensor(seqs)[:, 1].cumsum(0) - 1
     logits = runner.model.forward(ids, positions, step, ends, runner.k_cache, runner.v_cache)
-    return logits.argmax(dim=-1)
+    tokens = logits.argmax(dim=-1)
+    if tokens.is_cuda:
+        torch.cuda.synchronize()
+    return tokens
 
 
 def measure(runner: Any, per_seq: int, ids: list[int], batch: int, steps: int) -> dict[str, Any]:
@@ -113,7 +123,7 @@ def run_bare_native(
     ids = build_prompt_ids(model_dir, prompt_tokens)
     out: dict[str, Any] = {
         "model_dir": model_dir, "dtype": dtype, "prompt_tokens": len(ids), "decode_steps": steps, "threads": threads,
-        "torch": torch.__version__, "platform": platform.platform(), "cpu": _cpu_model(), "loadavg_start": os.getloadavg(), "variants": {},
+        "torch": torch.__version__, "platform": platform.platform(), "cpu": _cpu_model(), "gpu": _gpu_model(), "loadavg_start": os.getloadavg(), "variants": {},
     }  # fmt: skip
     for variant in variants:
         started = time.perf_counter()
@@ -130,6 +140,12 @@ def run_bare_native(
         runner.close()
     out["loadavg_end"] = os.getloadavg()
     return out
+
+
+def _gpu_model() -> str | None:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
 
 
 def _cpu_model() -> str:

@@ -28,10 +28,10 @@ def run(model_dir: str, variants: list[str], batches: list[int], steps: int, thr
     from ops.bench.prompt import build_prompt_ids
 
     torch.set_num_threads(threads)
-    clock = time.process_time if threads == 1 else time.perf_counter
+    clock = time.process_time if threads == 1 and not torch.cuda.is_available() else time.perf_counter
     ids = build_prompt_ids(model_dir, 128)
     runners = {v: bn._runner(model_dir, v, "bfloat16", max(batches), len(ids), steps + 8, threads) for v in variants}
-    out: dict[str, Any] = {"cpu": bn._cpu_model(), "threads": threads, "clock": clock.__name__, "timed": "prefill" if prefill else "decode", "batches": {}}
+    out: dict[str, Any] = {"cpu": bn._cpu_model(), "gpu": bn._gpu_model(), "threads": threads, "clock": clock.__name__, "timed": "prefill" if prefill else "decode", "batches": {}}
     with torch.inference_mode():
         for b in batches:
             per_seq = runners[variants[0]][1]
