@@ -393,8 +393,8 @@ def build_runtime(config: RuntimeConfig) -> Runtime:
     except OSError:
         pass
     runner = TorchRunner(
-        path, device=config.device, dtype=config.dtype, num_kv_blocks=config.num_kv_blocks, kv_cache_gib=config.kv_cache_gib,
-        block_size=config.block_size, num_threads=config.num_threads, max_model_len=config.max_model_len, batch_invariant=config.batch_invariant,
-        model_impl=config.model_impl, compile=config.compile, quantization=config.quantization, cuda_graphs=config.cuda_graphs,
+        path, device=config.device, dtype=config.dtype, num_kv_blocks=config.num_kv_blocks, kv_cache_gib=config.kv_cache_gib, block_size=config.block_size,
+        num_threads=config.num_threads, max_model_len=config.max_model_len, batch_invariant=config.batch_invariant, model_impl=config.model_impl,
+        compile=config.compile, quantization=config.quantization, cuda_graphs=config.cuda_graphs, max_num_seqs=config.max_num_seqs,
     )
     return Runtime(config, runner, tokenizer, config.served_name or name, frozenset(eos))

@@ -88,7 +88,7 @@ def _check_quantization(quantization: str | None, model_impl: str, device: torch
 
 def choose(
     model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None, compile: bool = False,
-    quantization: str | None = None, cuda_graphs: bool | None = None, block_size: int = 16,
+    quantization: str | None = None, cuda_graphs: bool | None = None, block_size: int = 16, max_num_seqs: int = 256,
 ) -> ModelPath:  # fmt: skip
     """The native path when asked for or (auto) when it supports the model; else transformers.
     `compile`, `quantization` and `cuda_graphs` apply to the native path only (transformers'
@@ -104,7 +104,8 @@ def choose(
         unsupported = native_config.check(hf)
         if unsupported is None:
             path: ModelPath = NativePath(
-                model_dir, hf, dtype, device, batch_invariant, max_len, compile=compile, quantization=quantization, cuda_graphs=cuda_graphs, block_size=block_size
+                model_dir, hf, dtype, device, batch_invariant, max_len, compile=compile, quantization=quantization, cuda_graphs=cuda_graphs, block_size=block_size,
+                max_num_seqs=max_num_seqs,
             )
             log.info("model_path", impl=path.impl, model=str(model_dir), load_s=round(time.perf_counter() - started, 2))
             return path

@@ -131,15 +131,26 @@ def decode_attention(
     as it comes, with no copy; softmax runs in float32.
     """
     num_heads, batch, head_dim = q.shape
-    qg = q.reshape(kv_heads, num_heads // kv_heads, batch, head_dim).transpose(1, 2)  # [KVH, B, G, d]
     scale = scaling if scaling is not None else head_dim**-0.5
     if not step.per_sequence_decode:
         assert step.decode_rows is not None and step.decode_bias is not None
-        out = _grouped_decode(qg, k_rows, v_rows, step.decode_rows, step.decode_len, step.decode_bias, scale, FLOAT32_DECODE_MAX_SEQS)
-        return out.permute(1, 0, 2, 3).reshape(batch, num_heads, head_dim)
+        return grouped_decode_attention(q, k_rows, v_rows, kv_heads, step.decode_rows, step.decode_len, step.decode_bias, scale)
+    qg = q.reshape(kv_heads, num_heads // kv_heads, batch, head_dim).transpose(1, 2)  # [KVH, B, G, d]
     out = qg.new_empty(qg.shape)
     for group in step.decode_groups:
         out[:, group.members] = _grouped_decode(qg[:, group.members], k_rows, v_rows, group.rows, group.length, group.bias, scale, 0)
+    return out.permute(1, 0, 2, 3).reshape(batch, num_heads, head_dim)
+
+
+def grouped_decode_attention(
+    q: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, kv_heads: int, rows: torch.Tensor, length: int, bias: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """q [H, B, d] over each sequence's gathered cache rows `rows` ([kv_heads * B * length],
+    head-major) with the padding `bias` [1, B, 1, length] → [B, H, d] (also traced into the
+    CUDA graphs' bucketed decode step, actors/runners/native/cuda_graphs.py)."""
+    num_heads, batch, head_dim = q.shape
+    qg = q.reshape(kv_heads, num_heads // kv_heads, batch, head_dim).transpose(1, 2)  # [KVH, B, G, d]
+    out = _grouped_decode(qg, k_rows, v_rows, rows, length, bias, scale, FLOAT32_DECODE_MAX_SEQS)
     return out.permute(1, 0, 2, 3).reshape(batch, num_heads, head_dim)
 
 

@@ -101,6 +101,7 @@ class TorchRunner:
         compile: bool = False,
         quantization: str | None = None,
         cuda_graphs: bool | None = None,
+        max_num_seqs: int = 256,
     ) -> None:
         self.model_dir = Path(model_dir)
         self._requested_device = device
@@ -116,6 +117,7 @@ class TorchRunner:
         self._compile = compile
         self._quantization = quantization
         self._cuda_graphs = cuda_graphs
+        self._max_num_seqs = max_num_seqs
         self.model: ModelPath | None = None
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
@@ -130,10 +132,12 @@ class TorchRunner:
         if self._num_threads:
             torch.set_num_threads(self._num_threads)
         self.device = pick_device(self._requested_device)
+        if self.device.type == "cuda":  # this is the device thread: its kernels, streams and graphs go here
+            torch.cuda.set_device(self.device)
         self.dtype = pick_dtype(self._requested_dtype, self.device)
         model = choose(
             self.model_dir, self._model_impl, self.dtype, self.device, self._batch_invariant, self._max_model_len, self._compile, self._quantization,
-            self._cuda_graphs, self.block_size,
+            self._cuda_graphs, self.block_size, self._max_num_seqs,
         )  # fmt: skip
         self.model = model
         bytes_per_slot = 2 * model.num_layers * model.num_kv_heads * model.head_dim * torch.finfo(self.dtype).bits // 8
@@ -177,6 +181,9 @@ class TorchRunner:
         # path compiles its one-row decode graph here, not on the first request's token).
         decode = ScheduledSeq(request_id="warm-0", token_ids=[1], start_pos=self.block_size + 1, block_table=[0, 1, 2], sample=True, sampling=greedy, seed=0)
         self.execute(StepPlan(step_id=-1, seqs=[decode]))
+        bucketed = getattr(self.model, "bucketed", None)
+        if bucketed is not None and bucketed.capture:  # CUDA graphs for every batch bucket now, not under traffic
+            bucketed.capture_all(self.k_cache, self.v_cache)
         timed, slots = calibration.plans(self.block_size, self.k_cache[0].shape[1] // self.block_size, self._max_len)
         samples = calibration.time_steps(self.execute, timed)
         for cache in (*self.k_cache, *self.v_cache):

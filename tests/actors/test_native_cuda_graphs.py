@@ -44,10 +44,11 @@ def _runner(model_dir: Path, **settings: object) -> TorchRunner:
 
 def _step(runner: TorchRunner, seqs: list[tuple[int, int]], tables: list[list[int]], ids: list[int]) -> torch.Tensor:
     assert runner.model is not None
+    ends = [sum(n for _, n in seqs[: i + 1]) - 1 for i in range(len(seqs))]  # each sequence's last row
     with torch.inference_mode():
         step, positions = runner.model.build_step(seqs, tables, BLOCK, runner.k_cache, runner.v_cache)
-        keep = torch.arange(len(ids)) if all(n == 1 for _, n in seqs) else torch.tensor([sum(n for _, n in seqs[: i + 1]) - 1 for i in range(len(seqs))])
-        return runner.model.forward(torch.tensor(ids), positions, step, keep, runner.k_cache, runner.v_cache).float()
+        keep = torch.tensor(ends, device=runner.device)
+        return runner.model.forward(torch.tensor(ids, device=runner.device), positions, step, keep, runner.k_cache, runner.v_cache).float()
 
 
 @pytest.mark.parametrize("shape", ["qwen2-gqa-biases", "qwen3-qk-norm-tied"])
@@ -129,6 +130,46 @@ def test_the_bucketed_step_has_no_host_sync_or_data_dependent_shape(tiny_model_d
     assert _data_dependent_ops(lambda x: x * x.sum().item(), x)
     assert _data_dependent_ops(lambda x: x[x > 0].sum(), x)
     assert _data_dependent_ops(lambda x: x.nonzero().float().sum(), x)
+
+
+def test_capture_all_prepares_every_batch_bucket_up_to_max_num_seqs(tiny_model_dir: Path) -> None:
+    runner = _runner(tiny_model_dir, cuda_graphs=True, max_num_seqs=6)
+    assert runner.model is not None and runner.model.bucketed is not None
+    graphs = runner.model.bucketed
+    assert graphs.batches == (1, 2, 4, 8)  # 6 sequences at most: nothing past the bucket holding them
+    with torch.inference_mode():
+        graphs.capture_all(runner.k_cache, runner.v_cache)
+    assert sorted(graphs.runs) == [(1, 256), (2, 256), (4, 256), (8, 256)]
+    assert graphs.plan([(3, 1)] * 9, [[0]] * 9) is None  # past max_num_seqs: eager
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none)")
+@pytest.mark.parametrize("device", ["cuda:0", "cuda:1"])
+def test_on_a_gpu_replays_match_the_eager_step_without_host_syncs(tiny_model_dir: Path, device: str) -> None:
+    """The captured path itself: two different steps in one bucket (a stale replay would repeat
+    the first), a replay with sync debugging raising on any host sync, and a device other than
+    the current one (the capture must land there)."""
+    if int(device.split(":")[1]) >= torch.cuda.device_count():
+        pytest.skip(f"no {device}")
+    eager = TorchRunner(tiny_model_dir, dtype="float32", num_kv_blocks=64, block_size=BLOCK, max_model_len=300, device=device, cuda_graphs=False)
+    graphed = TorchRunner(tiny_model_dir, dtype="float32", num_kv_blocks=64, block_size=BLOCK, max_model_len=300, device=device)
+    eager.load()
+    graphed.load()
+    assert graphed.model is not None and graphed.model.impl == "native+cudagraphs"
+    tables = [list(range(i * 12, (i + 1) * 12)) for i in range(3)]
+    for runner in (eager, graphed):
+        _step(runner, [(0, 5)] * 3, tables, list(range(3, 18)))
+    for pos, ids in ((5, [4, 5, 6]), (6, [7, 8, 9])):
+        want = _step(eager, [(pos, 1)] * 3, tables, ids)
+        got = _step(graphed, [(pos, 1)] * 3, tables, ids)
+        torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-3, atol=1e-3)
+    replay = graphed.model.bucketed.runs[(4, 256)]  # type: ignore[union-attr]
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        replay()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize(device)
 
 
 async def test_greedy_matches_generate_with_every_decode_step_bucketed(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,12 +13,20 @@ buffers the graph reads, and nothing in the step may depend on a value at captur
 host sync, no data-dependent shape (`tests/actors/test_native_cuda_graphs.py` traces the step
 with dynamo's fullgraph to show it has none).
 
-Attention ("SDPA on gathered blocks"): inside the graph each sequence's block table expands
-to its cache rows, the new token's key and value are written in place, the keys and values
-are gathered to the bucket's length, and one SDPA call attends them all under a boolean mask
-of each sequence's own length, grouped-query heads through `enable_gqa`. The length buckets
-(powers of two from 256 tokens to the model's length) bound what a gather reads to 2x the
-longest context in the step.
+Attention: inside the graph each sequence's block table expands to its cache rows, the new
+token's key and value are written in place, and the keys and values are gathered to the
+bucket's length and attended by the same two grouped matmuls as the eager decode
+(paged_attention.grouped_decode_attention), under a -inf bias past each sequence's own length
+computed in the graph. Not SDPA: with a mask, flash attention is out and the memory-efficient
+kernel takes no grouped-query heads, so SDPA would fall back to its math kernel, which repeats
+K/V for every query head and upcasts them. The length buckets (powers of two from 256 tokens
+to the model's length) bound what a gather reads to 2x the longest context in the step.
+
+Capture: at warm-up every batch bucket up to the engine's max_num_seqs is captured at the
+first length bucket, largest first (as vLLM and nano-vllm do); longer contexts capture their
+bucket on first use. Captures are serialised process-wide and `thread_local`, so a model on
+another GPU (its own device thread) keeps stepping while this one captures, and each runs on
+its own device's stream.
 
 Pads: a bucket's spare rows repeat the last real sequence (token, table, length). They compute
 that sequence's keys and values and write them to its slot, the same values, so the
@@ -31,6 +39,7 @@ a CPU, where the unpadded eager step is faster (native/path.py turns it on for C
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from actors.runners.native.llama import rms_norm
+from actors.runners.paged_attention import grouped_decode_attention
 from runtime.logging import get_logger
 
 log = get_logger("runner")
@@ -47,11 +57,13 @@ log = get_logger("runner")
 # Padding a step of B rows to the next bucket wastes at most a third past 16 rows.
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 MIN_LENGTH_BUCKET = 256
+# torch allows one capture at a time in a process; models on several GPUs capture in turn.
+_CAPTURE_LOCK = threading.Lock()
 
 
-def batch_bucket(batch: int) -> int | None:
+def batch_bucket(batch: int, buckets: tuple[int, ...] = BATCH_BUCKETS) -> int | None:
     """The smallest batch bucket that holds `batch` rows; None past the largest (runs eager)."""
-    return next((b for b in BATCH_BUCKETS if b >= batch), None)
+    return next((b for b in buckets if b >= batch), None)
 
 
 def length_buckets(max_len: int, block_size: int) -> list[int]:
@@ -96,13 +108,14 @@ def decode_step(
     write_rows = (heads[:, None] + write_slots[None, :]).reshape(-1)  # [KVH * B], head-major as the cache
     slots = (tables[:, :, None] * block_size + torch.arange(block_size, device=tables.device)).reshape(batch, length)
     read_rows = (heads[:, None, None] + slots[None]).reshape(-1)  # [KVH * B * L]
-    mask = (torch.arange(length, device=tables.device)[None, :] < lens[:, None])[:, None, None, :]  # [B, 1, 1, L]
+    past = torch.arange(length, device=tables.device)[None, :] >= lens[:, None]  # [B, L]
+    bias = torch.zeros(past.shape, dtype=torch.float32, device=tables.device).masked_fill(past, float("-inf"))[None, :, None, :]
     h = F.embedding(input_ids, model.w.embed)
     cos = model.cos[positions][:, None, :]
     sin = model.sin[positions][:, None, :]
     for i, layer in enumerate(model.w.layers):
         q, k, v = model.pre_attention(h, layer, cos, sin)
-        o = attend_gathered(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, mask, model.scale)
+        o = attend_gathered(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, bias, model.scale)
         h = model.post_attention(h, o, layer)
     h = rms_norm(h, model.w.final_norm, model.cfg.rms_norm_eps)
     return model.linear(h, model.w.lm_head, None)
@@ -110,32 +123,33 @@ def decode_step(
 
 def attend_gathered(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-    write_rows: torch.Tensor, read_rows: torch.Tensor, mask: torch.Tensor, scale: float,
+    write_rows: torch.Tensor, read_rows: torch.Tensor, bias: torch.Tensor, scale: float,
 ) -> torch.Tensor:  # fmt: skip
     """q [B, H, d], k/v [B, KVH, d] → [B, H, d]: k/v to the cache rows `write_rows` first, then
-    each row's gathered context (`read_rows`, head-major) attended under `mask` [B, 1, 1, L]."""
+    each row's gathered context (`read_rows`, head-major) attended with the padding `bias`
+    [1, B, 1, L]."""
     kv_heads, _, head_dim = k_cache.shape
-    batch = q.shape[0]
     k_rows = k_cache.view(-1, head_dim)
     v_rows = v_cache.view(-1, head_dim)
     k_rows.index_copy_(0, write_rows, k.transpose(0, 1).reshape(-1, head_dim))
     v_rows.index_copy_(0, write_rows, v.transpose(0, 1).reshape(-1, head_dim))
-    length = read_rows.shape[0] // (kv_heads * batch)
-    keys = k_rows.index_select(0, read_rows).view(kv_heads, batch, length, head_dim).transpose(0, 1)  # [B, KVH, L, d]
-    values = v_rows.index_select(0, read_rows).view(kv_heads, batch, length, head_dim).transpose(0, 1)
-    o = F.scaled_dot_product_attention(q[:, :, None, :], keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
-    return o.squeeze(2)
+    return grouped_decode_attention(q.transpose(0, 1), k_rows, v_rows, kv_heads, read_rows, bias.shape[-1], bias, scale)
 
 
 class BucketedDecode:
     """Decode-only steps through fixed-shape buckets; on CUDA one captured graph per bucket."""
 
-    def __init__(self, model: Any, vocab_size: int, max_len: int, block_size: int, device: torch.device, capture: bool) -> None:
+    def __init__(
+        self, model: Any, vocab_size: int, max_len: int, block_size: int, device: torch.device, capture: bool, max_num_seqs: int = BATCH_BUCKETS[-1]
+    ) -> None:
         self.model = model
         self.block_size = block_size
+        self.device = device
         self.capture = capture
         self.lengths = length_buckets(max_len, block_size)
-        max_batch, max_blocks = BATCH_BUCKETS[-1], self.lengths[-1] // block_size
+        top = batch_bucket(max_num_seqs) or BATCH_BUCKETS[-1]  # no bucket past what the engine ever schedules
+        self.batches = tuple(b for b in BATCH_BUCKETS if b <= top)
+        max_batch, max_blocks = self.batches[-1], self.lengths[-1] // block_size
         # The static buffers every bucket reads and writes (views of them keep their address).
         self.input_ids = torch.zeros(max_batch, dtype=torch.long, device=device)
         self.lens = torch.ones(max_batch, dtype=torch.long, device=device)
@@ -149,13 +163,23 @@ class BucketedDecode:
         """The step's bucket, if it is decode-only and fits one; None: run it eager."""
         if not seqs or any(n != 1 for _, n in seqs):
             return None
-        batch = batch_bucket(len(seqs))
+        batch = batch_bucket(len(seqs), self.batches)
         lens = [start + 1 for start, _ in seqs]
         longest = max(lens)
         length = next((b for b in self.lengths if b >= longest), None)
         if batch is None or length is None:
             return None
         return DecodeBatch(lens=lens, tables=tables, batch=batch, length=length)
+
+    def capture_all(self, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> None:
+        """Prepare every batch bucket at the first length bucket, largest first, so that serving
+        rarely captures. Each step writes block 0's first slot (the runner zeroes it after its
+        warm-up)."""
+        started = time.perf_counter()
+        for batch in reversed(self.batches):
+            plan = DecodeBatch(lens=[1], tables=[[0]], batch=batch, length=self.lengths[0])
+            self(torch.zeros(1, dtype=torch.long, device=self.device), plan, torch.zeros(1, dtype=torch.long, device=self.device), k_cache, v_cache)
+        log.info("cuda_graphs_ready", graphs=len(self.runs), captured=self.capture, seconds=round(time.perf_counter() - started, 2))
 
     def __call__(self, input_ids: torch.Tensor, plan: DecodeBatch, keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> torch.Tensor:
         """Logits `[len(keep), V]` of the step's rows `keep` (a copy, not the static buffer)."""
@@ -174,16 +198,12 @@ class BucketedDecode:
     def _fill(self, input_ids: torch.Tensor, plan: DecodeBatch) -> None:
         """Copy the step into the static buffers; pad rows repeat the last real sequence."""
         real, blocks = len(plan.lens), plan.length // self.block_size
-        pad = plan.batch - real
-        table = torch.zeros(plan.batch, blocks, dtype=torch.long)
-        for row, used in enumerate(plan.tables):
-            used = used[:blocks]
-            table[row, : len(used)] = torch.tensor(used, dtype=torch.long)
-        table[real:] = table[real - 1]
-        lens = torch.tensor(plan.lens + [plan.lens[-1]] * pad, dtype=torch.long)
-        device = self.tables.device
-        self.tables[: plan.batch, :blocks].copy_(table.to(device, non_blocking=True))
-        self.lens[: plan.batch].copy_(lens.to(device, non_blocking=True))
+        rows = [(t[:blocks] + [0] * (blocks - len(t)), n) for t, n in zip(plan.tables, plan.lens)]
+        rows += [rows[-1]] * (plan.batch - real)
+        tables = torch.tensor([t for t, _ in rows], dtype=torch.long)  # built whole: one tensor, one copy
+        lens = torch.tensor([n for _, n in rows], dtype=torch.long)
+        self.tables[: plan.batch, :blocks].copy_(tables.to(self.device, non_blocking=True))
+        self.lens[: plan.batch].copy_(lens.to(self.device, non_blocking=True))
         self.input_ids[:real].copy_(input_ids)
         self.input_ids[real : plan.batch] = input_ids[-1]
 
@@ -198,21 +218,28 @@ class BucketedDecode:
         if not self.capture:
             return run
         started = time.perf_counter()
-        # Warm-up on a side stream before capture, as torch.cuda.graphs documents: lazy
-        # initialisation (cuBLAS workspaces, autotuning) must not happen inside the capture.
-        # The runs write the step's own keys and values, which the replay writes again.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
+        with _CAPTURE_LOCK, torch.cuda.device(self.device):
+            # Warm-up on a side stream before capture, as torch.cuda.graphs documents: lazy
+            # initialisation (cuBLAS workspaces, autotuning) must not happen inside the capture.
+            # The runs write the step's own keys and values, which the replay writes again.
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    run()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            # One memory pool for every bucket's graph: only one replays at a time, and what a
+            # replay leaves behind (the logits) lives in the static buffer outside the pool.
+            # thread_local: another device thread's CUDA calls during this capture are its own.
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool, stream=torch.cuda.Stream(self.device), capture_error_mode="thread_local"):
                 run()
-        torch.cuda.current_stream().wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        # One memory pool for every bucket's graph: only one replays at a time, and what a
-        # replay leaves behind (the logits) lives in the static buffer outside the pool.
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            run()
         log.info("cuda_graph_captured", batch=batch, length=length, graphs=len(self.runs) + 1, seconds=round(time.perf_counter() - started, 3))
-        return graph.replay
+
+        def replay() -> None:
+            with torch.cuda.device(self.device):
+                graph.replay()
+
+        return replay

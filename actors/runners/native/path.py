@@ -43,6 +43,7 @@ class NativePath:
         quantization: str | None = None,
         cuda_graphs: bool | None = None,
         block_size: int = 16,
+        max_num_seqs: int = 256,
     ) -> None:
         cfg = native_config(hf)
         self.cfg = cfg
@@ -65,12 +66,6 @@ class NativePath:
             quant.quantize_model(weights, bits, smooth)
             self.model.linear = quant.QuantLinear(quant.MAX_ROWS[bits])
             self.impl = f"native+{quantization}"
-        self.decode_graph: decode_graph.DecodeGraph | None = None
-        if compile:
-            self.impl += "+compiled"
-            # Before the first torch.compile: importing inductor fixes its cache directory.
-            decode_graph.use_disk_cache()
-            self.decode_graph = decode_graph.DecodeGraph(self.model)  # compiled by the runner's warm-up decode step
         # CUDA graphs: on by default on a GPU (None), off when asked (False). True on a CPU runs
         # the same bucketed steps without capture, which is how the CPU suite checks them.
         if cuda_graphs is None:
@@ -78,8 +73,16 @@ class NativePath:
         self.bucketed: BucketedDecode | None = None
         if cuda_graphs and not batch_invariant:  # batch invariance groups decodes by its own buckets
             capture = device.type == "cuda"
-            self.bucketed = BucketedDecode(self.model, self.vocab_size, max_len or cfg.max_position_embeddings, block_size, device, capture)
+            self.bucketed = BucketedDecode(self.model, self.vocab_size, max_len or cfg.max_position_embeddings, block_size, device, capture, max_num_seqs)
             self.impl += "+cudagraphs" if capture else "+buckets"
+        self.decode_graph: decode_graph.DecodeGraph | None = None
+        if compile and self.bucketed is not None:
+            log.warning("compile_skipped", reason="decode steps run as CUDA graphs; --compile's one-row graph would never run")
+        elif compile:
+            self.impl += "+compiled"
+            # Before the first torch.compile: importing inductor fixes its cache directory.
+            decode_graph.use_disk_cache()
+            self.decode_graph = decode_graph.DecodeGraph(self.model)  # compiled by the runner's warm-up decode step
 
     def build_step(self, seqs, tables, block_size, k_cache, v_cache):
         if self.bucketed is not None and block_size == self.bucketed.block_size:
