@@ -107,12 +107,9 @@ def attend(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, step: NativeStep, scale: float
 ) -> torch.Tensor:
     """q [T, H, d], k/v [T, KVH, d] (rotary applied) → [T, H, d]; k/v written to the cache first."""
-    kv_heads, _, head_dim = k_cache.shape
-    k_rows = k_cache.view(-1, head_dim)
-    v_rows = v_cache.view(-1, head_dim)
+    kv_heads = k_cache.shape[0]
     paged = step.paged
-    k_rows.index_copy_(0, paged.write_rows, k.transpose(0, 1).reshape(-1, head_dim))
-    v_rows.index_copy_(0, paged.write_rows, v.transpose(0, 1).reshape(-1, head_dim))
+    k_rows, v_rows = write_kv(k, v, k_cache, v_cache, paged.write_rows)
     if not step.prefills and paged.decode_idx is not None and paged.decode_idx.shape[0] == q.shape[0]:
         return paged_attention.decode_attention(q.transpose(0, 1), k_rows, v_rows, kv_heads, paged, scale)
     out = q.new_empty(q.shape)
@@ -121,6 +118,17 @@ def attend(
     for batch in step.prefills:
         out[batch.real_tokens] = _prefill(q, k, v, k_rows, v_rows, kv_heads, batch, scale)
     return out
+
+
+def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """New keys and values [T, KVH, d] into the layer's cache rows `rows` ([KVH * T], head-major);
+    the cache as `[KVH * num_slots, d]` rows, for the gathers that follow."""
+    head_dim = k_cache.shape[-1]
+    k_rows = k_cache.view(-1, head_dim)
+    v_rows = v_cache.view(-1, head_dim)
+    k_rows.index_copy_(0, rows, k.transpose(0, 1).reshape(-1, head_dim))
+    v_rows.index_copy_(0, rows, v.transpose(0, 1).reshape(-1, head_dim))
+    return k_rows, v_rows
 
 
 def _prefill(

@@ -48,6 +48,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from actors.runners.native.attention import write_kv
 from actors.runners.native.llama import rms_norm
 from actors.runners.paged_attention import grouped_decode_attention
 from runtime.logging import get_logger
@@ -128,12 +129,8 @@ def attend_gathered(
     """q [B, H, d], k/v [B, KVH, d] → [B, H, d]: k/v to the cache rows `write_rows` first, then
     each row's gathered context (`read_rows`, head-major) attended with the padding `bias`
     [1, B, 1, L]."""
-    kv_heads, _, head_dim = k_cache.shape
-    k_rows = k_cache.view(-1, head_dim)
-    v_rows = v_cache.view(-1, head_dim)
-    k_rows.index_copy_(0, write_rows, k.transpose(0, 1).reshape(-1, head_dim))
-    v_rows.index_copy_(0, write_rows, v.transpose(0, 1).reshape(-1, head_dim))
-    return grouped_decode_attention(q.transpose(0, 1), k_rows, v_rows, kv_heads, read_rows, bias.shape[-1], bias, scale)
+    k_rows, v_rows = write_kv(k, v, k_cache, v_cache, write_rows)
+    return grouped_decode_attention(q.transpose(0, 1), k_rows, v_rows, k_cache.shape[0], read_rows, bias.shape[-1], bias, scale)
 
 
 class BucketedDecode:
