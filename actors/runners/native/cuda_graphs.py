@@ -2,7 +2,7 @@
 
 Owns: `BucketedDecode`, which runs a decode-only step (one new token per sequence) padded to a
 batch bucket and a key-length bucket through one static function over static input buffers,
-capturing each (batch, length) bucket as a CUDA graph on its first use; `DecodeBatch`, a step
+capturing each (batch, length) bucket as a CUDA graph at warm-up or on its first use; `DecodeBatch`, a step
 planned into its bucket; and `decode_step`, the static function itself.
 
 Why: on a GPU the decode step of a small model is bound by launching its kernels (a few
@@ -11,7 +11,7 @@ all in one launch. A replay runs the captured kernels on the captured addresses 
 so everything that changes between steps (tokens, block tables, lengths) is copied into
 buffers the graph reads, and nothing in the step may depend on a value at capture time: no
 host sync, no data-dependent shape (`tests/actors/test_native_cuda_graphs.py` traces the step
-with dynamo's fullgraph to show it has none).
+with dynamo and finds no op whose value or shape depends on tensor data).
 
 Attention: inside the graph each sequence's block table expands to its cache rows, the new
 token's key and value are written in place, and the keys and values are gathered to the
@@ -55,7 +55,7 @@ from runtime.logging import get_logger
 
 log = get_logger("runner")
 
-# Padding a step of B rows to the next bucket wastes at most a third past 16 rows.
+# Padding a step of B rows to the next bucket wastes at most a third of the bucket past 16 rows.
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 MIN_LENGTH_BUCKET = 256
 # torch allows one capture at a time in a process; models on several GPUs capture in turn.
