@@ -83,8 +83,8 @@ def _step(runner: Any, seqs: list[tuple[int, int]], tables: list[list[int]], ids
     import torch
 
     step, positions = runner.model.build_step(seqs, tables, BLOCK, runner.k_cache, runner.v_cache)
-    ends = torch.tensor(seqs)[:, 1].cumsum(0) - 1
-    logits = runner.model.forward(ids, positions, step, ends, runner.k_cache, runner.v_cache)
+    ends = (torch.tensor(seqs)[:, 1].cumsum(0) - 1).to(runner.device)
+    logits = runner.model.forward(ids.to(runner.device), positions, step, ends, runner.k_cache, runner.v_cache)
     tokens = logits.argmax(dim=-1)
     if tokens.is_cuda:
         torch.cuda.synchronize()
