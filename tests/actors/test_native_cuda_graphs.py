@@ -151,10 +151,7 @@ def test_on_a_gpu_replays_match_the_eager_step_without_host_syncs(tiny_model_dir
     the current one (the capture must land there)."""
     if int(device.split(":")[1]) >= torch.cuda.device_count():
         pytest.skip(f"no {device}")
-    eager = TorchRunner(tiny_model_dir, dtype="float32", num_kv_blocks=64, block_size=BLOCK, max_model_len=300, device=device, cuda_graphs=False)
-    graphed = TorchRunner(tiny_model_dir, dtype="float32", num_kv_blocks=64, block_size=BLOCK, max_model_len=300, device=device)
-    eager.load()
-    graphed.load()
+    eager, graphed = _runner(tiny_model_dir, device=device, cuda_graphs=False), _runner(tiny_model_dir, device=device)
     assert graphed.model is not None and graphed.model.impl == "native+cudagraphs"
     tables = [list(range(i * 12, (i + 1) * 12)) for i in range(3)]
     for runner in (eager, graphed):

@@ -153,7 +153,7 @@ class BucketedDecode:
         self.tables = torch.zeros(max_batch, max_blocks, dtype=torch.long, device=device)
         self.logits = torch.zeros(max_batch, vocab_size, dtype=model.w.embed.dtype, device=device)
         self.runs: dict[tuple[int, int], Callable[[], None]] = {}  # (batch, length) -> replay
-        self._cache: tuple[int, ...] = ()
+        self._k_cache: list[torch.Tensor] | None = None
         self._pool: Any = None
 
     def plan(self, seqs: list[tuple[int, int]], tables: list[list[int]]) -> DecodeBatch | None:
@@ -181,10 +181,9 @@ class BucketedDecode:
     def __call__(self, input_ids: torch.Tensor, plan: DecodeBatch, keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> torch.Tensor:
         """Logits `[len(keep), V]` of the step's rows `keep` (a copy, not the static buffer)."""
         self._fill(input_ids, plan)
-        cache = tuple(t.data_ptr() for t in (*k_cache, *v_cache))
-        if cache != self._cache:  # graphs hold the cache's addresses: a new cache needs new ones
+        if k_cache is not self._k_cache:  # graphs hold the cache's addresses: a new cache (the runner's load) needs new ones
             self.runs.clear()
-            self._cache = cache
+            self._k_cache = k_cache
         key = (plan.batch, plan.length)
         run = self.runs.get(key)
         if run is None:
