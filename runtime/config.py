@@ -23,7 +23,9 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # While requests stream, a step carries prompt chunks worth at most (step_stretch - 1) x its
     # decodes' own time, measured on this machine's steps (actors/step_cost.py): a stream's gap
     # between chunks stays within step_stretch x a decode step. None: the token budget alone.
-    step_stretch: float | None = 2.0
+    # 1.7, not 2: steps scatter ~15% around the fit on a shared CPU, and at 2 the p99 gap came
+    # out 2.1-2.4x the p50 (README, "Stalls").
+    step_stretch: float | None = 1.7
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     max_pending: int = 512  # admitted, unfinished requests; past this submit() says Overloaded
     # Estimated tokens (prompt + max_tokens, see runtime.admission.estimate_tokens) of admitted,

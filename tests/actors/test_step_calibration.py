@@ -30,7 +30,7 @@ def test_batch_invariant_engines_schedule_by_the_token_budget_alone() -> None:
     from runtime.engine import Runtime
 
     info = ModelInfo(max_model_len=512, vocab_size=320, device="cpu", dtype="float32", num_kv_blocks=64, block_size=4, fingerprint="fp")
-    for invariant, stretch in ((False, 2.0), (True, None)):
+    for invariant, stretch in ((False, 1.7), (True, None)):
         runtime = Runtime(RuntimeConfig(batch_invariant=invariant), runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset())  # type: ignore[arg-type]
         runtime.max_model_len = 512
         assert runtime._make_core(info).config.step_stretch == stretch

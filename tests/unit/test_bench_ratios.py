@@ -30,3 +30,16 @@ def test_server_ratios_over_decode_only_and_workload_baselines() -> None:
     assert ratios["tok_s_c32_over_bare_bf16_b32"] == 1.25
     eager_workload = round(2048 / (4.0 + 2048 / 160 * 63 / 64), 2)
     assert ratios["tok_s_c32_over_bare_bf16_workload_b32"] == round(200 / eager_workload, 3)
+
+
+def test_overhead_keeps_the_levels_steps_and_sums_them() -> None:
+    from ops.bench.overhead import _after_warmup, step_summary
+
+    def step(rows: int, tokens: int, ms: float = 10.0) -> dict:
+        return {"decode_rows": rows, "prompt_tokens": tokens, "ms": ms}
+
+    warmup = [step(0, 128), step(1, 40), step(2, 0), step(2, 0), step(1, 0)]
+    level = [step(0, 128), step(1, 90), step(2, 90), step(3, 0), step(0, 64), step(1, 0)]
+    assert _after_warmup(warmup + level) == level  # the level's later prompt-only step is not its start
+    summary = step_summary(level, level_wall_s=0.1)
+    assert summary == {"steps": 6, "prompt_tokens": 372, "decode_rows": 7, "mean_decode_rows": 1.8, "busy_share": 0.6}

@@ -8,12 +8,14 @@ The workload is the benchmark's: closed loop at concurrency 32, 128-token prompt
 
 from __future__ import annotations
 
+import random
 import statistics
 
 import pytest
 
 from actors.step_cost import MIN_STEPS, OUTLIER_RUN, PromptTokens, StepCostModel
 from api.serve import parse_args
+from runtime.config import RuntimeConfig
 from tests.unit.test_sched_core import Driver, assert_drained, make_core, prompt_of
 
 BASE, PER_ROW, PER_TOKEN = 0.050, 0.0015, 0.001
@@ -79,7 +81,7 @@ def test_prompt_tokens_never_hold_back_a_decode():
     assert prompt.take(1) == 1
 
 
-def simulate(step_stretch: float | None, concurrency: int = 32, total: int = 96) -> tuple[list[float], float, int]:
+def simulate(step_stretch: float | None, concurrency: int = 32, total: int = 96, step_cost=cost) -> tuple[list[float], float, int]:
     """Closed loop on the simulated clock: (gaps between a stream's tokens, seconds, tokens out)."""
     core = make_core(num_blocks=1024, block_size=16, max_num_seqs=128, max_num_batched_tokens=512, step_stretch=step_stretch)
     driver = Driver(core)
@@ -92,7 +94,7 @@ def simulate(step_stretch: float | None, concurrency: int = 32, total: int = 96)
     while core.has_work:
         plan = driver.schedule()
         assert plan is not None
-        step_s = cost(plan.num_decode_rows, plan.num_prefill_tokens)
+        step_s = step_cost(plan.num_decode_rows, plan.num_prefill_tokens)
         deltas = driver.update(plan, driver.result(plan), now, now + step_s)
         now += step_s
         for delta in deltas:
@@ -125,9 +127,25 @@ def test_a_time_budget_keeps_the_p99_gap_within_the_stretch_at_c32():
 
 
 def test_the_flag_reaches_the_runtime_config(capsys):
-    assert parse_args(["serve"]).step_stretch == 2.0
+    assert parse_args(["serve"]).step_stretch == 1.7
     assert parse_args(["serve", "--step-stretch", "1.5"]).step_stretch == 1.5
     assert parse_args(["serve", "--step-stretch", "off"]).step_stretch is None
     with pytest.raises(SystemExit) as exit_info:
         parse_args(["serve", "--step-stretch", "0.5"])
     assert exit_info.value.code == 2 and "--step-stretch" in capsys.readouterr().err
+
+
+def test_the_default_stretch_leaves_room_for_steps_that_scatter_around_the_fit():
+    # Real steps scatter: on the EPYC of stop 18, mixed steps of 24+ decodes ran 0.99x the fit
+    # at the median and 1.14x at p90, and at stretch 2 streams' p99 gap came out 2.1-2.4x their
+    # p50 (ops.bench.overhead, 8 rounds). Here every step takes its linear cost times a seeded
+    # jitter of up to +-15%: stretch 2 gives 2.25, the default must stay within 2.
+    rng = random.Random(7)
+
+    def jittered(rows: int, tokens: int) -> float:
+        return cost(rows, tokens) * rng.uniform(0.85, 1.15)
+
+    gaps, _, _ = simulate(step_stretch=RuntimeConfig().step_stretch, step_cost=jittered)
+    ratio = percentile(gaps, 99) / percentile(gaps, 50)
+    print(f"p99/p50 gap at the default stretch with steps jittered +-15%: {ratio:.2f}")
+    assert ratio <= 2.0
