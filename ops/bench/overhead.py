@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shlex
 import statistics
 import time
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--requests-per-slot", type=int, default=2, help="requests per round = this * concurrency (ops.bench.run's default is 2)")
     p.add_argument("--server-args", default="--dtype bfloat16", help="`switchyard serve` arguments, one shell-quoted string")
     p.add_argument("--bare-variant", default="native", help="the ops.bench.bare_native variant that runs the server's kernels, e.g. native+int8")
-    p.add_argument("--threads", type=int, default=2, help="the bare step's torch threads (the server's default is every core)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the bare step's torch threads (default: every core, as the server uses)")
     p.add_argument("--model", default=None, help="local HF model directory (default: the embedded SmolLM2)")
     p.add_argument("--startup-timeout", type=float, default=600.0)
     p.add_argument("--out", default=None)
