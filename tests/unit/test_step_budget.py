@@ -19,6 +19,7 @@ from runtime.config import RuntimeConfig
 from tests.unit.test_sched_core import Driver, assert_drained, make_core, prompt_of
 
 BASE, PER_ROW, PER_TOKEN = 0.050, 0.0015, 0.001
+CALIBRATION_SHAPES = [(1, 0), (32, 0), (0, 256), (1, 256), (32, 128)]  # the runner's timed start-up steps (actors/runners/calibration.py)
 
 
 def cost(decode_rows: int, prefill_tokens: int) -> float:
@@ -56,14 +57,13 @@ def test_prompt_tokens_that_cost_next_to_nothing_get_the_whole_budget():
 
 
 def test_the_runners_start_up_steps_make_the_fit_trusted_from_the_first_step():
-    shapes = [(1, 0), (32, 0), (0, 256), (1, 256), (32, 128)]  # actors/runners/calibration.py
-    seeded = make_core(step_stretch=2.0, step_samples=tuple((r, t, cost(r, t)) for r, t in shapes))
+    seeded = make_core(step_stretch=2.0, step_samples=tuple((r, t, cost(r, t)) for r, t in CALIBRATION_SHAPES))
     assert seeded.step_cost.prefill_allowance(32, 2.0) == pytest.approx(98, abs=2)
     assert make_core(step_stretch=2.0).step_cost.prefill_allowance(32, 2.0) is None
 
 
 def test_a_stalled_step_does_not_skew_the_fit_but_a_slower_machine_is_learnt():
-    model = StepCostModel(tuple((r, t, cost(r, t)) for r, t in [(1, 0), (32, 0), (0, 256), (1, 256), (32, 128)]))
+    model = StepCostModel(tuple((r, t, cost(r, t)) for r, t in CALIBRATION_SHAPES))
     before = model.prefill_allowance(32, 2.0)
     model.observe(32, 0, 3.0)  # another process had the cores for 3 s
     assert model.prefill_allowance(32, 2.0) == before
@@ -81,9 +81,9 @@ def test_prompt_tokens_never_hold_back_a_decode():
     assert prompt.take(1) == 1
 
 
-def simulate(step_stretch: float | None, concurrency: int = 32, total: int = 96, step_cost=cost) -> tuple[list[float], float, int]:
+def simulate(step_stretch: float | None, concurrency: int = 32, total: int = 96, step_cost=cost, step_samples: tuple = ()) -> tuple[list[float], float, int]:
     """Closed loop on the simulated clock: (gaps between a stream's tokens, seconds, tokens out)."""
-    core = make_core(num_blocks=1024, block_size=16, max_num_seqs=128, max_num_batched_tokens=512, step_stretch=step_stretch)
+    core = make_core(num_blocks=1024, block_size=16, max_num_seqs=128, max_num_batched_tokens=512, step_stretch=step_stretch, step_samples=step_samples)
     driver = Driver(core)
     now, started = 0.0, 0
     last_token_at: dict[str, float] = {}
@@ -135,17 +135,23 @@ def test_the_flag_reaches_the_runtime_config(capsys):
     assert exit_info.value.code == 2 and "--step-stretch" in capsys.readouterr().err
 
 
-def test_the_default_stretch_leaves_room_for_steps_that_scatter_around_the_fit():
-    # Real steps scatter: on the EPYC of stop 18, mixed steps of 24+ decodes ran 0.99x the fit
-    # at the median and 1.14x at p90, and at stretch 2 streams' p99 gap came out 2.1-2.4x their
-    # p50 (ops.bench.overhead, 8 rounds). Here every step takes its linear cost times a seeded
-    # jitter of up to +-15%: stretch 2 gives 2.25, the default must stay within 2.
-    rng = random.Random(7)
-
+def _jittered_cost(rng: random.Random):
     def jittered(rows: int, tokens: int) -> float:
         return cost(rows, tokens) * rng.uniform(0.85, 1.15)
 
-    gaps, _, _ = simulate(step_stretch=RuntimeConfig().step_stretch, step_cost=jittered)
-    ratio = percentile(gaps, 99) / percentile(gaps, 50)
-    print(f"p99/p50 gap at the default stretch with steps jittered +-15%: {ratio:.2f}")
-    assert ratio <= 2.0
+    return jittered
+
+
+def test_the_default_stretch_leaves_room_for_steps_that_scatter_around_the_fit():
+    # Real steps scatter: on the EPYC of stop 18, mixed steps of 24+ decodes ran 0.99x the fit
+    # at the median and 1.14x at p90, and at stretch 2 streams' p99 gap came out 2.1-2.4x their
+    # p50 (ops.bench.overhead, 8 rounds). Here every step, the start-up calibration's too, takes
+    # its linear cost times a seeded jitter of up to +-15%. At stretch 2 three of these five
+    # seeds give 2.02-2.18 (and five of ten over 2); the default must keep all within 2.
+    for seed in range(5):
+        jittered = _jittered_cost(random.Random(seed))
+        seed_steps = tuple((r, t, jittered(r, t)) for r, t in CALIBRATION_SHAPES)
+        gaps, _, _ = simulate(step_stretch=RuntimeConfig().step_stretch, step_cost=jittered, step_samples=seed_steps)
+        ratio = percentile(gaps, 99) / percentile(gaps, 50)
+        print(f"seed {seed}: p99/p50 gap at the default stretch with steps jittered +-15%: {ratio:.2f}")
+        assert ratio <= 2.0, seed
