@@ -8,7 +8,8 @@ so ops.bench.run, which runs the bare step once and each server once, minutes ap
 default's c=32 ratio anywhere from 0.60 to 0.89 (stop 17). Here every round runs the bare step
 (ops.bench.bare_native, B = c, in a subprocess) and then the server's level back to back, and
 the figure is the median of the rounds' ratios. One server process serves every round: idle,
-it uses no CPU, and each round's prompts are new, so its prefix cache serves none of them.
+it uses no CPU, and every request's prompt is new (two unmeasured ones go first), so its
+prefix cache serves none of them.
 
 Per round:
 - bare: decode-only tok/s, and tok/s over the server's workload (B prompts' prefill plus the
@@ -18,7 +19,7 @@ Per round:
 - the load client's CPU seconds per second of the level: it shares the two cores with the
   server, and the bare step pays nothing like it;
 - the server's steps, from its debug step log: how many, the mean decode rows of a step, and the
-  share of the level the device was busy. These say where a ratio below 1 goes: a closed loop
+  share of the level a step was in flight (handed to the device thread and not yet answered). These say where a ratio below 1 goes: a closed loop
   ramps up (prompts come in a few per step, so that streams do not stall) and drains (streams
   finish one by one), and those steps decode fewer rows than the bare batch of c.
 """
@@ -36,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from ops.bench import native_sections
-from ops.bench.load import OUTPUT_TOKENS, requests_for_level, sweep, switchyard_target
+from ops.bench.bare_native import _cpu_model
+from ops.bench.load import OUTPUT_TOKENS, sweep, switchyard_target
 from ops.bench.prompt import PROMPT_TOKENS, build_prompts, default_model_dir
 from ops.bench.run import log, start_run, write_results
 
@@ -49,6 +51,7 @@ def step_lines(log_path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
     with open(log_path, "rb") as f:
         f.seek(offset)
         data = f.read()
+    data = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next call
     steps = []
     for line in data.splitlines():
         if b'"event": "step"' in line:
@@ -66,55 +69,49 @@ def step_summary(steps: list[dict[str, Any]], level_wall_s: float) -> dict[str, 
         "prompt_tokens": sum(s["prompt_tokens"] for s in steps),
         "decode_rows": sum(decoding),
         "mean_decode_rows": round(statistics.fmean(decoding), 1) if decoding else None,
-        "busy_share": round(sum(s["ms"] for s in steps) / 1000 / level_wall_s, 3) if level_wall_s else None,
+        # From handing a plan over to its result: the device's step plus the ~1.5 ms hand-over.
+        "in_flight_share": round(sum(s["ms"] for s in steps) / 1000 / level_wall_s, 3) if level_wall_s else None,
     }
 
 
 def one_round(args: argparse.Namespace, srv: Any, prompts: list[str], round_no: int, out_dir: Path, log_offset: int) -> tuple[dict[str, Any], int]:
     c = args.concurrency
-    bare = native_sections.run_bare_native(str(args.model), args.bare_variant, [c], "bfloat16", OUTPUT_TOKENS, args.threads, out_dir, 900)
+    bare = native_sections.run_bare_native(str(args.model), args.bare_variant, [c], args.bare_dtype, OUTPUT_TOKENS, args.threads, out_dir, 900)
     entry = bare["variants"][args.bare_variant]["batches"][str(c)]
     bare_workload = native_sections.workload_tok_s(entry, c, OUTPUT_TOKENS)
-    cpu0 = time.process_time()
-    swept = asyncio.run(
-        sweep(
-            switchyard_target(srv.base_url, SERVED_NAME), prompts, [c], requests_per_slot=args.requests_per_slot,
-            warmup_requests=WARMUP_REQUESTS if round_no == 0 else 0, expected_prompt_tokens=PROMPT_TOKENS,
-        )
-    )  # fmt: skip
-    client_cpu = time.process_time() - cpu0
-    level = swept["levels"][0]
+    level, client_cpu = _level(srv, prompts, c)
     steps, log_offset = step_lines(srv.log_path, log_offset)
-    if round_no == 0:  # the warm-up requests' steps came first; keep the level's only
-        steps = _after_warmup(steps)
-    gaps = level["itl_chunk_ms"]
+    gaps, tok_s = level["itl_chunk_ms"], level["output_tok_s"]
     row = {
         "round": round_no,
         "bare_decode_tok_s": entry["decode_tok_s"],
         "bare_workload_tok_s": bare_workload,
-        "server_tok_s": level["output_tok_s"],
-        "ratio_workload": round(level["output_tok_s"] / bare_workload, 3) if bare_workload and level["output_tok_s"] else None,
-        "ratio_decode_only": round(level["output_tok_s"] / entry["decode_tok_s"], 3) if level["output_tok_s"] else None,
+        "server_tok_s": tok_s,
+        "ratio_workload": round(tok_s / bare_workload, 3) if bare_workload and tok_s else None,
+        "ratio_decode_only": round(tok_s / entry["decode_tok_s"], 3) if entry.get("decode_tok_s") and tok_s else None,
         "chunk_gap_p50_ms": gaps["p50"],
         "chunk_gap_p99_ms": gaps["p99"],
-        "stall_ratio": round(gaps["p99"] / gaps["p50"], 2) if gaps["p50"] else None,
+        "stall_ratio": round(gaps["p99"] / gaps["p50"], 2) if gaps["p50"] and gaps["p99"] else None,
         "ttft_p50_ms": level["ttft_ms"]["p50"],
         "errors": level["errors"],
         "client_cpu_per_s": round(client_cpu / level["wall_s"], 3) if level["wall_s"] else None,
         "server_steps": step_summary(steps, level["wall_s"]),
     }
-    log(f"[round {round_no}] bare {bare_workload} tok/s (workload), server {level['output_tok_s']} tok/s: {row['ratio_workload']}, stall {row['stall_ratio']}")
+    log(f"[round {round_no}] bare {bare_workload} tok/s (workload), server {tok_s} tok/s: {row['ratio_workload']}, stall {row['stall_ratio']}")
     return row, log_offset
 
 
-def _after_warmup(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The first round's steps from the level's first step on: the warm-up requests decode
-    alone (at most WARMUP_REQUESTS rows, no prompt), and the level opens with a prompt step
-    that has nobody decoding beside it."""
-    for i in range(len(steps) - 1, 0, -1):
-        if steps[i]["decode_rows"] == 0 and steps[i]["prompt_tokens"] and all(s["decode_rows"] <= WARMUP_REQUESTS for s in steps[:i]):
-            return steps[i:]
-    return steps
+def _level(srv: Any, prompts: list[str], concurrency: int) -> tuple[dict[str, Any], float]:
+    """One closed-loop level sending each of `prompts` once, at `concurrency`, and the load
+    client's CPU seconds for it (it shares the cores with the server)."""
+    cpu0 = time.process_time()
+    swept = asyncio.run(
+        sweep(
+            switchyard_target(srv.base_url, SERVED_NAME), prompts, [concurrency], requests_per_slot=len(prompts) // concurrency,
+            min_requests=len(prompts), warmup_requests=0, expected_prompt_tokens=PROMPT_TOKENS,
+        )
+    )  # fmt: skip
+    return swept["levels"][0], time.process_time() - cpu0
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -129,13 +126,13 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"c={result['concurrency']}, {result['requests_per_slot']} requests per slot, server args `{result['server_args']}`, bare `{result['bare_variant']}`, CPU {result['cpu']}",
         "",
-        "| round | bare workload tok/s | server tok/s | server / bare | stall p99/p50 | client CPU | steps | mean decode rows | device busy |",
+        "| round | bare workload tok/s | server tok/s | server / bare | stall p99/p50 | client CPU | steps | mean decode rows | steps in flight |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["rounds"]:
         s = r["server_steps"]
         lines.append(
-            f"| {r['round']} | {r['bare_workload_tok_s']} | {r['server_tok_s']} | {r['ratio_workload']} | {r['stall_ratio']} | {r['client_cpu_per_s']} | {s['steps']} | {s['mean_decode_rows']} | {s['busy_share']} |"
+            f"| {r['round']} | {r['bare_workload_tok_s']} | {r['server_tok_s']} | {r['ratio_workload']} | {r['stall_ratio']} | {r['client_cpu_per_s']} | {s['steps']} | {s['mean_decode_rows']} | {s['in_flight_share']} |"
         )
     m = result["median"]
     lines.append(
@@ -153,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--requests-per-slot", type=int, default=2, help="requests per round = this * concurrency (ops.bench.run's default is 2)")
     p.add_argument("--server-args", default="--dtype bfloat16", help="`switchyard serve` arguments, one shell-quoted string")
     p.add_argument("--bare-variant", default="native", help="the ops.bench.bare_native variant that runs the server's kernels, e.g. native+int8")
+    p.add_argument("--bare-dtype", default="bfloat16", help="the bare step's dtype: the server's (--server-args' --dtype)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the bare step's torch threads (default: every core, as the server uses)")
     p.add_argument("--model", default=None, help="local HF model directory (default: the embedded SmolLM2)")
     p.add_argument("--startup-timeout", type=float, default=600.0)
@@ -162,37 +160,23 @@ def main(argv: list[str] | None = None) -> None:
     out_path, log_dir = start_run(args.out, "overhead-")
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    per_round = requests_for_level(args.concurrency, 1, args.requests_per_slot)
+    per_round = args.concurrency * args.requests_per_slot
     prompts = build_prompts(args.model, args.rounds * per_round + WARMUP_REQUESTS, PROMPT_TOKENS, "unique")
     server_args = ["--no-embeddings", "--log-level", "debug", *shlex.split(args.server_args)]
     result: dict[str, Any] = {
         "concurrency": args.concurrency, "requests_per_slot": args.requests_per_slot, "server_args": args.server_args,
-        "bare_variant": args.bare_variant, "threads": args.threads, "cpu": _cpu_name(), "rounds": [],
+        "bare_variant": args.bare_variant, "threads": args.threads, "cpu": _cpu_model(), "rounds": [],
     }  # fmt: skip
     with switchyard_server(log_dir / "switchyard.log", server_args, args.startup_timeout) as srv:
-        offset = 0
+        # Unmeasured requests first (the first prompt of a new length pays oneDNN's kernel
+        # compilation); their steps are read past, so no round counts them.
+        _level(srv, prompts[-WARMUP_REQUESTS:], WARMUP_REQUESTS)
+        _, offset = step_lines(srv.log_path, 0)
         for r in range(args.rounds):
-            # Each round's own prompts (the warm-up's come from the list's end, sweep's rule).
-            own = [*prompts[r * per_round : (r + 1) * per_round], *prompts[-WARMUP_REQUESTS:]]
-            row, offset = one_round(args, srv, own, r, log_dir, offset)
+            row, offset = one_round(args, srv, prompts[r * per_round : (r + 1) * per_round], r, log_dir, offset)
             result["rounds"].append(row)
     result["median"] = summarize(result["rounds"])
     write_results(result, out_path, started, markdown)
-
-
-def _cpu_name() -> str:
-    """`lscpu`'s model name and /proc/cpuinfo's family: lscpu names Zen 4 and Zen 5 alike here."""
-    name = family = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and name == "?":
-                name = value.strip()
-            elif key.strip() == "cpu family" and family == "?":
-                family = value.strip()
-    except OSError:
-        pass
-    return f"{name} (family {family})"
 
 
 if __name__ == "__main__":

@@ -32,14 +32,20 @@ def test_server_ratios_over_decode_only_and_workload_baselines() -> None:
     assert ratios["tok_s_c32_over_bare_bf16_workload_b32"] == round(200 / eager_workload, 3)
 
 
-def test_overhead_keeps_the_levels_steps_and_sums_them() -> None:
-    from ops.bench.overhead import _after_warmup, step_summary
+def test_overhead_reads_whole_step_lines_only_and_sums_them(tmp_path) -> None:
+    import json
 
-    def step(rows: int, tokens: int, ms: float = 10.0) -> dict:
-        return {"decode_rows": rows, "prompt_tokens": tokens, "ms": ms}
+    from ops.bench.overhead import step_lines, step_summary
 
-    warmup = [step(0, 128), step(1, 40), step(2, 0), step(2, 0), step(1, 0)]
-    level = [step(0, 128), step(1, 90), step(2, 90), step(3, 0), step(0, 64), step(1, 0)]
-    assert _after_warmup(warmup + level) == level  # the level's later prompt-only step is not its start
-    summary = step_summary(level, level_wall_s=0.1)
-    assert summary == {"steps": 6, "prompt_tokens": 372, "decode_rows": 7, "mean_decode_rows": 1.8, "busy_share": 0.6}
+    def line(rows: int, tokens: int, ms: float = 10.0) -> bytes:
+        return json.dumps({"event": "step", "decode_rows": rows, "prompt_tokens": tokens, "ms": ms}).encode() + b"\n"
+
+    log = tmp_path / "server.log"
+    log.write_bytes(line(0, 128) + b'{"event": "http_request"}\n' + line(1, 90) + line(2, 90)[:20])  # the last one half written
+    steps, offset = step_lines(log, 0)
+    assert [s["prompt_tokens"] for s in steps] == [128, 90]
+    log.write_bytes(log.read_bytes() + line(2, 90)[20:] + line(3, 0) + line(0, 64) + line(1, 0))
+    more, _ = step_lines(log, offset)
+    assert [(s["decode_rows"], s["prompt_tokens"]) for s in more] == [(2, 90), (3, 0), (0, 64), (1, 0)]
+    summary = step_summary(steps + more, level_wall_s=0.1)
+    assert summary == {"steps": 6, "prompt_tokens": 372, "decode_rows": 7, "mean_decode_rows": 1.8, "in_flight_share": 0.6}
