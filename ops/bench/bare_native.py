@@ -71,7 +71,9 @@ def _runner(model_dir: str, variant: str, dtype: str, max_batch: int, prompt_tok
     variant, context = loading(variant)
     impl, options = _variant_options(variant)
     per_seq = -(-(prompt_tokens + steps + 8) // BLOCK)
-    runner = TorchRunner(model_dir, dtype=dtype, num_kv_blocks=per_seq * max_batch + 4, block_size=BLOCK, num_threads=threads, model_impl=impl, **options)
+    runner = TorchRunner(
+        model_dir, dtype=dtype, num_kv_blocks=per_seq * max_batch + 4, block_size=BLOCK, num_threads=threads, model_impl=impl, **options
+    )
     with context:
         runner.load()
     return runner, per_seq
@@ -133,9 +135,7 @@ def run_bare_native(
             res["prefill_b1_ms"] = statistics.median(prefills)
             for b in batches:
                 res["batches"][str(b)] = entry = measure(runner, per_seq, ids, b, steps)
-                _log(
-                    f"[bare-native {variant} {dtype}] B={b}: {entry['decode_tok_s']} tok/s (step p50 {entry['step_ms_p50']} ms), prefill {entry['prefill_ms']} ms"
-                )
+                _log(f"[bare-native {variant} {dtype}] B={b}: {entry['decode_tok_s']} tok/s (step p50 {entry['step_ms_p50']} ms), prefill {entry['prefill_ms']} ms")
         out["variants"][variant] = res
         runner.close()
     out["loadavg_end"] = os.getloadavg()
