@@ -240,7 +240,7 @@ def build_step(
     step = PagedStep(
         k_cache=k_cache,
         v_cache=v_cache,
-        write_rows=_rows(torch.tensor(slots, dtype=torch.long), kv_heads, num_slots).to(device),
+        write_rows=cache_rows(torch.tensor(slots, dtype=torch.long), kv_heads, num_slots).to(device),
         prefills=prefills,
         decode_lens=decode_lens,
         per_sequence_decode=per_sequence_decode,
@@ -250,7 +250,7 @@ def build_step(
         _decode_metadata(step, decode_tables, block_size, kv_heads, num_slots, device)
     for chunk, table, start in chunk_meta:
         ctx = start + (chunk.end - chunk.start)
-        chunk.rows = _rows(_slots_of(table, ctx, block_size), kv_heads, num_slots).to(device)
+        chunk.rows = cache_rows(_slots_of(table, ctx, block_size), kv_heads, num_slots).to(device)
         q_pos = torch.arange(start, ctx, device=device)
         chunk.mask = torch.arange(ctx, device=device)[None, :] <= q_pos[:, None]
     return step, torch.tensor(positions, dtype=torch.long, device=device)
@@ -262,7 +262,7 @@ def _decode_metadata(step: PagedStep, tables: list[list[int]], block_size: int, 
         step.decode_groups = _invariant_groups(tables, step.decode_lens, block_size, kv_heads, num_slots, device)
         return
     slots, step.decode_bias = _decode_gather(tables, step.decode_lens, block_size, device)
-    step.decode_rows = _rows(slots.reshape(-1), kv_heads, num_slots).to(device)
+    step.decode_rows = cache_rows(slots.reshape(-1), kv_heads, num_slots).to(device)
     step.decode_len = slots.shape[1]
 
 
@@ -272,23 +272,33 @@ def copy_blocks(
     """Copy whole KV blocks (source, destination) in every layer: copy-on-write for forks."""
     kv_heads, num_slots, head_dim = k_cache[0].shape
     offsets = torch.arange(block_size, dtype=torch.long)
-    src = _rows((torch.tensor([c[0] for c in copies])[:, None] * block_size + offsets).reshape(-1), kv_heads, num_slots)
-    dst = _rows((torch.tensor([c[1] for c in copies])[:, None] * block_size + offsets).reshape(-1), kv_heads, num_slots)
+    src = cache_rows((torch.tensor([c[0] for c in copies])[:, None] * block_size + offsets).reshape(-1), kv_heads, num_slots)
+    dst = cache_rows((torch.tensor([c[1] for c in copies])[:, None] * block_size + offsets).reshape(-1), kv_heads, num_slots)
     src, dst = src.to(k_cache[0].device), dst.to(k_cache[0].device)
     for cache in (*k_cache, *v_cache):
         rows = cache.view(-1, head_dim)
         rows.index_copy_(0, dst, rows.index_select(0, src))
 
 
-def _rows(slots: torch.Tensor, kv_heads: int, num_slots: int) -> torch.Tensor:
+def cache_rows(slots: torch.Tensor, kv_heads: int, num_slots: int) -> torch.Tensor:
     """Cache slots `[N]` → rows `[kv_heads * N]` of the `[kv_heads * num_slots, d]` view, head-major."""
-    return (torch.arange(kv_heads, dtype=torch.long)[:, None] * num_slots + slots[None, :]).reshape(-1)
+    return (torch.arange(kv_heads, dtype=torch.long, device=slots.device)[:, None] * num_slots + slots[None, :]).reshape(-1)
+
+
+def table_slots(tables: torch.Tensor, block_size: int, length: int) -> torch.Tensor:
+    """Block tables `[B, blocks]` → each row's first `length` cache slots `[B, length]`."""
+    offsets = torch.arange(block_size, dtype=torch.long, device=tables.device)
+    return (tables[:, :, None] * block_size + offsets).reshape(tables.shape[0], -1)[:, :length]
+
+
+def padding_bias(lens: torch.Tensor, length: int) -> torch.Tensor:
+    """Each row's -inf bias past its own length `lens [B]`, as `[1, B, 1, length]` float32."""
+    past = torch.arange(length, device=lens.device)[None, :] >= lens[:, None]
+    return torch.zeros(past.shape, dtype=torch.float32, device=lens.device).masked_fill_(past, float("-inf"))[None, :, None, :]
 
 
 def _slots_of(table: list[int], ctx: int, block_size: int) -> torch.Tensor:
-    blocks = torch.tensor(table, dtype=torch.long)
-    offsets = torch.arange(block_size, dtype=torch.long)
-    return (blocks[:, None] * block_size + offsets[None, :]).reshape(-1)[:ctx]
+    return table_slots(torch.tensor([table], dtype=torch.long), block_size, ctx)[0]
 
 
 def _invariant_groups(
@@ -301,7 +311,7 @@ def _invariant_groups(
     groups = []
     for padded, members in sorted(buckets.items()):
         slots, bias = _decode_gather([tables[i] for i in members], [lens[i] for i in members], block_size, device, padded)
-        rows = _rows(slots.reshape(-1), kv_heads, num_slots).to(device)
+        rows = cache_rows(slots.reshape(-1), kv_heads, num_slots).to(device)
         groups.append(DecodeGroup(torch.tensor(members, dtype=torch.long, device=device), rows, padded, bias))
     return groups
 
@@ -315,9 +325,4 @@ def _decode_gather(
     padded = torch.zeros(len(tables), max_blocks, dtype=torch.long)
     for row, table in enumerate(tables):
         padded[row, : len(table)] = torch.tensor(table, dtype=torch.long)
-    offsets = torch.arange(block_size, dtype=torch.long)
-    slots = (padded[:, :, None] * block_size + offsets).reshape(len(tables), -1)
-    slots = slots[:, :max_len]
-    padding = torch.arange(max_len)[None, :] >= torch.tensor(lens)[:, None]
-    bias = torch.zeros(padding.shape, dtype=torch.float32).masked_fill_(padding, float("-inf"))
-    return slots, bias[None, :, None, :].to(device)
+    return table_slots(padded, block_size, max_len), padding_bias(torch.tensor(lens), max_len).to(device)

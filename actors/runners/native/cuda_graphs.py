@@ -50,7 +50,7 @@ import torch.nn.functional as F
 
 from actors.runners.native.attention import write_kv
 from actors.runners.native.llama import rms_norm
-from actors.runners.paged_attention import grouped_decode_attention
+from actors.runners.paged_attention import cache_rows, grouped_decode_attention, padding_bias, table_slots
 from runtime.logging import get_logger
 
 log = get_logger("runner")
@@ -101,16 +101,13 @@ def decode_step(
     """One decode token per row over fixed shapes: input_ids and lens `[B]`, tables
     `[B, L / block_size]` → logits `[B, V]`. Writes each row's key and value to its slot."""
     kv_heads, num_slots, _ = k_cache[0].shape
-    batch, blocks = tables.shape
+    blocks = tables.shape[1]
     length = blocks * block_size
     positions = lens - 1
-    heads = torch.arange(kv_heads, device=tables.device) * num_slots
     write_slots = tables.gather(1, (positions // block_size)[:, None]).squeeze(1) * block_size + positions % block_size
-    write_rows = (heads[:, None] + write_slots[None, :]).reshape(-1)  # [KVH * B], head-major as the cache
-    slots = (tables[:, :, None] * block_size + torch.arange(block_size, device=tables.device)).reshape(batch, length)
-    read_rows = (heads[:, None, None] + slots[None]).reshape(-1)  # [KVH * B * L]
-    past = torch.arange(length, device=tables.device)[None, :] >= lens[:, None]  # [B, L]
-    bias = torch.zeros(past.shape, dtype=torch.float32, device=tables.device).masked_fill(past, float("-inf"))[None, :, None, :]
+    write_rows = cache_rows(write_slots, kv_heads, num_slots)  # [KVH * B], head-major as the cache
+    read_rows = cache_rows(table_slots(tables, block_size, length).reshape(-1), kv_heads, num_slots)  # [KVH * B * L]
+    bias = padding_bias(lens, length)
     h = F.embedding(input_ids, model.w.embed)
     cos = model.cos[positions][:, None, :]
     sin = model.sin[positions][:, None, :]
