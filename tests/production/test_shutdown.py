@@ -25,6 +25,7 @@ from tests.production.conftest import sse_payloads, start_runtime_server
 
 ROOT = Path(__file__).resolve().parents[2]
 NUM_STREAMS = 16
+STREAM_TOKENS = 400  # the tiny model's context is 512
 
 
 def free_port() -> int:
@@ -104,14 +105,19 @@ async def test_sigterm_lets_16_streams_finish_and_exits_0(tiny_model_dir, tmp_pa
         started: list[int] = []
         results: list[list[str]] = []
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_streams, server.base_url, 160, started, results)
+            # Streams long enough (~1 s on the tiny model) that the drain cannot end before the
+            # late request below: with 160 tokens a fast CPU drained and exited within the 0.2 s
+            # this test used to wait, and the late request found no listener.
+            nursery.start_soon(run_streams, server.base_url, STREAM_TOKENS, started, results)
             with trio.fail_after(60):
                 while len(started) < NUM_STREAMS:
                     await trio.sleep(0.01)
             signalled = time.monotonic()
             server.proc.send_signal(signal.SIGTERM)
             # Admission is closed at once: a new request is refused with a clean 503.
-            await trio.sleep(0.2)
+            with trio.fail_after(10):
+                while '"event": "shutting_down"' not in server.log_path.read_text():  # raw: a line may be half written
+                    await trio.sleep(0.005)
             async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as http:
                 r = await http.post("/v1/completions", json={"prompt": "late", "max_tokens": 2})
             assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable", r.text
@@ -119,7 +125,7 @@ async def test_sigterm_lets_16_streams_finish_and_exits_0(tiny_model_dir, tmp_pa
         assert len(results) == NUM_STREAMS
         for events in results:
             assert events[-1] == "[DONE]", events[-3:]
-            assert json.loads(events[-2])["usage"]["completion_tokens"] == 160
+            assert json.loads(events[-2])["usage"]["completion_tokens"] == STREAM_TOKENS
             assert not any('"error"' in e for e in events)
         assert await server.wait_exit(timeout=40) == 0
         assert time.monotonic() - signalled < 30
