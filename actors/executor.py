@@ -13,9 +13,10 @@ from collections.abc import Callable
 import msgspec
 import trio
 
-from actors.runners.base import ModelInfo, Runner
+from actors.runners.base import Runner
 from runtime.logging import get_logger
 from runtime.messages import StepPlan, StepResult
+from runtime.protocol import ModelInfo
 from runtime.thread_bridge import device_threads
 
 log = get_logger("executor")

@@ -160,7 +160,7 @@ async def run(args: argparse.Namespace, url: str, pid: int) -> dict:
 
 def spawn(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:  # type: ignore[type-arg]
     url = f"http://127.0.0.1:{args.port}"
-    cmd = [sys.executable, "-m", "api.serve", "serve", "--port", str(args.port), *args.server_args]
+    cmd = [sys.executable, "-m", "api.process.main", "serve", "--port", str(args.port), *args.server_args]
     log = open(args.server_log, "wb")
     env = dict(os.environ)
     if args.api_key and not env.get("SWITCHYARD_API_KEYS"):
@@ -184,7 +184,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:8000")
     p.add_argument("--pid", type=int, help="the server's process id (with --url)")
-    p.add_argument("--spawn", action="store_true", help="start `python -m api.serve serve` on --port and stop it at the end")
+    p.add_argument("--spawn", action="store_true", help="start `python -m api.process.main serve` on --port and stop it at the end")
     p.add_argument("--port", type=int, default=8012)
     p.add_argument("--server-arg", dest="server_args", action="append", default=[], help="extra `serve` argument (repeatable)")
     p.add_argument("--server-log", default="/tmp/switchyard-soak-server.log")

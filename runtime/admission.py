@@ -3,7 +3,7 @@ request is charged against `max_pending_tokens` before it is tokenized, and the 
 itself.
 
 `is_full` and `TokenBudget.spent` are applied by `Runtime.open` to every request and by the
-API edge's load shedding (api/http/admission.py) before a body is read; `estimate_tokens` and
+API edge's load shedding (api/http/shared/admission.py) before a body is read; `estimate_tokens` and
 `TokenBudget.refuses` by `Runtime.open`, since they need the request's body. Pure: no trio, no
 tokenizer.
 """

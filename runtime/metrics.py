@@ -35,8 +35,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from runtime.engine import Runtime
     from runtime.messages import FinishReason, StepPlan
+    from runtime.protocol import Runtime
     from runtime.request import DecodeState
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)

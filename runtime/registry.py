@@ -11,8 +11,8 @@ from collections.abc import Iterable, Iterator
 
 import trio
 
-from runtime.engine import Runtime
 from runtime.errors import ModelNotFound
+from runtime.protocol import Runtime
 
 
 class ModelRegistry:

@@ -10,7 +10,7 @@ owner writes it, or when a field is missing from the table.
 Owners (each owner is one actor; these are its modules):
 
     edge         api/
-    runtime      runtime/engine.py
+    runtime      actors/engine.py
     core         actors/sched_core.py actors/blocks.py actors/sequence.py actors/embed_core.py
     detokenizer  actors/detokenizer.py
 

@@ -1,6 +1,6 @@
 """Internal, already-validated generation parameters.
 
-Owns: `SamplingParams`, the one shape every API surface is reduced to by `api/openai/params.py`.
+Owns: `SamplingParams`, the one shape every API surface is reduced to by `api/http/openai/params.py`.
 Actors trust it and never re-validate. Imports msgspec only.
 """
 

@@ -14,7 +14,7 @@ from runtime.request import RequestContext
 
 
 class Aborts(Protocol):
-    """What a stream needs of its runtime (runtime/engine.py `Runtime`)."""
+    """What a stream needs of its runtime (actors/engine.py `Engine`)."""
 
     requests: dict[str, RequestContext]
 

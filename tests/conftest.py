@@ -55,14 +55,14 @@ def tiny_config(model_dir: Path, **overrides: object) -> RuntimeConfig:
 
 
 async def start_server(nursery: trio.Nursery, config: RuntimeConfig, *extra: RuntimeConfig) -> Server:
-    from api.serve import serve_runtime
-    from runtime.engine import build_runtime
+    from actors.build import build_engine
+    from api.process.server import serve_runtime
 
     runtimes: list[object] = []
     stop = trio.Event()
 
     def factory(cfg: RuntimeConfig) -> object:
-        runtimes.append(build_runtime(cfg))
+        runtimes.append(build_engine(cfg))
         return runtimes[-1]
 
     binds = await nursery.start(partial(serve_runtime, config, factory, stop.wait, extra_models=extra))

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from actors.runners.base import ModelInfo
 from runtime.config import RuntimeConfig
 from runtime.messages import StepPlan, StepResult
+from runtime.protocol import ModelInfo
 
 
 class InjectedFailure(RuntimeError):
@@ -89,9 +89,9 @@ def fake_runtime(model_dir: Path, config: RuntimeConfig | None = None, **runner_
     """A Runtime on FakeRunner with the tiny model's tokenizer (tests/tiny_model.py)."""
     from transformers import AutoTokenizer
 
-    from runtime.engine import Runtime
+    from actors.engine import Engine
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     runner = FakeRunner(vocab_size=len(tokenizer), **runner_args)
     eos = frozenset([tokenizer.eos_token_id])
-    return Runtime(config or RuntimeConfig(served_name="fake", port=0), runner, tokenizer, "fake", eos)
+    return Engine(config or RuntimeConfig(served_name="fake", port=0), runner, tokenizer, "fake", eos)

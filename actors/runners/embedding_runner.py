@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from actors.runners.base import ModelInfo
 from actors.runners.torch_runner import device_key, pick_device
 from runtime.messages import ScheduledSeq, StepPlan, StepResult
+from runtime.protocol import ModelInfo
 from runtime.sampling import SamplingParams
 
 

@@ -17,11 +17,11 @@ from typing import Any
 import torch
 
 from actors.runners import calibration, paged_attention
-from actors.runners.base import ModelInfo
 from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, choose
 from actors.runners.sampler import SamplingBatch, apply_penalties, sample, unpack_bitmask
 from runtime.messages import ScheduledSeq, StepPlan, StepResult
+from runtime.protocol import ModelInfo
 from runtime.sampling import SamplingParams
 
 

@@ -37,7 +37,7 @@ def cluster_spec(configs: list[Any], platform: Any, settings: ClusterSettings) -
 
 
 def serve_ray(configs: list[Any], platform: Any, args: argparse.Namespace, table: dict[str, Any]) -> None:
-    """`table`: the config file's [cluster] table (api/serve.py read the file). With a local
+    """`table`: the config file's [cluster] table (api/process/config_file.py read it). With a local
     Ray instance, this process supervises the driver (api/cluster/supervisor.py) and exits with
     its status; the driver (or the only process, when joining a cluster) runs deploy.run."""
     try:

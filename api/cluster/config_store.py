@@ -2,7 +2,7 @@
 
 Owns: `EndpointConfigActor`, a Ray actor (named, detached: it outlives any one replica) that is
 the single writer of the definitions and persists them in the same SQLite file a single node
-uses (api/databricks/store.py's file, so `switchyard serve` on that host sees the same
+uses (api/http/databricks/store.py's file, so `switchyard serve` on that host sees the same
 endpoints); `SharedEndpointStore`, the replica-side adapter with EndpointStore's interface
 (load / put / delete, awaited on the replica's trio loop), which `ServingEndpoints` writes
 through; and `watch_endpoints`, the replica's subscription.
@@ -38,7 +38,7 @@ from typing import Any
 
 import trio
 
-from api.databricks.store import EndpointStore
+from api.http.databricks.store import EndpointStore
 from runtime.errors import ServingError
 from runtime.logging import get_logger
 

@@ -5,7 +5,7 @@ ASGI lifespan with `lifespan`, and forwards the replica's ASGI messages with `re
 
 `relay` owns the failure rule: when the replica fails (killed, crashed, unreachable, its
 runtime's thread gone), the client gets a clean error, never a hang: before the response
-started, a 503 in the shape of the API the path belongs to (api.app.error_shapes); mid-SSE, an
+started, a 503 in the shape of the API the path belongs to (api.http.app.error_shapes); mid-SSE, an
 error event and `[DONE]`; otherwise the body ends. Imports api.
 """
 
@@ -15,9 +15,9 @@ import asyncio
 from collections.abc import AsyncIterable, Callable, Sequence
 from typing import Any
 
-from api.app import error_shapes
-from api.http import sse
-from api.http.errors import HTTPError
+from api.http.app import error_shapes
+from api.http.shared import sse
+from api.http.shared.errors import HTTPError
 from runtime.logging import get_logger
 
 log = get_logger("cluster.edge")

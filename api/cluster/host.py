@@ -3,7 +3,7 @@ asyncio. What a serve-ray replica runs.
 
 Owns the bridge between Ray Serve's asyncio loop and Switchyard's trio loop:
 
-- the trio thread builds the registry and app with `api.app.build_app` (the same code as
+- the trio thread builds the registry and app with `api.http.app.build_app` (the same code as
   `switchyard serve`: one HTTP stack, every route and error shape written once), runs the
   runtimes, and drives the app's ASGI lifespan (before_serving: endpoints loaded, watchdog);
 - `stream(request)` (asyncio) runs one raw ASGI request through the app on the trio loop
@@ -18,7 +18,7 @@ Owns the bridge between Ray Serve's asyncio loop and Switchyard's trio loop:
   asyncio (statistics, health: trio's objects are only touched by their own thread).
 
 Messages cross by `TrioToken.run_sync_soon` one way and `loop.call_soon_threadsafe` the
-other: neither side ever blocks on the other. Imports trio, asyncio and api.app.
+other: neither side ever blocks on the other. Imports trio, asyncio and api.http.app.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from typing import Any
 
 import trio
 
-from api.app import build_app
+from actors.build import build_engine
+from api.http.app import build_app
 from runtime.logging import get_logger
 
 log = get_logger("cluster.host")
@@ -82,7 +83,7 @@ class TrioHost:
     def __init__(self, configs: Sequence[Any], platform: Any = None, runtime_factory: Callable[[Any], Any] | None = None) -> None:
         self._configs = list(configs)
         self._platform = platform
-        self._factory = runtime_factory
+        self._factory = runtime_factory or build_engine
         self._ready = threading.Event()
         self.error: BaseException | None = None
         self.models: Any = None
@@ -109,7 +110,7 @@ class TrioHost:
     async def _main(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
-        self.models, self.app = build_app(self._configs, self._platform, self._factory)
+        self.models, self.app = build_app(self._configs, self._factory, self._platform)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.models.run)

@@ -31,13 +31,13 @@ import msgspec
 from api.cluster.edge import lifespan, read_body, relay
 from api.cluster.host import HttpRequest, portable_scope
 from api.cluster.settings import ClusterSpec
-from api.http.routes import match
-from api.openai.params import chat_params, completion_params
-from api.openai.params_responses import responses_params
-from api.openai.schemas import ChatCompletionRequest, CompletionRequest
-from api.openai.schemas_responses import ResponsesRequest
-from api.openai.tools.parser import output_prefix
-from api.openai.tools.prompt import template_takes_tools
+from api.http.openai.params import chat_params, completion_params
+from api.http.openai.params_responses import responses_params
+from api.http.openai.schemas import ChatCompletionRequest, CompletionRequest
+from api.http.openai.schemas_responses import ResponsesRequest
+from api.http.openai.tools.parser import output_prefix
+from api.http.openai.tools.prompt import template_takes_tools
+from api.http.shared.routes import match
 from runtime.logging import configure_logging, get_logger
 from runtime.model_store import resolve_model
 from runtime.prefix_hash import block_hashes
@@ -50,12 +50,12 @@ log = get_logger("cluster.ingress")
 SESSION_HEADER = b"x-session-id"
 INGRESS_HEADER = b"x-switchyard-ingress"  # which ingress replica relayed the response
 MAX_HASHED_BLOCKS = 512
-RESPONSES_ROUTE = "create_response"  # api/http/routes.py: its body is hashed as Responses builds it
+RESPONSES_ROUTE = "create_response"  # api/http/shared/routes.py: its body is hashed as Responses builds it
 
 
 class PromptHasher:
     """Prompt -> KV block chain hashes, as the replica's cache will compute them: the body
-    becomes the replica's own `Prompt` (api/openai/params.py: the chat template's kwargs and
+    becomes the replica's own `Prompt` (api/http/openai/params.py: the chat template's kwargs and
     tools, a forced tool call's output start) and is encoded by the replica's own code
     (runtime/prompt_encoding.py), so routing and caching agree on every block."""
 

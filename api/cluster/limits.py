@@ -1,8 +1,8 @@
 """Per-key rate limits that hold across every replica of a serve-ray deployment.
 
 Owns: `RateLimitActor`, one named Ray actor holding the deployment's token buckets (the very
-`api.http.auth.RateLimiter` a single node uses), and `SharedRateLimiter`, the replica-side stand-in
-that `api.http.auth.AuthMiddleware` calls instead of its own buckets. Everything else about limits
+`api.http.shared.auth.RateLimiter` a single node uses), and `SharedRateLimiter`, the replica-side stand-in
+that `api.http.shared.auth.AuthMiddleware` calls instead of its own buckets. Everything else about limits
 (who a request is, the token estimate, the 429 and its shape, correcting the charge to the
 usage the response reported) stays in AuthMiddleware on the replica, written once.
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import trio
 
-from api.http.auth import RateLimiter
+from api.http.shared.auth import RateLimiter
 from runtime.logging import get_logger
 
 log = get_logger("cluster.limits")
@@ -58,7 +58,7 @@ def rate_limit_actor(config: Any) -> Any:
 
 
 class SharedRateLimiter:
-    """api.http.auth.RateLimiter's interface over the actor; `admit` is awaited by AuthMiddleware."""
+    """api.http.shared.auth.RateLimiter's interface over the actor; `admit` is awaited by AuthMiddleware."""
 
     def __init__(self, actor: Any, config: Any) -> None:
         self.actor = actor

@@ -157,7 +157,7 @@ class ClusterSpec:
     """Everything a replica needs, shipped to it by Ray (picklable)."""
 
     models: list[Any]  # runtime.config.RuntimeConfig, one per served model
-    platform: Any  # api.platform.config.PlatformConfig
+    platform: Any  # api.http.platform.config.PlatformConfig
     settings: ClusterSettings = field(default_factory=ClusterSettings)
 
     @property

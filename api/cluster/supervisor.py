@@ -33,7 +33,7 @@ def is_driver() -> bool:
 
 def supervise(argv: list[str]) -> int:
     """Run `switchyard <argv>` as the driver in a new session until it exits; its status."""
-    command = [sys.executable, "-c", "from api.serve import main; main()", *argv]
+    command = [sys.executable, "-c", "from api.process.main import main; main()", *argv]
     parent = os.getpid()
     child = subprocess.Popen(command, env={**os.environ, DRIVER_ENV: "1"}, start_new_session=True, preexec_fn=lambda: _die_with(parent))
 

@@ -1,3 +1,4 @@
-"""The shared HTTP layer under every API surface: the route table, body decoding, the
-error-shape registry, load shedding, API keys and rate limits, request ids and metrics, SSE,
-OpenAPI and the server's own routes. It never imports a surface (tests/checks)."""
+"""The HTTP edge: the app (`app.py`), one package per API surface (`openai/`, `azure/`,
+`databricks/`), the layer they share (`shared/`) and the platform settings (`platform/`).
+Only HTTP lives here: the process and the Ray deployment sit above it (`api/process`,
+`api/cluster`), and it reaches an engine only through `runtime.protocol.Runtime`."""

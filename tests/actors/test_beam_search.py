@@ -9,8 +9,8 @@ import torch
 import trio
 from transformers import AutoModelForCausalLM
 
-from api.openai.beam import beam_search
-from runtime.engine import build_runtime
+from actors.build import build_engine
+from api.http.openai.beam import beam_search
 from tests.conftest import tiny_config
 
 
@@ -26,7 +26,7 @@ async def test_beam_search_matches_transformers(tiny_model_dir: Path, width: int
         output_scores=True, return_dict_in_generate=True,
     )
     expected = [seq[len(prompt):].tolist() for seq in out.sequences]
-    runtime = build_runtime(tiny_config(tiny_model_dir))
+    runtime = build_engine(tiny_config(tiny_model_dir))
     async with trio.open_nursery() as nursery:
         await nursery.start(runtime.run)
         beams = await beam_search(runtime, prompt, width, max_tokens)

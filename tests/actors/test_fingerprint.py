@@ -6,14 +6,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from actors.runners.base import ModelInfo
+from actors.engine import Engine
 from actors.runners.torch_runner import _weights_identity
 from runtime.config import RuntimeConfig
-from runtime.engine import Runtime
+from runtime.protocol import ModelInfo
 
 
 def fingerprint(info_fp: str = "fp_runner", **config: object) -> str:
-    runtime = Runtime(RuntimeConfig(**config), runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset())  # type: ignore[arg-type]
+    runtime = Engine(RuntimeConfig(**config), runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset())  # type: ignore[arg-type]
     runtime.info = ModelInfo(max_model_len=512, vocab_size=320, device="cpu", dtype="float32", num_kv_blocks=64, block_size=4, fingerprint=info_fp)
     runtime.max_model_len = 512
     return runtime.fingerprint

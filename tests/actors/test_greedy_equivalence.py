@@ -15,7 +15,7 @@ import torch
 import trio
 from transformers import AutoModelForCausalLM
 
-from runtime.engine import build_runtime
+from actors.build import build_engine
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
 from tests.conftest import tiny_config
@@ -42,7 +42,7 @@ def reference(model_dir: Path, prompts: list[list[int]]) -> list[list[int]]:
 
 
 async def run_engine(model_dir: Path, prompts: list[list[int]], **overrides: object) -> tuple[list[list[int]], dict]:
-    runtime = build_runtime(tiny_config(model_dir, **overrides))
+    runtime = build_engine(tiny_config(model_dir, **overrides))
     results: list[list[int]] = [[] for _ in prompts]
 
     async def one(i: int) -> None:

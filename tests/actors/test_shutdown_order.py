@@ -8,8 +8,8 @@ from pathlib import Path
 
 import trio
 
+from actors.build import build_engine
 from runtime.config import RuntimeConfig
-from runtime.engine import build_runtime
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
 from tests.conftest import tiny_config
@@ -17,7 +17,7 @@ from tests.conftest import tiny_config
 
 async def test_stop_closes_the_pipeline_in_order(tiny_model_dir: Path) -> None:
     config: RuntimeConfig = tiny_config(tiny_model_dir)
-    runtime = build_runtime(config)
+    runtime = build_engine(config)
     steps_done: list[int] = []
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:

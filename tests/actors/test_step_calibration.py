@@ -25,12 +25,12 @@ def test_warmup_times_each_shape_and_leaves_the_cache_clean(tiny_model_dir: Path
 def test_batch_invariant_engines_schedule_by_the_token_budget_alone() -> None:
     # The time allowance splits prompts by measured step times, and a chunk boundary changes
     # a prompt's rounding: batch invariance cannot have it.
-    from actors.runners.base import ModelInfo
+    from actors.engine import Engine
     from runtime.config import RuntimeConfig
-    from runtime.engine import Runtime
+    from runtime.protocol import ModelInfo
 
     info = ModelInfo(max_model_len=512, vocab_size=320, device="cpu", dtype="float32", num_kv_blocks=64, block_size=4, fingerprint="fp")
     for invariant, stretch in ((False, 1.7), (True, None)):
-        runtime = Runtime(RuntimeConfig(batch_invariant=invariant), runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset())  # type: ignore[arg-type]
+        runtime = Engine(RuntimeConfig(batch_invariant=invariant), runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset())  # type: ignore[arg-type]
         runtime.max_model_len = 512
         assert runtime._make_core(info).config.step_stretch == stretch

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from api.cluster.host import HostDead, HttpRequest, TrioHost
-from api.platform.config import PlatformConfig
+from api.http.platform.config import PlatformConfig
 from tests.conftest import tiny_config
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from api.cluster.host import TrioHost
 from api.cluster.ingress import PromptHasher
-from api.platform.config import PlatformConfig
+from api.http.platform.config import PlatformConfig
 from runtime.prefix_hash import block_hashes
 from tests.api.test_cluster_host import request
 from tests.conftest import tiny_config

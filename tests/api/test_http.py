@@ -76,7 +76,7 @@ async def test_health_and_models(server: Server) -> None:
 
 def test_no_response_timeout() -> None:
     """Quart's 60 s default would silently cut long streams (ANCHORS E2)."""
-    from api.app import create_app
+    from api.http.app import create_app
     from runtime.registry import ModelRegistry
 
     app = create_app(ModelRegistry([]))

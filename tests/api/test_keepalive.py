@@ -20,7 +20,7 @@ import httpx
 import pytest
 import trio
 
-import api.app
+import api.http.app
 from runtime.config import RuntimeConfig
 from tests.fakes import fake_runtime
 from tests.production.conftest import start_runtime_server
@@ -127,7 +127,7 @@ async def test_early_answers_keep_the_connection(tiny_model_dir: Path, monkeypat
                 await hold_the_only_slot(nursery, srv)
             results[name] = await rounds(srv.base_url, path, SIZES)  # type: ignore[attr-defined]
             srv.runtime.runner.release.set()  # type: ignore[attr-defined]
-    monkeypatch.setattr(api.app, "MAX_BODY_BYTES", SMALL_LIMIT)
+    monkeypatch.setattr(api.http.app, "MAX_BODY_BYTES", SMALL_LIMIT)
     async with keyed_server(tiny_model_dir, monkeypatch, tmp_path / "b") as srv:
         results["413 body over the limit"] = await rounds(srv.base_url, TOO_LARGE, TOO_LARGE_SIZES)  # type: ignore[attr-defined]
     bad = {name: dict(counts) for name, counts in results.items() if counts != Counter(ok=ROUNDS)}

@@ -14,7 +14,7 @@ def test_the_tree_passes_ruff() -> None:
 
 
 def test_ruff_fails_on_a_planted_violation(tmp_path: Path) -> None:
-    source = (ROOT / "api" / "http" / "sse.py").read_text()
+    source = (ROOT / "api" / "http" / "shared" / "sse.py").read_text()
     clean = tmp_path / "clean.py"
     clean.write_text(source)
     planted = tmp_path / "planted.py"

@@ -25,7 +25,7 @@ ray = pytest.importorskip("ray", reason="the Ray tier needs the ray extra: pip i
 serve = pytest.importorskip("ray.serve")
 
 from api.cluster.settings import ClusterSettings, ClusterSpec  # noqa: E402
-from api.platform.config import PlatformConfig  # noqa: E402
+from api.http.platform.config import PlatformConfig  # noqa: E402
 from tests.cluster import stuck_step  # noqa: E402
 from tests.conftest import tiny_config  # noqa: E402
 

@@ -18,8 +18,8 @@ import torch
 import trio
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from actors.build import build_engine
 from runtime.config import RuntimeConfig
-from runtime.engine import build_runtime
 from runtime.model_store import resolve_model
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
@@ -62,7 +62,7 @@ async def test_greedy_matches_transformers_on_default_model(model_dir) -> None: 
         expected.append(out[0, len(ids) :].tolist())
     del model
 
-    runtime = build_runtime(default_config())
+    runtime = build_engine(default_config())
     got: list[list[int]] = [[] for _ in prompts]
 
     async def one(i: int) -> None:

@@ -11,8 +11,8 @@ import pytest
 import structlog
 import trio
 
-from api.http.auth import AuthMiddleware, RateLimiter, TokenBucket, _UsageMeter, estimate_tokens
-from api.platform.config import PlatformConfig
+from api.http.platform.config import PlatformConfig
+from api.http.shared.auth import AuthMiddleware, RateLimiter, TokenBucket, _UsageMeter, estimate_tokens
 from tests.platform.conftest import KEY, OTHER_KEY, auth, client, platform_server
 
 OPEN = {"/health", "/metrics"}
@@ -21,7 +21,7 @@ CHAT = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2}
 
 def every_route() -> list[tuple[str, str]]:
     """(method, path) of every route create_app registers, parameters filled in."""
-    from api.app import create_app
+    from api.http.app import create_app
     from runtime.registry import ModelRegistry
 
     app = create_app(ModelRegistry([]), PlatformConfig())
@@ -66,16 +66,16 @@ async def test_every_route_needs_a_key_but_health_and_metrics(tiny_model_dir: Pa
 
 
 def test_keys_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    import api.http.auth
+    import api.http.shared.auth
 
     calls: list[tuple[bytes, bytes]] = []
-    real = api.http.auth.hmac.compare_digest
+    real = api.http.shared.auth.hmac.compare_digest
 
     def counting(a: bytes, b: bytes) -> bool:
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(api.http.auth.hmac, "compare_digest", counting)
+    monkeypatch.setattr(api.http.shared.auth.hmac, "compare_digest", counting)
     middleware = AuthMiddleware(None, PlatformConfig(api_keys=("k1", "k2", "k3")))
     for given, expected in ((b"k1", 0), (b"k3", 2), (b"nope", None), (b"", None)):
         calls.clear()
@@ -99,7 +99,7 @@ def test_config_from_environment_hides_keys() -> None:
 def test_cli_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from api.platform.config import add_arguments, from_args
+    from api.http.platform.config import add_arguments, from_args
 
     monkeypatch.setenv("SWITCHYARD_API_KEYS", "env-key")
     monkeypatch.setenv("SWITCHYARD_RATE_LIMIT_RPM", "10")

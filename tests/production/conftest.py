@@ -19,7 +19,7 @@ from tests.conftest import Server
 
 
 async def start_runtime_server(nursery: trio.Nursery, runtime: Any, config: RuntimeConfig | None = None) -> Server:
-    from api.serve import serve_runtime
+    from api.process.server import serve_runtime
 
     config = config or runtime.config
     stop = trio.Event()

@@ -401,9 +401,9 @@ async def test_fuzz_every_route_from_the_openapi_document(tiny_model_dir: Path, 
 
 
 def test_openapi_document_describes_the_routes() -> None:
-    from api.app import create_app
-    from api.http.openapi import build_document
-    from api.openai.schemas import ChatCompletionRequest
+    from api.http.app import create_app
+    from api.http.openai.schemas import ChatCompletionRequest
+    from api.http.shared.openapi import build_document
     from runtime.registry import ModelRegistry
 
     app = create_app(ModelRegistry([]))
@@ -423,9 +423,9 @@ def test_openapi_document_describes_the_routes() -> None:
 
 
 def test_openapi_document_publishes_auth_azure_parameters_and_platform_bodies() -> None:
-    from api.app import create_app
-    from api.http.openapi import build_document
-    from api.platform.config import PlatformConfig
+    from api.http.app import create_app
+    from api.http.platform.config import PlatformConfig
+    from api.http.shared.openapi import build_document
     from runtime.registry import ModelRegistry
 
     doc = build_document(create_app(ModelRegistry([]), PlatformConfig()))

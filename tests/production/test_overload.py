@@ -22,8 +22,8 @@ import pytest
 import trio
 
 from ops.overload import ROUTES, TARGET_MS, _request, auth_headers, burst, route_request, summarize
+from runtime.admission import estimate_tokens
 from runtime.config import RuntimeConfig
-from runtime.engine import estimate_tokens
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
 from tests.fakes import fake_runtime
@@ -202,8 +202,8 @@ async def test_every_generation_route_sheds_after_auth_before_the_body(
 
 def test_admission_knows_every_generation_route() -> None:
     """Which runtimes a request could use, from its method, path, query and headers alone."""
-    from api.databricks.endpoints import Endpoint, EndpointNotFound, ServedEntity
-    from api.http.admission import Admission
+    from api.http.databricks.endpoints import Endpoint, EndpointNotFound, ServedEntity
+    from api.http.shared.admission import Admission
 
     def rt(name: str, task: str, live: int) -> SimpleNamespace:
         return SimpleNamespace(served_name=name, task=task, accepting=True, requests=[0] * live, config=SimpleNamespace(max_pending=2), tokens_spent=lambda: False)

@@ -1,7 +1,7 @@
 """Graceful shutdown: SIGTERM stops admission, in-flight requests finish within the drain
 deadline, the rest are aborted with a clean error, the actors stop, and the process exits 0.
 
-Two tests run the real `python -m api.serve` in a subprocess and signal it; one runs
+Two tests run the real `python -m api.process.main` in a subprocess and signal it; one runs
 `serve_runtime` in-process on the fake runner to show what happens past the deadline.
 """
 
@@ -40,7 +40,7 @@ class ServerProcess:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         args = [
-            sys.executable, "-m", "api.serve", "serve", "--model", str(model_dir), "--port", str(self.port),
+            sys.executable, "-m", "api.process.main", "serve", "--model", str(model_dir), "--port", str(self.port),
             "--dtype", "float32", "--num-kv-blocks", "512", "--block-size", "4", "--num-threads", "1",
             "--max-num-batched-tokens", "64", "--drain-timeout", str(drain_timeout), "--no-embeddings",
         ]  # fmt: skip

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from actors.guidance import GuideCompiler
-from api.openai.grammars import format_guide
-from api.openai.tools.grammar import tool_guide
-from api.openai.tools.validate import build_toolset
+from api.http.openai.grammars import format_guide
+from api.http.openai.tools.grammar import tool_guide
+from api.http.openai.tools.validate import build_toolset
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["city"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]

@@ -21,9 +21,9 @@ import openai
 import pytest
 import trio
 
-from api.openai.tools.grammar import tool_guide
-from api.openai.tools.parser import ToolCallParser
-from api.openai.tools.validate import build_toolset
+from api.http.openai.tools.grammar import tool_guide
+from api.http.openai.tools.parser import ToolCallParser
+from api.http.openai.tools.validate import build_toolset
 from tests.conftest import start_server, tiny_config
 from tests.generation.helpers import in_thread
 

@@ -10,7 +10,7 @@ import pydantic
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 
-from api.openai.responses_events import Event, ResponsesEventBuilder
+from api.http.openai.responses_events import Event, ResponsesEventBuilder
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 USAGE = {

@@ -20,9 +20,9 @@ import pytest
 import trio
 from openai.types.responses import Response, ResponseCustomToolCall, ResponseStreamEvent
 
-import api.openai.responses
+import api.http.openai.responses
 from actors.tokenizer import encode_prompt
-from api.openai.tools.spec import format_call
+from api.http.openai.tools.spec import format_call
 from runtime.messages import FinishReason
 from tests.conftest import Server
 from tests.responses.scripted import Script
@@ -51,7 +51,7 @@ async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 def script(monkeypatch: pytest.MonkeyPatch, text: str, step: int = 3, **kwargs: Any) -> Script:
     s = Script([text[i : i + step] for i in range(0, len(text), step)], **kwargs)
-    monkeypatch.setattr(api.openai.responses, "Generation", s)
+    monkeypatch.setattr(api.http.openai.responses, "Generation", s)
     return s
 
 

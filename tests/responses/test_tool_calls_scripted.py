@@ -17,9 +17,9 @@ import openai
 import pytest
 import trio
 
-import api.openai.chat
-import api.openai.responses
-from api.openai.tools.spec import format_call
+import api.http.openai.chat
+import api.http.openai.responses
+from api.http.openai.tools.spec import format_call
 from runtime.messages import FinishReason
 from tests.conftest import Server
 from tests.responses.scripted import Script, guide_accepts
@@ -52,8 +52,8 @@ async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 def script(monkeypatch: pytest.MonkeyPatch, text: str, step: int = 3, finish: FinishReason = FinishReason.STOP) -> Script:
     s = Script([text[i : i + step] for i in range(0, len(text), step)], finish)
-    monkeypatch.setattr(api.openai.responses, "Generation", s)
-    monkeypatch.setattr(api.openai.chat, "Generation", s)
+    monkeypatch.setattr(api.http.openai.responses, "Generation", s)
+    monkeypatch.setattr(api.http.openai.chat, "Generation", s)
     return s
 
 

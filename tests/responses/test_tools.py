@@ -1,4 +1,4 @@
-"""api/openai/tools/ and api/openai/grammars.py on their own: the parser, the grammars, the prompt.
+"""api/http/openai/tools/ and api/http/openai/grammars.py on their own: the parser, the grammars, the prompt.
 
 Grammars are checked the way the engine will use them: compiled by llguidance against a real
 (tiny) tokenizer, then fed token ids. Embedded Lark grammars are checked against the `lark`
@@ -15,13 +15,13 @@ import llguidance
 import llguidance.hf
 import pytest
 
-from api.openai.grammars import format_guide, namespace_lark
-from api.openai.tools.chat import chat_message_parts
-from api.openai.tools.grammar import tool_guide
-from api.openai.tools.parser import ToolCallParser
-from api.openai.tools.prompt import render_conversation, template_takes_tools
-from api.openai.tools.spec import format_call
-from api.openai.tools.validate import build_toolset
+from api.http.openai.grammars import format_guide, namespace_lark
+from api.http.openai.tools.chat import chat_message_parts
+from api.http.openai.tools.grammar import tool_guide
+from api.http.openai.tools.parser import ToolCallParser
+from api.http.openai.tools.prompt import render_conversation, template_takes_tools
+from api.http.openai.tools.spec import format_call
+from api.http.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
 from runtime.sampling import Guide
 
@@ -426,16 +426,16 @@ def test_the_prompt_shows_json_the_way_the_grammar_forces_it(tokenizer: Any, ll_
 
 
 def test_schema_validation_is_cached_by_schema_text(monkeypatch: pytest.MonkeyPatch) -> None:
-    import api.openai.grammars
+    import api.http.openai.grammars
 
     calls: list[str] = []
-    real = api.openai.grammars.json_schema_grammar
+    real = api.http.openai.grammars.json_schema_grammar
 
     def counting(schema: Any) -> str:
         calls.append(schema)
         return real(schema)
 
-    monkeypatch.setattr(api.openai.grammars, "json_schema_grammar", counting)
+    monkeypatch.setattr(api.http.openai.grammars, "json_schema_grammar", counting)
     schema = {"type": "object", "properties": {"unique_to_this_test": {"type": "string"}}}
     for _ in range(3):
         build_toolset([{"type": "function", "name": "f", "parameters": schema}], None, None)
@@ -447,7 +447,7 @@ def test_tool_outputs_reach_a_tool_capable_template(tokenizer: Any) -> None:
     """function_call_output and custom_tool_call_output, through input_messages and the
     template path, end up in the encoded prompt (the fallback path: test_responses_wire.py)."""
     from actors.tokenizer import encode_prompt
-    from api.openai.params_responses import input_messages
+    from api.http.openai.params_responses import input_messages
     from runtime.request import Prompt
 
     items = [

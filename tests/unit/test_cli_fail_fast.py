@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # main() with the given argv; whatever happens, stdout then says which heavy modules loaded.
 RUN_CLI = """
 import sys
-from api.serve import main
+from api.process.main import main
 try:
     main(sys.argv[1:])
 finally:

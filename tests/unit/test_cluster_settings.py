@@ -10,7 +10,8 @@ import pytest
 
 from api.cluster.cli import cluster_settings, cluster_spec
 from api.cluster.settings import ACTORS_STOP_S, ClusterConfigError, ClusterSettings
-from api.serve import model_configs, parse_args, read_config_file
+from api.process.config_file import model_configs, read_config_file
+from api.process.flags import parse_args
 from runtime.config import RuntimeConfig
 
 
@@ -33,10 +34,9 @@ target_ongoing_requests = 16
 [cluster.router_kwargs]
 epsilon = 0.5
 """)
-    parse_args(["serve-ray", "--config", config, "--replicas", "5"])
-    from api.serve import _CLI_EXTRAS
+    command = parse_args(["serve-ray", "--config", config, "--replicas", "5"])
 
-    settings = cluster_settings(_CLI_EXTRAS["args"], read_config_file(config).cluster)
+    settings = cluster_settings(command.args, read_config_file(config).cluster)
     assert settings.replicas == 5 and settings.router == "pow2" and settings.replica_cpus == 2
     assert settings.autoscaling == {"min_replicas": 1, "max_replicas": 8, "target_ongoing_requests": 16}
     assert settings.router_kwargs == {"epsilon": 0.5}
@@ -92,11 +92,10 @@ def test_topology_is_direct_wherever_routing_does_not_need_the_prompt(table: dic
 def test_direct_topology_refuses_prefix_routing_over_several_replicas(tmp_path: Path) -> None:
     with pytest.raises(ClusterConfigError, match="topology 'direct' cannot route by prefix"):
         ClusterSettings.from_table({"topology": "direct", "replicas": 2})
-    parse_args(["serve-ray", "--topology", "direct", "--replicas", "2"])
-    from api.serve import _CLI_EXTRAS
+    command = parse_args(["serve-ray", "--topology", "direct", "--replicas", "2"])
 
     with pytest.raises(SystemExit, match="cannot route by prefix"):
-        cluster_settings(_CLI_EXTRAS["args"], {})
+        cluster_settings(command.args, {})
     with pytest.raises(ClusterConfigError, match="topology must be one of"):
         ClusterSettings.from_table({"topology": "hops"})
 
@@ -115,11 +114,10 @@ def test_a_bad_autoscaling_table_is_a_config_error_naming_the_key(tmp_path: Path
         ClusterSettings.from_table({"autoscaling": autoscaling}, "f.toml")
     table = "\n".join(f"{key} = {value!r}".replace("'", '"') for key, value in autoscaling.items())
     config = write(tmp_path, f"[cluster.autoscaling]\n{table}\n")
-    parse_args(["serve-ray", "--config", config])
-    from api.serve import _CLI_EXTRAS
+    command = parse_args(["serve-ray", "--config", config])
 
     with pytest.raises(SystemExit, match=re.escape(message)):  # the command's own message, before Ray starts
-        cluster_settings(_CLI_EXTRAS["args"], read_config_file(config).cluster)
+        cluster_settings(command.args, read_config_file(config).cluster)
 
 
 def test_health_settings_come_from_the_config_file(tmp_path: Path) -> None:
@@ -131,10 +129,9 @@ step_deadline = 2.5
 [cluster]
 health_check_period_s = 0.5
 """)
-    parse_args(["serve-ray", "--config", config])
-    from api.serve import _CLI_EXTRAS
+    command = parse_args(["serve-ray", "--config", config])
 
-    assert cluster_settings(_CLI_EXTRAS["args"], read_config_file(config).cluster).health_check_period_s == 0.5
+    assert cluster_settings(command.args, read_config_file(config).cluster).health_check_period_s == 0.5
     assert [c.step_deadline for c in model_configs(RuntimeConfig(), config, False)] == [2.5]
     with pytest.raises(ClusterConfigError, match=re.escape("[cluster].health_check_period_s must be a number > 0")):
         ClusterSettings.from_table({"health_check_period_s": 0})

@@ -21,8 +21,8 @@ PURE_MODULES = [
     "runtime.request",
     "actors.blocks",
     "actors.detok_core",
-    "api.openai.params",
-    "api.openai.schemas",
+    "api.http.openai.params",
+    "api.http.openai.schemas",
 ]
 
 _PROBE = """

@@ -174,8 +174,8 @@ def test_no_module_writes_a_field_it_does_not_own() -> None:
         ("actors/scheduler.py", "state.batch_sizes.extend([1])\n"),
         ("actors/scheduler.py", "a, state.first_token_time = 1, 2\n"),
         ("actors/detokenizer.py", "seq.block_table[0] = 3\n"),
-        ("runtime/engine.py", "state = DecodeState(start=register)\n"),
-        ("api/app.py", "stream.ctx.siblings.append(other)\n"),
+        ("actors/engine.py", "state = DecodeState(start=register)\n"),
+        ("api/http/app.py", "stream.ctx.siblings.append(other)\n"),
     ],
 )
 def test_a_write_from_the_wrong_actor_is_caught(path: str, source: str) -> None:
@@ -184,7 +184,7 @@ def test_a_write_from_the_wrong_actor_is_caught(path: str, source: str) -> None:
 
 def test_the_owner_may_write_and_self_fields_of_other_objects_are_theirs() -> None:
     assert not violations("actors/detokenizer.py", "state.batch_sizes.extend([1])\nstate.detok = d\n")
-    assert not violations("runtime/engine.py", "ctx.aborted = True\nctx = RequestContext(request_id=r)\n")
+    assert not violations("actors/engine.py", "ctx.aborted = True\nctx = RequestContext(request_id=r)\n")
     # An actor's own attribute that happens to share a field's name is not request state.
     assert not violations("actors/scheduler.py", "class SchedulerActor:\n    def f(self):\n        self.status = 1\n")
     # ...but inside a state class, self is that state.

@@ -1,4 +1,4 @@
-"""Request validation: msgspec decoding (api.openai.schemas) then cross-field rules (api.openai.params).
+"""Request validation: msgspec decoding (api.http.openai.schemas) then cross-field rules (api.http.openai.params).
 
 Every rejection must name the offending field in `InvalidRequest.param`, the OpenAI error's
 `param`, whichever stage catches it.
@@ -11,9 +11,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from api.http.body import from_decode_error
-from api.openai.params import chat_params, completion_params, split_prompt
-from api.openai.schemas import ChatCompletionRequest, CompletionRequest
+from api.http.openai.params import chat_params, completion_params, split_prompt
+from api.http.openai.schemas import ChatCompletionRequest, CompletionRequest
+from api.http.shared.body import from_decode_error
 from runtime.errors import InvalidRequest
 from runtime.sampling import SamplingParams
 

@@ -14,7 +14,7 @@ import statistics
 import pytest
 
 from actors.step_cost import MIN_STEPS, OUTLIER_RUN, PromptTokens, StepCostModel
-from api.serve import parse_args
+from api.process.flags import parse_args
 from runtime.config import RuntimeConfig
 from tests.unit.test_sched_core import Driver, assert_drained, make_core, prompt_of
 
@@ -127,9 +127,9 @@ def test_a_time_budget_keeps_the_p99_gap_within_the_stretch_at_c32():
 
 
 def test_the_flag_reaches_the_runtime_config(capsys):
-    assert parse_args(["serve"]).step_stretch == 1.7
-    assert parse_args(["serve", "--step-stretch", "1.5"]).step_stretch == 1.5
-    assert parse_args(["serve", "--step-stretch", "off"]).step_stretch is None
+    assert parse_args(["serve"]).config.step_stretch == 1.7
+    assert parse_args(["serve", "--step-stretch", "1.5"]).config.step_stretch == 1.5
+    assert parse_args(["serve", "--step-stretch", "off"]).config.step_stretch is None
     with pytest.raises(SystemExit) as exit_info:
         parse_args(["serve", "--step-stretch", "0.5"])
     assert exit_info.value.code == 2 and "--step-stretch" in capsys.readouterr().err

@@ -1,0 +1,48 @@
+"""`build_engine(config)`: an `Engine` for one `RuntimeConfig`, with its tokenizer and runner.
+
+Owns: resolving the model (a local directory or the embedded default of its task), loading its
+tokenizer, collecting its EOS ids, and choosing the runner (the embedding runner, or the torch
+runner with the config's device, dtype, KV cache and model path). The process layer calls it;
+the model's weights load later, on the device thread, when the engine runs.
+"""
+
+from __future__ import annotations
+
+from actors.engine import Engine
+from actors.runners.base import Runner
+from runtime.config import RuntimeConfig
+
+
+def build_engine(config: RuntimeConfig) -> Engine:
+    """An Engine for `config.model` (the embedded default of its task when None)."""
+    from transformers import AutoTokenizer
+
+    from runtime.model_store import resolve_model
+
+    name, path = resolve_model(config.model, task=config.task)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if config.task == "embeddings":
+        from actors.runners.embedding_runner import EmbeddingRunner
+
+        runner: Runner = EmbeddingRunner(path, device=config.device, dtype=config.dtype, num_threads=config.num_threads)
+        return Engine(config, runner, tokenizer, config.served_name or name, frozenset())
+
+    from transformers import GenerationConfig
+
+    from actors.runners.torch_runner import TorchRunner
+
+    eos: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        eos.add(int(tokenizer.eos_token_id))
+    try:
+        generation = GenerationConfig.from_pretrained(path)
+        ids = generation.eos_token_id
+        eos.update([ids] if isinstance(ids, int) else (ids or []))
+    except OSError:
+        pass
+    runner = TorchRunner(
+        path, device=config.device, dtype=config.dtype, num_kv_blocks=config.num_kv_blocks, kv_cache_gib=config.kv_cache_gib, block_size=config.block_size,
+        num_threads=config.num_threads, max_model_len=config.max_model_len, batch_invariant=config.batch_invariant, model_impl=config.model_impl,
+        compile=config.compile, quantization=config.quantization, cuda_graphs=config.cuda_graphs, max_num_seqs=config.max_num_seqs,
+    )
+    return Engine(config, runner, tokenizer, config.served_name or name, frozenset(eos))

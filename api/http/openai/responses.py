@@ -1,0 +1,190 @@
+"""POST /v1/responses: decode → params → runtime → one Response object or a typed SSE stream.
+
+The same `ResponsesEventBuilder` runs for both: streaming sends its events, non-streaming
+returns the Response it built. Tool calls are read out of the text by `ToolCallParser`.
+
+A request refused before generation (bad fields, prompt too long, overload) is an HTTP error.
+Once admitted, a failure inside the engine is not: seed 001's Response has a `failed` status
+with an `error` (type, code, message, param), so the client gets that Response: HTTP 200 with
+whatever output was made before the failure (non-streaming), or `error` + `response.failed`
+(streaming), alike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from quart import Quart, Response
+
+from api.http.openai.grammars import validated
+from api.http.openai.logprobs import chat_logprobs
+from api.http.openai.params_responses import responses_params
+from api.http.openai.responses_events import Event, ResponsesEventBuilder, new_id
+from api.http.openai.schemas_responses import ResponsesRequest
+from api.http.openai.streaming import Generation
+from api.http.openai.tools.parser import ToolCallParser, output_prefix
+from api.http.openai.tools.prompt import template_takes_tools
+from api.http.openai.tools.spec import ToolSet
+from api.http.shared import sse
+from api.http.shared.body import decode_body
+from api.http.shared.errors import json_response
+from api.http.shared.routes import bind
+from runtime.errors import InvalidRequest, RequestFailed, ServingError
+from runtime.logging import get_logger
+from runtime.messages import FinishReason, Logprob, Usage
+from runtime.registry import ModelRegistry
+
+log = get_logger("responses")
+
+# The tokenizer actor names Chat's fields; this endpoint calls them differently.
+_PARAM = {"messages": "input", "prompt": "input"}  # max_tokens: SamplingParams.max_tokens_param names it
+
+
+def register(app: Quart, models: ModelRegistry) -> None:
+    async def create_response() -> Response:
+        req = await decode_body(ResponsesRequest)
+        runtime = models.resolve(req.model)
+        template_tools = template_takes_tools(runtime.tokenizer)
+        params = await validated(responses_params, req, template_tools, compiles=bool(req.tools or req.text))
+        gen: Generation | RequestFailed
+        try:
+            gen = await _start(Generation(runtime, [params.prompt], params.sampling))
+        except RequestFailed as exc:  # admitted, then failed before its first token
+            gen = exc
+        response = {"id": new_id("resp"), "object": "response", "created_at": int(time.time()), "model": runtime.served_name, **params.echo}
+        output = _Output(ResponsesEventBuilder(response), params.toolset, runtime.tokenizer if params.logprobs else None, output_prefix(params.sampling))
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return sse.response(_sse(_events(gen, output, include_usage)))
+        async for _ in _events(gen, output, include_usage=True):
+            pass
+        return json_response(output.builder.response)
+
+    bind(app, "create_response", create_response, ResponsesRequest)
+
+
+async def _start(gen: Generation) -> Generation:
+    try:
+        return await gen.start()
+    except InvalidRequest as exc:
+        exc.param = _PARAM.get(exc.param or "", exc.param)
+        raise
+
+
+async def _sse(events: AsyncGenerator[Event]) -> AsyncIterator[bytes]:
+    async with aclosing(events):  # a client that goes away closes the request now, not at GC
+        async for name, payload in events:
+            yield sse.event(name, payload)
+
+
+async def _events(gen: Generation | RequestFailed, output: _Output, include_usage: bool) -> AsyncGenerator[Event]:
+    """Every event of the Response, first to last; an engine failure ends it as failed."""
+    for event in output.builder.start():
+        yield event
+    if isinstance(gen, RequestFailed):
+        for event in output.fail(gen):
+            yield event
+        return
+    try:
+        async for _, delta in gen.deltas():
+            events = output.feed(delta.text, delta.logprobs)
+            if delta.finish_reason is not None:
+                events += output.finish(delta.finish_reason, delta.usage if include_usage else None)
+            for event in events:
+                yield event
+    except Exception as exc:  # the engine failed this request mid-way: say so, then end
+        if not isinstance(exc, ServingError):  # not the engine's verdict: a bug, worth a trace
+            log.exception("response_failed")
+        for event in output.fail(exc):
+            yield event
+    finally:
+        gen.close()
+
+
+class _Output:
+    """Generated text → builder events, through the tool-call parser when tools may be called.
+
+    With logprobs asked for (`tokenizer` set), each delta's token logprobs go with the output
+    text that delta made: a text event gets the logprobs of every delta whose text it overlaps
+    (a delta that made no text yet rides with the next one); deltas that only made tool-call
+    text (or whitespace the parser drops) are reported nowhere, as output_text is the only
+    place the API has for them."""
+
+    def __init__(self, builder: ResponsesEventBuilder, toolset: ToolSet | None, tokenizer: Any = None, prefix: str = "") -> None:
+        self.builder = builder
+        self.parser = ToolCallParser(toolset, prefix) if toolset is not None and toolset.callable() else None
+        self.tokenizer = tokenizer
+        self._fed = 0  # characters of output so far
+        self._pending: deque[tuple[int, int, list[Logprob]]] = deque()  # (start, end, logprobs) per delta
+
+    def feed(self, text: str, logprobs: list[Logprob] | None = None) -> list[Event]:
+        start = self._fed
+        self._fed += len(text)
+        if self.tokenizer is not None and logprobs:
+            if self._pending and self._pending[-1][0] == self._pending[-1][1] == start:  # a delta with no text yet
+                logprobs = self._pending.pop()[2] + logprobs
+            self._pending.append((start, self._fed, logprobs))
+        if self.parser is None:
+            return self._text(text, start)
+        return self._apply(self.parser.feed(text))
+
+    def finish(self, reason: FinishReason | None, usage: Usage | None) -> list[Event]:
+        events = self._apply(self.parser.finish()) if self.parser is not None else []
+        if reason is FinishReason.ABORT:
+            return events + self.builder.fail("The request was aborted.")
+        # LENGTH is max_output_tokens or, without it, the end of the context window; the SDK's
+        # IncompleteDetails.reason has "max_output_tokens" for both (the output limit then is
+        # the room the prompt left), and no other value that fits.
+        status = "incomplete" if reason is FinishReason.LENGTH else "completed"
+        return events + self.builder.finish(status, usage_json(usage), "max_output_tokens")
+
+    def fail(self, exc: BaseException) -> list[Event]:
+        return self.builder.fail(str(exc) or type(exc).__name__)
+
+    def _text(self, text: str, start: int) -> list[Event]:
+        if not text:
+            return []
+        end = start + len(text)
+        entries: list[Logprob] = []
+        while self._pending:
+            a, b, logprobs = self._pending[0]
+            if b <= start and not a == b == start:  # made text that was not output text
+                self._pending.popleft()
+            elif a < end:
+                entries += self._pending.popleft()[2]
+            else:
+                break
+        if self.tokenizer is None:
+            return self.builder.text(text)
+        return self.builder.text(text, chat_logprobs(self.tokenizer, entries)["content"])
+
+    def _apply(self, parsed: list[tuple[Any, ...]]) -> list[Event]:
+        events: list[Event] = []
+        for kind, *rest in parsed:
+            if kind == "text":
+                events += self._text(rest[0], rest[1])
+            elif kind == "start":
+                events += self.builder.call_start(rest[0].kind, rest[0].name, rest[0].call_id)
+            elif kind == "delta":
+                events += self.builder.call_delta(rest[1])
+            else:
+                events += self.builder.call_done(rest[0].complete)
+        return events
+
+
+def usage_json(usage: Usage | None) -> dict[str, Any] | None:
+    """The Responses `usage` object. These models spend no hidden reasoning tokens."""
+    if usage is None:
+        return None
+    return {
+        "input_tokens": usage.prompt_tokens,
+        # The SDK's type requires cache_write_tokens; the prefix cache does not count writes.
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    }

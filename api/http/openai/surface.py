@@ -1,0 +1,30 @@
+"""The OpenAI surface in one call: `register(app, models)` binds its routes (/v1/...).
+
+Also what other surfaces reuse, handed to them by create_app (surfaces never import each
+other): `HANDLERS`, the request formats this surface answers (Azure ML's chat route and
+Databricks' invocations decode the same structs and answer with the same `respond`), and
+`ERRORS`, its error shape, the default for requests no other surface claims.
+Imports quart, api.http.shared, api.http.openai and runtime.
+"""
+
+from __future__ import annotations
+
+from quart import Quart
+
+from api.http.openai import chat, completions, embeddings, models, responses
+from api.http.openai.errors import OpenAIErrors
+from api.http.openai.schemas import ChatCompletionRequest, CompletionRequest
+from api.http.shared.routes import Handler
+from runtime.registry import ModelRegistry
+
+ERRORS = OpenAIErrors()
+HANDLERS = {
+    "chat": Handler(ChatCompletionRequest, chat.respond),
+    "completions": Handler(CompletionRequest, completions.respond),
+    "embeddings": Handler(embeddings.EmbeddingRequest, embeddings.respond),
+}
+
+
+def register(app: Quart, registry: ModelRegistry) -> None:
+    for module in (chat, completions, embeddings, responses, models):
+        module.register(app, registry)

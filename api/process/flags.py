@@ -1,0 +1,104 @@
+"""The `switchyard` command line: its two subcommands and every flag, parsed into a `CommandLine`.
+
+Owns: the flags (each says what it does and its default), turning them into the CLI's
+`RuntimeConfig` (every per-model flag is named as its field) and keeping the rest (the config
+file's path, `--no-embeddings`, serve-ray's and the platform's flags) on the namespace. A bad
+value is argparse's usage error: one line naming the flag, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from api.http.platform import config as platform_config
+from runtime.config import RuntimeConfig
+
+DEFAULTS = RuntimeConfig()  # one place for every default: the CLI shows the same ones
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """The parsed command: `config` holds the per-model flags, `args` everything argparse read."""
+
+    config: RuntimeConfig
+    args: argparse.Namespace
+
+    @property
+    def command(self) -> str:
+        return str(self.args.command)
+
+
+def parse_args(argv: list[str] | None = None) -> CommandLine:
+    parser = argparse.ArgumentParser(prog="switchyard", description="Switchyard LLM serving runtime")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="serve a model over HTTP")
+    _add_serve_arguments(p)
+    ray = sub.add_parser("serve-ray", help="serve the same API from replicas on Ray Serve (needs the ray extra)")
+    _add_serve_arguments(ray)
+    _add_cluster_arguments(ray)
+    args = parser.parse_args(argv)
+    return CommandLine(config=_runtime_config(args), args=args)
+
+
+def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    """serve-ray's own flags; each overrides the config file's [cluster] table (api/cluster/settings.py)."""
+    p.add_argument("--address", default=None, help="a running Ray cluster to join (default: start a local Ray instance)")
+    p.add_argument("--replicas", type=int, default=None, help="model replicas (default 1)")
+    p.add_argument("--ingress-replicas", type=int, default=None, help="HTTP ingress replicas (default 1)")
+    p.add_argument("--replica-cpus", type=float, default=None, help="Ray CPUs reserved per model replica (default 1)")
+    p.add_argument("--router", choices=["prefix", "pow2"], default=None, help="prefix-aware routing (default) or Ray's power of two choices")
+    p.add_argument(
+        "--topology", choices=["auto", "direct", "relay"], default=None,
+        help="direct: Ray's proxy calls the replicas (one hop fewer; no prefix routing); relay: through the ingress; "
+        "auto (default): direct for pow2 or one replica",
+    )  # fmt: skip
+
+
+def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="a local Hugging Face model directory, or a built-in name (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--served-name", default=None, help="the name clients send as `model` (default: the model's own name)")
+    p.add_argument("--host", default=DEFAULTS.host, help="address to listen on (default %(default)s)")
+    p.add_argument("--port", type=int, default=DEFAULTS.port, help="port to listen on (default %(default)s)")
+    p.add_argument("--device", default=None, help="cuda, cpu, cuda:1, ... (default: cuda when available, else cpu)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="weights and KV cache dtype (default auto: bfloat16 on CUDA and on CPUs with native bf16, else float32)")
+    p.add_argument("--kv-cache-gib", type=float, default=DEFAULTS.kv_cache_gib, help="memory for the paged KV cache, in GiB (default %(default)s)")
+    p.add_argument("--num-kv-blocks", type=int, default=None, help="KV cache blocks, overriding --kv-cache-gib (default: from --kv-cache-gib)")
+    p.add_argument("--block-size", type=int, default=DEFAULTS.block_size, help="tokens per KV cache block, the prefix cache's unit (default %(default)s)")
+    p.add_argument("--max-num-seqs", type=int, default=DEFAULTS.max_num_seqs, help="requests running in one step at most (default %(default)s)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=DEFAULTS.max_num_batched_tokens, help="tokens per step at most: decodes plus prompt chunks (default %(default)s)")
+    p.add_argument("--step-stretch", type=_stretch, default=DEFAULTS.step_stretch, help="while requests stream, a step carries prompt chunks worth at most (this - 1) x its decodes' own time, measured as the engine runs, so a stream's gap between chunks stays within this x a decode step ('off': the token budget alone; default %(default)s)")
+    p.add_argument("--max-model-len", type=int, default=None, help="context length in tokens, prompt plus output (default: the model's, capped by the KV cache)")
+    p.add_argument("--max-pending", type=int, default=DEFAULTS.max_pending, help="admitted, unfinished requests; past this a 429 (default %(default)s)")
+    p.add_argument("--max-pending-tokens", type=int, default=None, help="estimated prompt + max_tokens of admitted requests; past this a 429 (default: no limit)")
+    p.add_argument("--step-deadline", type=float, default=DEFAULTS.step_deadline, help="/health turns 503 while one step runs longer than this, in seconds (default %(default)s)")
+    p.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads (default: torch's, every core)")
+    p.add_argument("--drain-timeout", type=float, default=DEFAULTS.drain_timeout, help="on SIGTERM, seconds in-flight requests get to finish (default %(default)s)")
+    p.add_argument("--log-level", default=DEFAULTS.log_level, choices=["debug", "info", "warning", "error"], help="log level of the JSON log lines (default %(default)s)")
+    p.add_argument("--config", default=None, help="a TOML file with [[models]], [[endpoints]], [platform] and [cluster] tables (docs/operations.md; default: none)")
+    p.add_argument("--no-embeddings", action="store_true", help="do not also serve the default embedding model (default: served beside the chat model)")
+    p.add_argument("--log-prompts", action="store_true", help="log request bodies and generated text (default: never logged)")
+    p.add_argument(
+        "--batch-invariant",
+        action="store_true",
+        help="a seeded request gives the same text alone or in any batch, bf16 included (matmuls in fixed 32-row blocks; slower at low concurrency; default off)",
+    )
+    p.add_argument("--model-impl", default=DEFAULTS.model_impl, choices=["auto", "native", "transformers"], help="model code: native (Llama, Mistral, Qwen2, Qwen3), transformers (any causal LM), auto: native when supported (default %(default)s)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the native path's single-stream decode step at start-up (about 2 minutes the first time on 2 cores, inductor's disk cache after; default off)")
+    p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_const", const=False, default=None, help="on a GPU, run decode steps eager instead of replaying one captured CUDA graph per batch and key-length bucket (native path; default: graphs on CUDA)")
+    p.add_argument("--quantization", default=None, choices=["int8", "int4"], help="quantized linears on the native path: weight-only kernels for steps of up to 4 rows, an int8 GEMM with per-row quantized activations past that (default: off)")
+    platform_config.add_arguments(p)
+
+
+def _stretch(text: str) -> float | None:
+    if text == "off":
+        return None
+    value = float(text)
+    if value <= 1.0:
+        raise argparse.ArgumentTypeError("must be above 1 (a step is at least its decodes), or 'off'")
+    return value
+
+
+def _runtime_config(args: argparse.Namespace) -> RuntimeConfig:
+    # Every per-model flag is named as its RuntimeConfig field (task comes from the config file).
+    return RuntimeConfig(**{name: getattr(args, name) for name in RuntimeConfig.__struct_fields__ if hasattr(args, name)})

@@ -1,0 +1,97 @@
+"""`switchyard`: the command's entry point. Parses the command line and the config file,
+then runs `serve` (this process, api/process/server.py) or `serve-ray` (the Ray deployment,
+api/cluster).
+
+Owns: the order of start-up checks (flags, config file, each model's path, the platform
+settings, the listening socket: all before any model loads), the one-line usage errors (exit
+2, never a traceback), and leaving the process quickly once everything has stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, NoReturn
+
+import trio
+
+from api.cluster.cli import serve_ray
+from api.http.platform import config as platform_config
+from api.process.config_file import model_configs, read_config_file
+from api.process.flags import CommandLine, parse_args
+from api.process.server import BindError, listen, serve_runtime
+from runtime.config import RuntimeConfig
+from runtime.logging import configure_logging
+from runtime.memory import bound_native_caches
+from runtime.model_store import model_error
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the command line and its config file ask for, checked before any model loads."""
+
+    command: CommandLine
+    configs: list[RuntimeConfig]  # the served models, the first one's host and port listened on
+    platform: platform_config.PlatformConfig
+    cluster_table: dict[str, Any]  # the config file's [cluster] table (serve-ray's settings)
+
+
+def load(argv: list[str] | None = None) -> Launch:
+    """The command line (and its config file) → the served models and the platform settings."""
+    command = parse_args(argv)
+    configure_logging(command.config.log_level)
+    path = command.args.config
+    file = read_config_file(path) if isinstance(path, str) else None
+    configs = model_configs(command.config, file, not command.args.no_embeddings)
+    for i, model in enumerate(c.model for c in configs):
+        error = model_error(model)
+        if error:  # checked now: loading the other models first would take a while
+            raise SystemExit(f"{file.path}: models[{i}].model: {error}" if file and file.models else f"switchyard: {error}")
+    try:
+        platform = platform_config.from_args(command.args, file.platform if file else None, file.endpoints if file else ())
+    except ValueError as exc:
+        raise SystemExit(f"switchyard: {exc}") from None
+    return Launch(command=command, configs=configs, platform=platform, cluster_table=file.cluster if file else {})
+
+
+def main(argv: list[str] | None = None) -> None:
+    bound_native_caches()  # before anything loads torch (runtime/memory.py)
+    try:
+        launch = load(argv)
+        if launch.command.command == "serve-ray":  # Ray's proxy listens; the replicas build the stack
+            serve_ray(launch.configs, launch.platform, launch.command.args, launch.cluster_table)
+            return
+        sockets = listen(launch.configs[0])  # before any model loads: a taken port fails at once
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            usage_error(exc.code)
+        raise
+    except BindError as exc:
+        usage_error(f"switchyard: {exc}")
+    configs = launch.configs
+    try:
+        trio.run(partial(serve_runtime, configs[0], extra_models=configs[1:], platform=launch.platform, sockets=sockets))
+    except KeyboardInterrupt:
+        pass
+    except platform_config.ConfigError as exc:  # e.g. an [[endpoints]] table naming no served model
+        raise SystemExit(f"switchyard: {exc}") from None
+    # Clean stop: every response is sent and the device threads are joined. Skip interpreter
+    # finalization, which with torch and models loaded takes seconds (measured 3-8 s here)
+    # and would eat into an orchestrator's grace period after the drain deadline.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def usage_error(line: str) -> NoReturn:
+    """Bad command-line input: one line naming the flag (or file entry), exit status 2, as
+    argparse's own usage errors; never a traceback."""
+    print(line, file=sys.stderr)
+    sys.stderr.flush()
+    raise SystemExit(2)
+
+
+if __name__ == "__main__":
+    main()
