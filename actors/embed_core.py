@@ -48,7 +48,7 @@ class EmbeddingSchedulerCore:
             seqs.append(
                 ScheduledSeq(
                     request_id=request_id,
-                    token_ids=request.prompt_token_ids,
+                    token_ids=list(request.prompt_token_ids),
                     start_pos=0,
                     block_table=[],
                     sample=False,
@@ -59,7 +59,7 @@ class EmbeddingSchedulerCore:
             budget -= n
         if not seqs:
             return None
-        plan = StepPlan(step_id=self._next_step_id, seqs=seqs)
+        plan = StepPlan(step_id=self._next_step_id, seqs=tuple(seqs))
         self._next_step_id += 1
         return plan
 

@@ -118,13 +118,16 @@ class Engine:
         cfg = self.config
         plans_send, plans_recv = trio.open_memory_channel[Any](1)
         results_send, results_recv = trio.open_memory_channel[Any](1)
-        # Every live request puts at most one request and one abort here; aborted ones leave
-        # admission's count before their messages leave the channel (SchedulerInbox).
-        sched_send, sched_recv = trio.open_memory_channel[Any](2 * cfg.max_pending + 16)
+        # Every live request puts one request (with its siblings) here; an aborted one leaves
+        # admission's count before its request leaves the channel, so clients that come and go
+        # during one long step can fill it: then a 429 (SchedulerInbox.submit).
+        sched_send, sched_recv = trio.open_memory_channel[Any](cfg.max_pending + 16)
+        # The control channel: room for every live request's aborts (SchedulerInbox.can_admit).
+        aborts_send, aborts_recv = trio.open_memory_channel[Any](SchedulerInbox.ABORTS_PER_REQUEST * cfg.max_pending + 16)
         tok_send, tok_recv = trio.open_memory_channel[Any](cfg.max_pending)
         out_send, out_recv = trio.open_memory_channel[Any](4)
         self._tokenizer_inbox = tok_send
-        self._scheduler_inbox = SchedulerInbox(sched_send, late_aborts={})
+        self._scheduler_inbox = SchedulerInbox(sched_send, aborts_send)
 
         self.executor = ExecutorActor(self.runner, plans_recv, results_send, num_threads=cfg.num_threads)
         self.executor.on_step = self.on_step
@@ -135,7 +138,7 @@ class Engine:
         if self.task == "generate":
             self.max_model_len = min(info.max_model_len, info.num_kv_blocks * info.block_size)
         core = self._make_core(info)
-        self.scheduler = SchedulerActor(core, sched_recv, plans_send, results_recv, out_send, self._scheduler_inbox.late_aborts)
+        self.scheduler = SchedulerActor(core, sched_recv, plans_send, results_recv, out_send, aborts_recv)
         self.detokenizer = DetokenizerActor(
             _fast_backend(self.tokenizer), self.eos_token_ids, out_recv, self._scheduler_inbox.clone(), self.served_name, on_done=self._forget
         )
@@ -279,6 +282,8 @@ class Engine:
             raise InvalidRequest(f"Token ids must be below the vocabulary size, {self.info.vocab_size}.", param="prompt", code="invalid_token_id")
         if is_full(len(self.requests), self.config.max_pending, n):
             raise Overloaded(f"{len(self.requests)} requests are in flight; retry shortly.")
+        if not self._scheduler_inbox.can_admit(len(self.requests), n):
+            raise Overloaded("The scheduler's control queue is full of aborts waiting for the step in flight; retry shortly.")
         cost = 0
         if self._budget.budget is not None:
             cost = estimate_tokens(prompt, sampling, self.max_model_len)

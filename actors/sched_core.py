@@ -25,9 +25,10 @@ from __future__ import annotations
 from collections import deque
 
 from actors.blocks import BlockManager
+from actors.plans import PlanBuilder
 from actors.sequence import SchedulerConfig, SeqStatus, Sequence
 from actors.step_cost import PromptTokens, StepCostModel
-from runtime.messages import FinishReason, ForkedSeq, Logprob, ScheduledSeq, StepPlan, StepResult, TokenDelta, TokenizedRequest
+from runtime.messages import FinishReason, ForkedSeq, Logprob, StepPlan, StepResult, TokenDelta, TokenizedRequest
 
 __all__ = ["SchedulerConfig", "SchedulerCore", "SeqStatus", "Sequence"]
 
@@ -39,16 +40,14 @@ class SchedulerCore:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.requests: dict[str, Sequence] = {}
-        self._freed_ids: list[str] = []
         # Siblings (n > 1) held back while the first sequence computes the prompt. The step that
         # finishes it also samples their first tokens from its last row (each with its own seed),
         # and they take its prompt blocks: full ones shared, the partly filled last one copied
-        # (`_pending_copies`, run by the next step before its forward). The prompt is prefilled
+        # (`plans.reserved_copies`, run by the next step before its forward). The prompt is prefilled
         # once for all n. A sibling that misses that step re-joins the queue, where the prefix
         # cache still serves it every full block.
         self.forks: dict[str, list[Sequence]] = {}
-        self._pending_copies: list[tuple[int, int]] = []
-        self._next_step_id = 0
+        self.plans = PlanBuilder(config.block_size)
         self._step_times = (0.0, 0.0)  # (started, finished) of the step update() is applying
         self.num_prefill_tokens = 0  # prompt tokens computed (not served from cache), lifetime
         self.num_preemptions = 0
@@ -170,7 +169,7 @@ class SchedulerCore:
             if logprobs:
                 self._collect_prompt_logprobs(seq, item.start_pos, logprobs)
             if seq.num_computed_tokens >= seq.num_prompt_tokens and seq.request_id in self.forks:
-                self._adopt_forks(seq, item.forks or [], result, batch_size, outputs)
+                self._adopt_forks(seq, item.forks or (), result, batch_size, outputs)
             if not item.sample:
                 continue
             if seq.request_id in result.failed:
@@ -217,7 +216,7 @@ class SchedulerCore:
         outputs.append(TokenDelta(request_id=seq.request_id, token_ids=[], finish_reason=FinishReason.ABORT, error=error, register=register))
 
     def _adopt_forks(
-        self, parent: Sequence, forks: list[ForkedSeq], result: StepResult, batch_size: int, outputs: list[TokenDelta]
+        self, parent: Sequence, forks: tuple[ForkedSeq, ...], result: StepResult, batch_size: int, outputs: list[TokenDelta]
     ) -> None:
         """The parent's prompt is computed: siblings sampled in this step take its prompt blocks."""
         held = self.forks.pop(parent.request_id, [])
@@ -324,7 +323,7 @@ class SchedulerCore:
         self._release(seq)
         seq.status = SeqStatus.FINISHED
         del self.requests[seq.request_id]
-        self._freed_ids.append(seq.request_id)
+        self.plans.freed.append(seq.request_id)
 
     def _check_finish(self, seq: Sequence, token: int) -> tuple[FinishReason | None, int | None]:
         params = seq.sampling
@@ -337,36 +336,15 @@ class SchedulerCore:
         return None, None
 
     def _make_plan(self, scheduled: list[tuple[Sequence, int]]) -> StepPlan:
-        bs = self.config.block_size
-        # Copies reserved while planning the previous step: its forward has written the source
-        # blocks by now. Forks planned below get theirs in the next step.
-        copies, self._pending_copies = self._pending_copies, []
-        seqs = []
+        seqs, introduced = [], []
         for seq, num_new in scheduled:
-            start = seq.num_computed_tokens
-            end = start + num_new
-            sample = end == seq.num_tokens
-            seqs.append(
-                ScheduledSeq(
-                    request_id=seq.request_id,
-                    token_ids=seq.token_ids[start:end],
-                    start_pos=start,
-                    block_table=seq.block_table[: -(-end // bs)],
-                    sample=sample,
-                    sampling=seq.sampling,
-                    seed=seq.seed,
-                    matcher=seq.matcher,
-                    history=seq.token_ids if seq.sampling.has_penalties or seq.sampling.prompt_logprobs is not None else None,
-                    num_prompt_tokens=seq.num_prompt_tokens,
-                    forks=self._plan_forks(seq) if sample and seq.num_output_tokens == 0 else None,
-                )
-            )
-        plan = StepPlan(step_id=self._next_step_id, seqs=seqs, freed_request_ids=self._freed_ids, block_copies=copies)
-        self._next_step_id += 1
-        self._freed_ids = []
-        return plan
+            sample = seq.num_computed_tokens + num_new == seq.num_tokens
+            forks = self._plan_forks(seq) if sample and seq.num_output_tokens == 0 else None
+            seqs.append(self.plans.seq(seq, num_new, forks))
+            introduced += [seq, *(self.requests[f.request_id] for f in forks or ())]
+        return self.plans.plan(seqs, introduced)
 
-    def _plan_forks(self, parent: Sequence) -> list[ForkedSeq] | None:
+    def _plan_forks(self, parent: Sequence) -> tuple[ForkedSeq, ...] | None:
         """Siblings to sample in the step that finishes `parent`'s prompt, each with its copy
         of the partly filled last prompt block reserved now (so a drawn token always lands)."""
         held = self.forks.get(parent.request_id)
@@ -380,9 +358,9 @@ class SchedulerCore:
                 if not self.blocks.can_allocate(1):
                     break  # the rest re-join the queue after this step and use the prefix cache
                 child.block_table = self.blocks.allocate(1)
-                self._pending_copies.append((parent.block_table[parent.num_prompt_tokens // bs], child.block_table[0]))
-            forks.append(ForkedSeq(request_id=child.request_id, seed=child.seed, matcher=child.matcher))
-        return forks or None
+                self.plans.reserved_copies.append((parent.block_table[parent.num_prompt_tokens // bs], child.block_table[0]))
+            forks.append(ForkedSeq(request_id=child.request_id, seed=child.seed))
+        return tuple(forks) or None
 
     # -- introspection ------------------------------------------------------------------------
 

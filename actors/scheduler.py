@@ -17,6 +17,7 @@ Imports trio and runtime.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import trio
 
@@ -27,28 +28,33 @@ from runtime.messages import AbortReason, AbortRequest, DropRequests, Shutdown, 
 
 log = get_logger("scheduler")
 
-Inbound = TokenizedRequest | AbortRequest | Shutdown
+Inbound = TokenizedRequest | Shutdown
 
 
 class SchedulerInbox:
-    """A sender's handle on the scheduler's bounded inbox; it never blocks the sender.
+    """A sender's handle on the scheduler's two inboxes; neither ever blocks the sender.
 
-    Admission bounds live requests, but an aborted request leaves that count at once while its
-    messages wait in the channel for the next step boundary, so clients that connect and leave
-    during one long step can fill it. Then: a new request and its siblings (n > 1), which go
-    in together or not at all (the step that finishes the prompt forks them all), are refused
-    (`submit` is False: the caller answers 429); an abort is never lost but waits in
-    `late_aborts`, shared with the scheduler, which applies it at its next drain (the full
-    channel wakes it). Each actor holds its own clone of the channel, as trio wants, so the
-    scheduler sees end-of-channel when the last sender closes.
+    Requests (and `Shutdown`) go into a bounded channel; a new request and its siblings (n > 1),
+    which go in together or not at all (the step that finishes the prompt forks them all), are
+    refused when it has no room (`submit` is False: the caller answers 429). Aborts travel on
+    a control channel of their own, which the scheduler drains first at every step boundary and
+    which always has room: every live request can still send at most two aborts (its client
+    leaving, a stop string), and the engine admits a request only while the control channel
+    can take two more for it and for every live one (`can_admit`). An aborted request leaves
+    admission's count at once while its abort waits for the boundary, so clients that come and
+    go during one long step are refused with a 429, and no abort is ever dropped.
+    Each actor holds its own clones of the channels, as trio wants, so the scheduler sees
+    end-of-channel when the last sender closes.
     """
 
-    def __init__(self, channel: trio.MemorySendChannel[Inbound], late_aborts: dict[str, AbortReason]) -> None:
+    ABORTS_PER_REQUEST = 2
+
+    def __init__(self, channel: trio.MemorySendChannel[Inbound], aborts: trio.MemorySendChannel[AbortRequest]) -> None:
         self.channel = channel
-        self.late_aborts = late_aborts
+        self.aborts = aborts
 
     def clone(self) -> SchedulerInbox:
-        return SchedulerInbox(self.channel.clone(), self.late_aborts)
+        return SchedulerInbox(self.channel.clone(), self.aborts.clone())
 
     def submit(self, requests: list[TokenizedRequest]) -> bool:
         stats = self.channel.statistics()
@@ -58,12 +64,14 @@ class SchedulerInbox:
             self.channel.send_nowait(request)
         return True
 
+    def can_admit(self, live: int, n: int) -> bool:
+        """Whether the control channel has room for the aborts `live` + `n` requests may send."""
+        stats = self.aborts.statistics()
+        return stats.current_buffer_used + self.ABORTS_PER_REQUEST * (live + n) <= stats.max_buffer_size
+
     def abort(self, request_id: str, reason: AbortReason) -> None:
         """Raises trio.ClosedResourceError / BrokenResourceError once the scheduler is gone."""
-        try:
-            self.channel.send_nowait(AbortRequest(request_id, reason))
-        except trio.WouldBlock:
-            self.late_aborts[request_id] = reason
+        self.aborts.send_nowait(AbortRequest(request_id, reason))  # never full: see can_admit
 
     def shutdown(self) -> bool:
         """Ask the scheduler to stop after its step in flight; False when it cannot be told."""
@@ -78,6 +86,7 @@ class SchedulerInbox:
 
     async def __aexit__(self, *exc: object) -> None:
         self.channel.close()
+        self.aborts.close()
 
 
 class SchedulerActor:
@@ -88,7 +97,7 @@ class SchedulerActor:
         plans: trio.MemorySendChannel[StepPlan],
         results: trio.MemoryReceiveChannel[StepResult],
         outputs: trio.MemorySendChannel[StepOutputs | DropRequests],
-        late_aborts: dict[str, AbortReason],  # the senders' SchedulerInbox.late_aborts
+        aborts: trio.MemoryReceiveChannel[AbortRequest],  # the control channel (SchedulerInbox)
     ) -> None:
         self.core = core
         self.inbox = inbox
@@ -98,12 +107,13 @@ class SchedulerActor:
         self.num_steps = 0
         self.last_step_tokens = 0
         self.stopping = False  # a Shutdown arrived: no new step after the one in flight
-        self.late_aborts = late_aborts  # see SchedulerInbox
+        self.aborts = aborts
+        self._woken: list[Inbound | AbortRequest] = []  # what ended the last wait, not applied yet
         self._dropped: list[str] = []  # aborted since the last DropRequests went out
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        async with self.inbox, self.plans, self.results, self.outputs:
+        async with self.inbox, self.aborts, self.plans, self.results, self.outputs:
             while True:
                 if not self._drain() or self.stopping:
                     return
@@ -111,9 +121,7 @@ class SchedulerActor:
                     dropped, self._dropped = self._dropped, []
                     await self.outputs.send(DropRequests(dropped))
                 if not self.core.has_work:
-                    try:
-                        self._handle(await self.inbox.receive())
-                    except trio.EndOfChannel:
+                    if not await self._wait_for_message():
                         return
                     continue
                 plan = self.core.schedule()
@@ -121,12 +129,31 @@ class SchedulerActor:
                     # Work exists but none fits (every block is taken by requests that are not
                     # running, which admission rules out); wait for an abort or a new request.
                     log.warning("nothing_schedulable", **self.core.statistics())
-                    try:
-                        self._handle(await self.inbox.receive())
-                    except trio.EndOfChannel:
+                    if not await self._wait_for_message():
                         return
                     continue
                 await self._step(plan)
+
+    async def _wait_for_message(self) -> bool:
+        """Sleep until a request, a Shutdown or an abort arrives. What woke it is kept for the
+        next `_drain`, which applies it in the usual order (requests before aborts: both
+        channels may have woken at once). False once the request inbox has closed."""
+        inbox_open = True
+
+        async def wait(channel: trio.MemoryReceiveChannel[Any], nursery: trio.Nursery) -> None:
+            nonlocal inbox_open
+            try:
+                self._woken.append(await channel.receive())
+            except trio.EndOfChannel:
+                if channel is not self.inbox:
+                    await trio.sleep_forever()  # the control channel closed first: wait on the inbox
+                inbox_open = False
+            nursery.cancel_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait, self.inbox, nursery)
+            nursery.start_soon(wait, self.aborts, nursery)
+        return inbox_open or bool(self._woken)
 
     async def _step(self, plan: StepPlan) -> None:
         started = time.perf_counter()
@@ -142,7 +169,17 @@ class SchedulerActor:
             await self.outputs.send(StepOutputs(step_id=plan.step_id, items=items))
 
     def _drain(self) -> bool:
-        """Apply everything already in the inbox. False when the inbox is closed and empty."""
+        """Apply everything already in the inboxes. False when the request inbox is closed and empty.
+
+        Requests first, then aborts: a request an abort names was sent (if at all) before its
+        abort was (the tokenizer never sends a request the engine has marked aborted, and
+        checks it in the same synchronous turn as the send), so it is in the core by now and
+        the abort finds it.
+        """
+        woken, self._woken = self._woken, []
+        for message in woken:
+            if not isinstance(message, AbortRequest):
+                self._handle(message)
         is_open = True
         while True:
             try:
@@ -152,17 +189,18 @@ class SchedulerActor:
             except trio.EndOfChannel:
                 is_open = False
                 break
-        # Late aborts after the channel: a request they name was sent (if at all) before its
-        # abort was (the tokenizer never sends a request the runtime has marked aborted), so
-        # it is in the core by now and the abort finds it.
-        while self.late_aborts:
-            self._abort(self.late_aborts.popitem()[0])
+        for message in woken:
+            if isinstance(message, AbortRequest):
+                self._abort(message.request_id)
+        while True:
+            try:
+                self._abort(self.aborts.receive_nowait().request_id)
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
         return is_open or self.core.has_work
 
     def _handle(self, message: Inbound) -> None:
-        if isinstance(message, AbortRequest):
-            self._abort(message.request_id)
-        elif isinstance(message, Shutdown):
+        if isinstance(message, Shutdown):
             self.stopping = True
         else:
             self.core.add(message)
@@ -172,4 +210,5 @@ class SchedulerActor:
             self._dropped.append(request_id)
 
     def statistics(self) -> dict[str, int]:
-        return {**self.core.statistics(), "steps": self.num_steps, "inbox": self.inbox.statistics().current_buffer_used}
+        inbox = self.inbox.statistics().current_buffer_used + self.aborts.statistics().current_buffer_used
+        return {**self.core.statistics(), "steps": self.num_steps, "inbox": inbox}

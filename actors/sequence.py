@@ -3,8 +3,10 @@
 Owns: `Sequence` (a request's tokens, progress, blocks and the counts the core reports),
 `SeqStatus` and `SchedulerConfig`. Only the scheduler core (actors/sched_core.py,
 actors/blocks.py) writes a `Sequence`; what others need of it leaves in messages: the block
-table and tokens in `ScheduledSeq`, new tokens in `TokenDelta`, and once per request the
-`RegisterRequest` that carries the core's cached-token count to the detokenizer.
+table and tokens in `ScheduledSeq`, the prompt and the grammar matcher once in `NewRequest`
+(the runner keeps its own history and advances the matcher from then on), new tokens in
+`TokenDelta`, and once per request the `RegisterRequest` that carries the core's cached-token
+count to the detokenizer.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class Sequence:
     num_truncated_tokens: int = 0  # the tokenizer's count, passed on in RegisterRequest
     num_preemptions: int = 0
     admitted: bool = False
-    matcher: Any = None
+    introduced: bool = False  # the runner has had its NewRequest (and with it the matcher)
+    matcher: Any = None  # the grammar matcher until it is handed to the runner, then None
     prompt_logprobs: list[Logprob] = field(default_factory=list)  # collected, delivered with the first token
     mailbox: Any = None  # opaque here: handed to the detokenizer in RegisterRequest
     registered: bool = False  # its RegisterRequest went out (on its first TokenDelta)

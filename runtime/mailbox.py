@@ -7,6 +7,7 @@ any other request. `fail` delivers an error instead. Imports trio and runtime.me
 
 from __future__ import annotations
 
+import msgspec
 import trio
 
 from runtime.messages import TextDelta
@@ -43,26 +44,8 @@ class DeltaMailbox:
     def put(self, delta: TextDelta) -> None:
         if self.finished:
             return
-        if self._pending is None:
-            self._pending = TextDelta(
-                text=delta.text,
-                token_ids=list(delta.token_ids),
-                logprobs=list(delta.logprobs) if delta.logprobs is not None else None,
-                prompt_logprobs=delta.prompt_logprobs,
-                embedding=delta.embedding,
-            )
-        else:
-            pending = self._pending
-            pending.text += delta.text
-            pending.token_ids.extend(delta.token_ids)
-            if delta.logprobs is not None:
-                pending.logprobs = (pending.logprobs or []) + delta.logprobs
-            if delta.prompt_logprobs is not None:
-                pending.prompt_logprobs = delta.prompt_logprobs
+        self._pending = delta if self._pending is None else _merged(self._pending, delta)
         if delta.finish_reason is not None:
-            self._pending.finish_reason = delta.finish_reason
-            self._pending.stop_reason = delta.stop_reason
-            self._pending.usage = delta.usage
             self._finished = True
         self._wakeup.set()
         if self.group is not None:
@@ -105,3 +88,18 @@ class DeltaMailbox:
                 return None
             self._wakeup = trio.Event()
             await self._wakeup.wait()
+
+
+def _merged(pending: TextDelta, delta: TextDelta) -> TextDelta:
+    """One delta saying what `pending` then `delta` say (both are frozen: a new one)."""
+    logprobs = pending.logprobs
+    if delta.logprobs is not None:
+        logprobs = [*(logprobs or ()), *delta.logprobs]
+    return msgspec.structs.replace(
+        delta,
+        text=pending.text + delta.text,
+        token_ids=[*pending.token_ids, *delta.token_ids],
+        logprobs=logprobs,
+        prompt_logprobs=delta.prompt_logprobs if delta.prompt_logprobs is not None else pending.prompt_logprobs,
+        embedding=delta.embedding if delta.embedding is not None else pending.embedding,
+    )

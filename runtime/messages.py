@@ -3,10 +3,10 @@
 Owns: the msgspec structs passed (as objects, never encoded) over trio memory channels and to the
 device thread, and the `FinishReason` / `AbortReason` vocabularies. Imports msgspec only.
 
-Batches are lists of per-request structs. Every message names its request (or step) so the
-receiving actor can bind log context per message. The messages that carry per-request state
-from one actor to the next are frozen: their builder is their only writer (runtime/request.py
-has the ownership map).
+Batches are tuples of per-request structs. Every message names its request (or step) so the
+receiving actor can bind log context per message. Every message is frozen: its builder is its
+only writer (runtime/request.py has the ownership map), so a plan can cross to the device
+thread while the scheduler goes on planning.
 """
 
 from __future__ import annotations
@@ -54,55 +54,77 @@ class AbortRequest(msgspec.Struct, frozen=True):
     reason: AbortReason
 
 
-class ForkedSeq(msgspec.Struct, kw_only=True, gc=False):
+class ForkedSeq(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """A sibling (n > 1) that takes its first token from its parent's last prompt position.
 
-    It samples from the same logits row with its own seed (and grammar state), so the prompt is
-    prefilled once for all n; the scheduler then gives it the parent's prompt blocks.
+    It samples from the same logits row with its own seed (and the grammar state the runner
+    keeps for it), so the prompt is prefilled once for all n; the scheduler then gives it the
+    parent's prompt blocks.
     """
 
     request_id: str
     seed: int
-    matcher: Any = None
 
 
 class Shutdown(msgspec.Struct, frozen=True):
     """runtime → scheduler: finish the step in flight, then close (shutdown in pipeline order)."""
 
 
-class ScheduledSeq(msgspec.Struct, kw_only=True, gc=False):
+class NewRequest(msgspec.Struct, kw_only=True, frozen=True):
+    """scheduler → runner, in the first plan that schedules a request (a fork's: the plan that
+    samples its first token): what the runner keeps of it until the request is freed.
+
+    The runner owns a request's device-side state from here on (actors/runners/request_state.py):
+    its token history (the prompt, then every token it sampled for it) and its grammar matcher,
+    which only the device thread advances. The core hands the matcher over and keeps no
+    reference to it.
+    """
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    matcher: Any = None  # an llguidance matcher when sampling.guide is set
+
+
+class ScheduledSeq(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """One request's share of a step: the tokens to feed and where its KV lives.
 
     `start_pos` is the position of token_ids[0]; the runner writes their keys/values into the
     slots `block_table[pos // block_size] * block_size + pos % block_size`, attends over positions
     [0, start_pos + len(token_ids)), and samples one token after the last one when `sample` is set.
+    A token the core has not learned yet (sampled by the step in flight) is `PENDING_TOKEN`: the
+    runner feeds the token it sampled for that position itself.
     """
 
     request_id: str
-    token_ids: list[int]
+    token_ids: list[int]  # the plan's own copy (a slice of the core's list), never the core's
     start_pos: int
-    block_table: list[int]
+    block_table: list[int]  # the plan's own copy, as token_ids
     sample: bool
     sampling: SamplingParams
     seed: int
-    matcher: Any = None  # the request's grammar state; the runner masks logits with it
-    # The request's whole token list (prompt then outputs), by reference, when penalties or
-    # prompt logprobs need it. Read-only on the device thread; only update() appends to it, and
-    # never while this step is in flight.
-    history: list[int] | None = None
     num_prompt_tokens: int = 0
-    forks: list[ForkedSeq] | None = None  # siblings sampled from this seq's row (sample is set)
+    forks: tuple[ForkedSeq, ...] | None = None  # siblings sampled from this seq's row (sample is set)
 
 
-class StepPlan(msgspec.Struct, kw_only=True):
-    """scheduler → executor: one packed forward."""
+# A token id the scheduler has not learned yet because the step that samples it is in flight
+# (an overlapped step's decode rows); the runner takes it from its own history.
+PENDING_TOKEN = -1
+
+
+class StepPlan(msgspec.Struct, kw_only=True, frozen=True):
+    """scheduler → executor: one packed forward. Frozen, and shares no container with the core
+    (its tuples, and each seq's own list copies): the device thread reads it while the
+    scheduler may already be planning the next step."""
 
     step_id: int
-    seqs: list[ScheduledSeq]
-    freed_request_ids: list[str] = []
+    seqs: tuple[ScheduledSeq, ...]
+    new_requests: tuple[NewRequest, ...] = ()  # requests this plan schedules for the first time
+    # Requests that finished or were aborted since the previous plan: the runner drops what it
+    # keeps of them before this step runs.
+    freed_request_ids: tuple[str, ...] = ()
     # (source, destination) KV blocks to copy before the forward: a forked sibling's private
     # copy of its parent's partly filled last prompt block (copy-on-write).
-    block_copies: list[tuple[int, int]] = []
+    block_copies: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_tokens(self) -> int:
@@ -119,7 +141,7 @@ class StepPlan(msgspec.Struct, kw_only=True):
         return sum(len(s.token_ids) for s in self.seqs if len(s.token_ids) > 1)
 
 
-class Logprob(msgspec.Struct, array_like=True, gc=False):
+class Logprob(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """A token's log-probability under the raw model distribution, with the top alternatives."""
 
     token_id: int
@@ -127,8 +149,9 @@ class Logprob(msgspec.Struct, array_like=True, gc=False):
     top: list[tuple[int, float]] = []
 
 
-class StepResult(msgspec.Struct, kw_only=True):
-    """executor → scheduler: the token sampled for each `sample` seq, in plan order."""
+class StepResult(msgspec.Struct, kw_only=True, frozen=True):
+    """executor → scheduler: the token sampled for each `sample` seq. Built once by the runner
+    (or the executor, for a failed step); its dicts are read-only after that."""
 
     step_id: int
     sampled: dict[str, int]
@@ -190,7 +213,7 @@ class DropRequests(msgspec.Struct, frozen=True):
     request_ids: list[str]
 
 
-class Usage(msgspec.Struct, kw_only=True):
+class Usage(msgspec.Struct, kw_only=True, frozen=True):
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
@@ -202,8 +225,8 @@ class Usage(msgspec.Struct, kw_only=True):
     queue_wait_time: list[int] = []
 
 
-class TextDelta(msgspec.Struct, kw_only=True):
-    """detokenizer → a request's mailbox. Deltas merge while the client is slow."""
+class TextDelta(msgspec.Struct, kw_only=True, frozen=True):
+    """detokenizer → a request's mailbox. Deltas merge (into a new one) while the client is slow."""
 
     text: str = ""
     token_ids: list[int] = []

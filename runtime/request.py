@@ -1,22 +1,26 @@
 """Per-request state, and which actor writes each field of it.
 
-Owns: `Prompt` (what to tokenize), `RequestContext` (the runtime's record of a live request,
+Owns: `Prompt` (what to tokenize), `RequestContext` (the engine's record of a live request,
 which is also what the tokenizer is sent) and `DecodeState` (the detokenizer's). The scheduler
-core's record is `actors.sequence.Sequence`. Each field has exactly one writer; the other
-actors learn of it only through the typed, frozen messages in runtime/messages.py.
+core's record is `actors.sequence.Sequence`, the runner's `actors.runners.request_state.RequestState`.
+Each field has exactly one writer; the other actors learn of it only through the typed, frozen
+messages in runtime/messages.py.
 tests/unit/test_ownership.py reads the table below and fails when code outside a field's
 owner writes it, or when a field is missing from the table.
 
 Owners (each owner is one actor; these are its modules):
 
     edge         api/
-    runtime      actors/engine.py
-    core         actors/sched_core.py actors/blocks.py actors/sequence.py actors/embed_core.py
+    engine       actors/engine.py
+    core         actors/sched_core.py actors/plans.py actors/blocks.py actors/sequence.py actors/embed_core.py
+    runner       actors/runners/
     detokenizer  actors/detokenizer.py
 
 The tokenizer and the scheduler shell (actors/scheduler.py) keep no per-request state: the
 tokenizer reads a `RequestContext` and sends a `TokenizedRequest`; the shell passes messages
-between the core and the other actors.
+between the core and the other actors. The runner runs on the device thread: what it keeps of
+a request (its token history and grammar matcher) comes once in the plan's `NewRequest` and
+goes when a plan lists the request in `freed_request_ids`; nothing it writes is the core's.
 
 Field                                Owner        How the others learn of it
     Prompt.text                      edge         RequestContext.prompt (built once, never written)
@@ -25,15 +29,15 @@ Field                                Owner        How the others learn of it
     Prompt.add_special_tokens        edge         RequestContext.prompt
     Prompt.truncate                  edge         RequestContext.prompt
     Prompt.chat_template_kwargs      edge         RequestContext.prompt
-    RequestContext.request_id        runtime      every message names it
-    RequestContext.prompt            runtime      read by the tokenizer (and the edge, for echo)
-    RequestContext.sampling          runtime      TokenizedRequest.sampling
-    RequestContext.arrival_time      runtime      TokenizedRequest.arrival_time
-    RequestContext.mailbox           runtime      TokenizedRequest.mailbox -> RegisterRequest.mailbox
-    RequestContext.siblings          runtime      read by the tokenizer: one TokenizedRequest each (fork_of)
-    RequestContext.aborted           runtime      read by the tokenizer; AbortRequest to the scheduler
+    RequestContext.request_id        engine       every message names it
+    RequestContext.prompt            engine       read by the tokenizer (and the edge, for echo)
+    RequestContext.sampling          engine       TokenizedRequest.sampling
+    RequestContext.arrival_time      engine       TokenizedRequest.arrival_time
+    RequestContext.mailbox           engine       TokenizedRequest.mailbox -> RegisterRequest.mailbox
+    RequestContext.siblings          engine       read by the tokenizer: one TokenizedRequest each (fork_of)
+    RequestContext.aborted           engine       read by the tokenizer; AbortRequest to the scheduler
     Sequence.request_id              core         ScheduledSeq / TokenDelta
-    Sequence.token_ids               core         ScheduledSeq.token_ids / history; TokenDelta.token_ids
+    Sequence.token_ids               core         ScheduledSeq.token_ids; NewRequest.prompt_token_ids; TokenDelta.token_ids
     Sequence.num_prompt_tokens       core         RegisterRequest.num_prompt_tokens (len of TokenizedRequest.prompt_token_ids)
     Sequence.sampling                core         ScheduledSeq.sampling
     Sequence.max_tokens              core         (core only; from TokenizedRequest)
@@ -49,12 +53,16 @@ Field                                Owner        How the others learn of it
     Sequence.num_truncated_tokens    core         RegisterRequest.num_truncated_tokens (the tokenizer's count, in TokenizedRequest)
     Sequence.num_preemptions         core         (core only)
     Sequence.admitted                core         (core only)
-    Sequence.matcher                 core         ScheduledSeq.matcher (the core only hands it on; the runner advances it)
+    Sequence.introduced              core         (core only: NewRequest sent)
+    Sequence.matcher                 core         NewRequest.matcher (handed to the runner once, then None here)
     Sequence.prompt_logprobs         core         TokenDelta.prompt_logprobs
     Sequence.mailbox                 core         RegisterRequest.mailbox (held, never used)
     Sequence.registered              core         (core only: RegisterRequest sent)
     Sequence.scheduled_time          core         RegisterRequest.scheduled_time
     Sequence.ready_time              core         TokenDelta.queue_wait_us
+    RequestState.history             runner       (runner only: prompt from NewRequest, then the tokens it samples)
+    RequestState.num_prompt_tokens   runner       (runner only; from NewRequest)
+    RequestState.matcher             runner       (runner only; from NewRequest, advanced by each sampled token)
     DecodeState.start                detokenizer  (the RegisterRequest it was created from)
     DecodeState.detok                detokenizer  on_finish hooks, after it finished
     DecodeState.num_output_tokens    detokenizer  Usage.completion_tokens
@@ -64,13 +72,15 @@ Field                                Owner        How the others learn of it
     DecodeState.queue_wait_us        detokenizer  Usage.queue_wait_time
     DecodeState.token_wait_us        detokenizer  on_finish hooks (metrics)
 
-Life cycle: the runtime creates a `RequestContext` in `open()` and keeps it in
-`Runtime.requests` (its own dict: only the runtime adds or removes entries) until the request
+Life cycle: the engine creates a `RequestContext` in `open()` and keeps it in
+`Engine.requests` (its own dict: only the engine adds or removes entries) until the request
 is aborted or the detokenizer reports it done (`DetokenizerActor.on_done`). The core creates a
-`Sequence` on `TokenizedRequest` and deletes it at finish or `AbortRequest`. The detokenizer
-creates a `DecodeState` on a delta's `RegisterRequest` and deletes it at finish, at failure, or
-on `DropRequests`. `DeltaMailbox` is a channel, not a field: the detokenizer puts deltas in it,
-and whoever ends a request early (tokenizer, runtime, detokenizer) fails it.
+`Sequence` on `TokenizedRequest` and deletes it at finish or `AbortRequest`. The runner creates
+a `RequestState` on the request's `NewRequest` and deletes it when a plan frees the request.
+The detokenizer creates a `DecodeState` on a delta's `RegisterRequest` and deletes it at
+finish, at failure, or on `DropRequests`. `DeltaMailbox` is a channel, not a field: the
+detokenizer puts deltas in it, and whoever ends a request early (tokenizer, engine,
+detokenizer) fails it.
 Imports msgspec, runtime.
 """
 
@@ -99,7 +109,7 @@ class Prompt(msgspec.Struct, kw_only=True):
 
 @dataclass(slots=True, eq=False)
 class RequestContext:
-    """The runtime's record of a live request; the tokenizer's inbox carries it."""
+    """The engine's record of a live request; the tokenizer's inbox carries it."""
 
     request_id: str
     prompt: Prompt

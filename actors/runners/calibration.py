@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from runtime.messages import ScheduledSeq, StepPlan
+from runtime.messages import NewRequest, ScheduledSeq, StepPlan
 from runtime.sampling import SamplingParams
 
 ROWS = 32
@@ -43,6 +43,11 @@ def plans(block_size: int, num_blocks: int, max_model_len: int) -> tuple[list[tu
     def chunk(tokens: int) -> ScheduledSeq:
         return ScheduledSeq(request_id="cal-p", token_ids=[1] * tokens, start_pos=0, block_table=table(tokens), sample=True, sampling=greedy, seed=0)
 
+    def plan(step_id: int, seqs: list[ScheduledSeq]) -> StepPlan:
+        # Every row is new to the runner in every plan: its state starts afresh each run.
+        new = tuple(NewRequest(request_id=s.request_id, prompt_token_ids=(1,) * (s.start_pos + len(s.token_ids))) for s in seqs)
+        return StepPlan(step_id=step_id, seqs=tuple(seqs), new_requests=new)
+
     shapes = [
         (1, 0, [decode(0)]),
         (ROWS, 0, [decode(i) for i in range(ROWS)]),
@@ -50,7 +55,7 @@ def plans(block_size: int, num_blocks: int, max_model_len: int) -> tuple[list[tu
         (1, prompt, [decode(0), chunk(prompt)]),
         (ROWS, prompt // 2, [*(decode(i) for i in range(ROWS)), chunk(prompt // 2)]),
     ]
-    out = [(rows, tokens, StepPlan(step_id=-2 - i, seqs=seqs)) for i, (rows, tokens, seqs) in enumerate(shapes)]
+    out = [(rows, tokens, plan(-2 - i, seqs)) for i, (rows, tokens, seqs) in enumerate(shapes)]
     return out, max(prompt, context + 1)
 
 

@@ -55,7 +55,7 @@ class EmbeddingRunner:
 
     def warmup(self) -> None:
         params = SamplingParams(max_tokens=0)
-        seqs = [ScheduledSeq(request_id=f"warm-{i}", token_ids=[101, 102][: i + 1], start_pos=0, block_table=[], sample=False, sampling=params, seed=0) for i in range(2)]
+        seqs = tuple(ScheduledSeq(request_id=f"warm-{i}", token_ids=[101, 102][: i + 1], start_pos=0, block_table=[], sample=False, sampling=params, seed=0) for i in range(2))
         self.execute(StepPlan(step_id=-1, seqs=seqs))
 
     def close(self) -> None:

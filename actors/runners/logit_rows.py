@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from actors.runners.request_state import RequestState, RequestStates
 from actors.runners.sampler import top_logprobs
 from runtime.messages import Logprob, ScheduledSeq
 
@@ -21,11 +22,15 @@ class Draw:
     """One token to sample: a sequence's own, or a forked sibling's from the same logits row."""
 
     request_id: str
-    seq: ScheduledSeq  # whose logits, sampling parameters and history
+    seq: ScheduledSeq  # whose logits and sampling parameters
     row: int  # its row in the kept logits
     seed: int
-    matcher: Any
+    state: RequestState  # its history and grammar matcher, aligned to `position`
     position: int  # the index of the token being generated
+
+    @property
+    def matcher(self) -> Any:
+        return self.state.matcher
 
 
 class LogitRows:
@@ -42,7 +47,7 @@ class LogitRows:
         self._wanted: dict[int, int] = {}
 
     @classmethod
-    def plan(cls, seqs: list[ScheduledSeq]) -> "LogitRows":
+    def plan(cls, seqs: tuple[ScheduledSeq, ...], states: RequestStates) -> "LogitRows":
         rows = cls()
         cursor = 0
         for i, s in enumerate(seqs):
@@ -54,9 +59,9 @@ class LogitRows:
                 rows.index.append(end - 1)
             if s.sample:
                 row, position = len(rows.index) - 1, s.start_pos + len(s.token_ids)
-                rows.draws.append(Draw(s.request_id, s, row, s.seed, s.matcher, position))
+                rows.draws.append(Draw(s.request_id, s, row, s.seed, states.align(s.request_id, position), position))
                 for fork in s.forks or ():
-                    rows.draws.append(Draw(fork.request_id, s, row, fork.seed, fork.matcher, position))
+                    rows.draws.append(Draw(fork.request_id, s, row, fork.seed, states.align(fork.request_id, position), position))
             cursor = end
         return rows
 
@@ -73,7 +78,7 @@ class LogitRows:
         return wanted
 
     def collect_logprobs(
-        self, seqs: list[ScheduledSeq], logprobs: torch.Tensor, sampled: dict[str, int]
+        self, seqs: tuple[ScheduledSeq, ...], states: RequestStates, logprobs: torch.Tensor, sampled: dict[str, int]
     ) -> dict[str, list[Logprob]]:
         """Prompt logprobs, then the sampled token's, per request. One gather for all values;
         top-k once per distinct width, over the rows that asked for it (a beam re-asking for a
@@ -81,7 +86,7 @@ class LogitRows:
         wanted: list[tuple[str, int, int, int]] = []  # (request id, kept row, token, width)
         for i, (first, count) in self.prompt_rows.items():
             s = seqs[i]
-            history = s.history or []
+            history = states.get(s.request_id).history
             for offset in range(count):
                 pos = s.start_pos + offset + 1  # the token this row's distribution scores
                 if pos < s.num_prompt_tokens:

@@ -19,8 +19,9 @@ import torch
 from actors.runners import calibration, paged_attention
 from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, choose
+from actors.runners.request_state import RequestStates
 from actors.runners.sampler import SamplingBatch, apply_penalties, sample, unpack_bitmask
-from runtime.messages import ScheduledSeq, StepPlan, StepResult
+from runtime.messages import NewRequest, ScheduledSeq, StepPlan, StepResult
 from runtime.protocol import ModelInfo
 from runtime.sampling import SamplingParams
 
@@ -125,6 +126,7 @@ class TorchRunner:
         # releases the GIL), so constrained requests add little to the step's critical path.
         self._mask_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchyard-masks")
         self._ll_executor: Any = None
+        self.requests = RequestStates()  # per-request history and grammar state; this thread its only writer
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -169,18 +171,20 @@ class TorchRunner:
         """Run a mixed prefill + decode step so first requests do not pay one-time costs, then
         time the calibration steps that seed the scheduler's step cost model."""
         greedy = SamplingParams(temperature=0.0, max_tokens=1)
+        prompt = (1,) * (self.block_size + 1)
         plan = StepPlan(
             step_id=-1,
-            seqs=[
-                ScheduledSeq(request_id="warm-0", token_ids=[1] * (self.block_size + 1), start_pos=0, block_table=[0, 1], sample=True, sampling=greedy, seed=0),
+            seqs=(
+                ScheduledSeq(request_id="warm-0", token_ids=list(prompt), start_pos=0, block_table=[0, 1], sample=True, sampling=greedy, seed=0),
                 ScheduledSeq(request_id="warm-1", token_ids=[1], start_pos=0, block_table=[2], sample=True, sampling=SamplingParams(max_tokens=1, top_p=0.9), seed=1),
-            ],
+            ),
+            new_requests=(NewRequest(request_id="warm-0", prompt_token_ids=prompt), NewRequest(request_id="warm-1", prompt_token_ids=(1,))),
         )
         self.execute(plan)
         # Then one sequence decoding alone, the step a single stream repeats (a compiled model
         # path compiles its one-row decode graph here, not on the first request's token).
         decode = ScheduledSeq(request_id="warm-0", token_ids=[1], start_pos=self.block_size + 1, block_table=[0, 1, 2], sample=True, sampling=greedy, seed=0)
-        self.execute(StepPlan(step_id=-1, seqs=[decode]))
+        self.execute(StepPlan(step_id=-1, seqs=(decode,)))
         bucketed = getattr(self.model, "bucketed", None)
         if bucketed is not None and bucketed.capture:  # CUDA graphs for every batch bucket now, not under traffic
             bucketed.capture_all(self.k_cache, self.v_cache)
@@ -188,6 +192,7 @@ class TorchRunner:
         samples = calibration.time_steps(self.execute, timed)
         for cache in (*self.k_cache, *self.v_cache):
             cache[:, : max(3 * self.block_size, slots)].zero_()
+        self.requests = RequestStates()  # nothing of the warm-up's requests stays
         return samples
 
     def close(self) -> None:
@@ -202,33 +207,34 @@ class TorchRunner:
     def execute(self, plan: StepPlan) -> StepResult:
         started = time.perf_counter()
         assert self.model is not None
+        self.requests.apply(plan)
         seqs = plan.seqs
+        if not seqs:
+            return StepResult(step_id=plan.step_id, sampled={})
         step, positions = self.model.build_step(
             [(s.start_pos, len(s.token_ids)) for s in seqs], [s.block_table for s in seqs], self.block_size, self.k_cache, self.v_cache
         )
         if plan.block_copies:
-            paged_attention.copy_blocks(self.k_cache, self.v_cache, plan.block_copies, self.block_size)
-        input_ids = torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.long, device=self.device)
-        rows = LogitRows.plan(seqs)
+            paged_attention.copy_blocks(self.k_cache, self.v_cache, list(plan.block_copies), self.block_size)
+        input_ids = torch.tensor([t for s in seqs for t in self.requests.input_ids(s)], dtype=torch.long, device=self.device)
+        rows = LogitRows.plan(seqs, self.requests)
         guided = [(i, d.matcher) for i, d in enumerate(rows.draws) if d.matcher is not None]
         bitmask = self._bitmask(len(guided)) if guided else None
         masks: Future[dict[int, str]] | None = self._mask_pool.submit(self._fill_masks, guided, bitmask) if guided else None
         keep = torch.tensor(rows.index or [input_ids.shape[0] - 1], dtype=torch.long, device=self.device)
         logits = self.model.forward(input_ids, positions, step, keep, self.k_cache, self.v_cache)
-        result = StepResult(step_id=plan.step_id, sampled={})
         if not rows.index:
-            result.elapsed = time.perf_counter() - started
-            return result
+            return StepResult(step_id=plan.step_id, sampled={}, elapsed=time.perf_counter() - started)
         all_logits = logits.float()  # [rows, V], raw model scores
         logprob_rows = rows.logprob_rows()
         logprobs = torch.log_softmax(all_logits[logprob_rows], dim=-1) if logprob_rows else None
+        sampled: dict[str, int] = {}
+        failed: dict[str, str] = {}
         if rows.draws:
             allowed, broken = self._allowed(guided, bitmask, masks.result()) if masks is not None else (None, {})
-            result.sampled, result.failed = self._sample(all_logits, rows.draws, guided, allowed, broken)
-        if logprobs is not None:
-            result.logprobs = rows.collect_logprobs(seqs, logprobs, result.sampled)
-        result.elapsed = time.perf_counter() - started
-        return result
+            sampled, failed = self._sample(all_logits, rows.draws, guided, allowed, broken)
+        collected = rows.collect_logprobs(seqs, self.requests, logprobs, sampled) if logprobs is not None else {}
+        return StepResult(step_id=plan.step_id, sampled=sampled, failed=failed, logprobs=collected, elapsed=time.perf_counter() - started)
 
     def _sample(
         self,
@@ -269,6 +275,7 @@ class TorchRunner:
                     failed[draw.request_id] = f"grammar error: token {token} rejected: {draw.matcher.get_error()}"
                 if draw.request_id in failed:
                     continue
+            draw.state.history.append(token)
             sampled[draw.request_id] = token
         return sampled, failed
 
@@ -286,13 +293,13 @@ class TorchRunner:
         logits = all_logits[[draws[i].row for i in which]]  # a copy: forks of one row get their own
         penalized = [j for j, i in enumerate(which) if draws[i].seq.sampling.has_penalties]
         if penalized:
-            sub = [draws[which[j]].seq for j in penalized]
+            sub = [draws[which[j]] for j in penalized]
             logits[penalized] = apply_penalties(
                 logits[penalized],
-                [(s.history or [], s.num_prompt_tokens) for s in sub],
-                [s.sampling.presence_penalty for s in sub],
-                [s.sampling.frequency_penalty for s in sub],
-                [s.sampling.repetition_penalty for s in sub],
+                [(d.state.history, d.state.num_prompt_tokens) for d in sub],
+                [d.seq.sampling.presence_penalty for d in sub],
+                [d.seq.sampling.frequency_penalty for d in sub],
+                [d.seq.sampling.repetition_penalty for d in sub],
             )
         masked = [(j, mask_of[i]) for j, i in enumerate(which) if i in mask_of]
         if masked and allowed is not None:

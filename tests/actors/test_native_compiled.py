@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from actors.runners.torch_runner import TorchRunner
-from runtime.messages import ScheduledSeq, StepPlan
+from runtime.messages import NewRequest, ScheduledSeq, StepPlan
 from runtime.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
@@ -27,13 +27,15 @@ def _run(runner: TorchRunner) -> list[dict[str, int]]:
     history: dict[str, list[int]] = {k: list(v) for k, v in prompts.items()}
     out = []
     for step in range(18):
-        seqs = []
+        seqs, new = [], []
         for rid in ("a",) if step >= 12 else ("a", "b", "c") if step >= 3 else ("a", "b"):
             fresh = len(history[rid]) == len(prompts[rid])
             tokens = history[rid] if fresh else history[rid][-1:]
             start = 0 if fresh else len(history[rid]) - 1
-            seqs.append(ScheduledSeq(request_id=rid, token_ids=tokens, start_pos=start, block_table=tables[rid], sample=True, sampling=GREEDY, seed=0))
-        result = runner.execute(StepPlan(step_id=step, seqs=seqs))
+            seqs.append(ScheduledSeq(request_id=rid, token_ids=list(tokens), start_pos=start, block_table=tables[rid], sample=True, sampling=GREEDY, seed=0))
+            if fresh:
+                new.append(NewRequest(request_id=rid, prompt_token_ids=tuple(prompts[rid])))
+        result = runner.execute(StepPlan(step_id=step, seqs=tuple(seqs), new_requests=tuple(new)))
         for rid, token in result.sampled.items():
             history[rid].append(token)
         out.append(result.sampled)

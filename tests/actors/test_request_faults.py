@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from actors.runners import torch_runner
-from runtime.messages import ScheduledSeq, StepPlan, StepResult
+from runtime.messages import NewRequest, ScheduledSeq, StepPlan, StepResult
 from runtime.sampling import Guide, SamplingParams
 from tests.conftest import Server
 
@@ -23,16 +23,18 @@ POISON_SEED = 1313
 
 
 def one_greedy_step(model_dir: Path, requests: list[tuple[str, object]]) -> StepResult:
-    """One real step on the tiny model: each (request id, matcher or None) prefills [5, 6, 7]."""
+    """One real step on the tiny model: each (request id, matcher or None) prefills [5, 6, 7]
+    (the plan introduces each request, handing the runner its matcher)."""
     runner = torch_runner.TorchRunner(model_dir, dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
     runner.load()
     try:
         greedy = SamplingParams(temperature=0.0, max_tokens=4)
-        seqs = [
-            ScheduledSeq(request_id=rid, token_ids=[5, 6, 7], start_pos=0, block_table=[2 * i], sample=True, sampling=greedy, seed=i, matcher=m)
-            for i, (rid, m) in enumerate(requests)
-        ]
-        return runner.execute(StepPlan(step_id=0, seqs=seqs))
+        seqs = tuple(
+            ScheduledSeq(request_id=rid, token_ids=[5, 6, 7], start_pos=0, block_table=[2 * i], sample=True, sampling=greedy, seed=i)
+            for i, (rid, _) in enumerate(requests)
+        )
+        new = tuple(NewRequest(request_id=rid, prompt_token_ids=(5, 6, 7), matcher=m) for rid, m in requests)
+        return runner.execute(StepPlan(step_id=0, seqs=seqs, new_requests=new))
     finally:
         runner.close()
 

@@ -69,7 +69,8 @@ def request(rid: str, guide: str | None = None) -> RequestContext:
 async def run_actor(nursery: trio.Nursery, tokenizer: Any, compiler: Any) -> tuple[trio.MemorySendChannel[Any], trio.MemoryReceiveChannel[Any]]:
     inbox_send, inbox_recv = trio.open_memory_channel[Any](64)
     sched_send, sched_recv = trio.open_memory_channel[Any](64)
-    actor = TokenizerActor(tokenizer, 512, inbox_recv, SchedulerInbox(sched_send, {}), compiler, compile_concurrency=2)
+    aborts_send, _ = trio.open_memory_channel[Any](64)
+    actor = TokenizerActor(tokenizer, 512, inbox_recv, SchedulerInbox(sched_send, aborts_send), compiler, compile_concurrency=2)
     await nursery.start(actor.run)
     return inbox_send, sched_recv
 

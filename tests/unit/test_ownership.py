@@ -1,11 +1,12 @@
 """One writer per field of per-request state: runtime/request.py's table, checked against the code.
 
-The table names, for every field of `Prompt`, `RequestContext`, `Sequence` and `DecodeState`,
-the one actor that writes it. This test reads every shipped module (api/, runtime/, actors/)
+The table names, for every field of `Prompt`, `RequestContext`, `Sequence`, the runner's
+`RequestState` and `DecodeState`, the one actor that writes it. This test reads every shipped module (api/, runtime/, actors/)
 and fails on a write to such a field (assignment, augmented assignment, item assignment, a
 mutating method call like `.append`, or construction) from a module outside the field's
-owner, and on a field the table leaves out or names twice. The messages that carry that state
-between actors must be frozen, so a receiver cannot write them either.
+owner, and on a field the table leaves out or names twice. Every message between actors must be
+frozen, so a receiver cannot write it either, and a step plan shares no container with the core:
+the device thread reads it while the scheduler may already be planning the next one.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+import actors.runners.request_state
 import actors.sequence
 import runtime.messages
 import runtime.request
@@ -29,9 +31,14 @@ STATE_CLASSES = {
     "RequestContext": runtime.request.RequestContext,
     "DecodeState": runtime.request.DecodeState,
     "Sequence": actors.sequence.Sequence,
+    "RequestState": actors.runners.request_state.RequestState,
 }
-# Messages that carry per-request state from one actor to another.
-CROSSING = ("TokenizedRequest", "AbortRequest", "RegisterRequest", "TokenDelta", "StepOutputs", "DropRequests")
+# Every message between actors (runtime/messages.py), the step boundary's included.
+CROSSING = (
+    "TokenizedRequest", "AbortRequest", "Shutdown", "RegisterRequest", "TokenDelta", "StepOutputs", "DropRequests",
+    "NewRequest", "ForkedSeq", "ScheduledSeq", "StepPlan", "Logprob", "StepResult", "Usage", "TextDelta",
+)  # fmt: skip
+
 MUTATORS = {"append", "extend", "insert", "pop", "popitem", "remove", "clear", "update", "setdefault", "sort", "reverse", "add", "discard"}
 # Writes to an attribute that shares a name with a state field but belongs to another object:
 # (receiver as written, attribute) -> what it is.
@@ -175,6 +182,12 @@ def test_no_module_writes_a_field_it_does_not_own() -> None:
         ("actors/scheduler.py", "a, state.first_token_time = 1, 2\n"),
         ("actors/detokenizer.py", "seq.block_table[0] = 3\n"),
         ("actors/engine.py", "state = DecodeState(start=register)\n"),
+        # The device thread writing the core's record: its tokens, its progress, its matcher slot.
+        ("actors/runners/torch_runner.py", "seq.token_ids.append(token)\n"),
+        ("actors/runners/logit_rows.py", "seq.num_computed_tokens += 1\n"),
+        ("actors/executor.py", "seq.block_table = []\n"),
+        # ...and the core writing the runner's.
+        ("actors/sched_core.py", "state.history.append(token)\n"),
         ("api/http/app.py", "stream.ctx.siblings.append(other)\n"),
     ],
 )
@@ -195,3 +208,34 @@ def test_the_owner_may_write_and_self_fields_of_other_objects_are_theirs() -> No
 def test_messages_between_actors_are_frozen(name: str) -> None:
     cls = getattr(runtime.messages, name)
     assert issubclass(cls, msgspec.Struct) and cls.__struct_config__.frozen, name
+
+
+def test_a_plan_shares_no_container_with_the_core() -> None:
+    """A list or dict of the core's in a plan would be read on the device thread while the core
+    writes it (the history the old plans handed over by reference). Every container a real
+    plan holds is its own: tuples at the plan level, fresh slices per sequence."""
+    from actors.sched_core import SchedulerConfig, SchedulerCore
+    from runtime.messages import StepResult, TokenizedRequest
+    from runtime.sampling import SamplingParams
+
+    core = SchedulerCore(SchedulerConfig(num_blocks=32, block_size=4))
+    penalized = SamplingParams(max_tokens=4, frequency_penalty=0.5, prompt_logprobs=1)
+    for rid in ("a", "b"):
+        core.add(TokenizedRequest(request_id=rid, prompt_token_ids=[5, 6, 7, 8, 9], sampling=penalized, max_tokens=4, seed=1, arrival_time=0.0))
+    plans = []
+    for _ in range(3):
+        plan = core.schedule()
+        assert plan is not None
+        plans.append(plan)
+        core.update(plan, StepResult(step_id=plan.step_id, sampled={s.request_id: 11 for s in plan.seqs if s.sample}))
+    core_containers = {id(c) for seq in core.requests.values() for c in (seq.token_ids, seq.block_table, seq.prompt_logprobs)}
+    for plan in plans:
+        for seq in plan.seqs:
+            assert not {id(seq.token_ids), id(seq.block_table)} & core_containers, seq.request_id
+        assert all(isinstance(value, tuple) for value in (plan.seqs, plan.new_requests, plan.freed_request_ids, plan.block_copies))
+
+
+def test_a_plan_cannot_be_written_on_the_device_thread() -> None:
+    plan = runtime.messages.StepPlan(step_id=1, seqs=())
+    with pytest.raises(AttributeError):
+        plan.step_id = 2  # type: ignore[misc]

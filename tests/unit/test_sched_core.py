@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
+import msgspec
 import pytest
 
 from actors.sched_core import SchedulerConfig, SchedulerCore, SeqStatus
@@ -538,7 +539,7 @@ def test_abort_while_waiting() -> None:
     assert core.abort("b") is False
     assert core.statistics()["waiting"] == 0
     plan, _ = d.step()
-    assert plan.freed_request_ids == ["b"]
+    assert plan.freed_request_ids == ("b",)
     d.run()
     assert "b" not in d.outputs
     assert all(p.seqs[0].request_id == "a" for p in d.plans)
@@ -561,7 +562,7 @@ def test_abort_while_running_frees_blocks_and_ignores_late_result() -> None:
     assert len(d.outputs["a"]) == 1
     plan, _ = d.step()
     assert plan_ids(plan) == ["b"]
-    assert plan.freed_request_ids == ["a"]
+    assert plan.freed_request_ids == ("a",)
     d.run()
     assert_drained(core)
 
@@ -703,7 +704,7 @@ def test_forks_of_a_block_aligned_prompt_copy_nothing() -> None:
     assert [f.request_id for f in plan.seqs[0].forks] == ["p.1"]
     assert core.requests["p.1"].block_table == plan.seqs[0].block_table
     plan, _ = d.step()
-    assert plan.block_copies == [] and plan_ids(plan) == ["p", "p.1"]
+    assert plan.block_copies == () and plan_ids(plan) == ["p", "p.1"]
     d.run()
     assert core.num_prefill_tokens == 8
     assert_drained(core)
@@ -745,10 +746,9 @@ def test_a_request_that_fails_alone_leaves_its_step_standing() -> None:
     d.add("b.1", prompt_of(6), max_tokens=4, fork_of="b")
     plan = d.schedule()
     assert plan is not None
-    result = d.result(plan)
-    for rid in ("a", "b.1"):
-        del result.sampled[rid]
-    result.failed = {"a": "grammar error: x", "b.1": "sampling failed: y"}
+    whole = d.result(plan)
+    sampled = {rid: token for rid, token in whole.sampled.items() if rid not in ("a", "b.1")}
+    result = msgspec.structs.replace(whole, sampled=sampled, failed={"a": "grammar error: x", "b.1": "sampling failed: y"})
     deltas = {x.request_id: x for x in d.update(plan, result)}
     assert deltas["a"].finish_reason is FinishReason.ABORT and deltas["a"].error == "grammar error: x"
     assert deltas["b.1"].finish_reason is FinishReason.ABORT and deltas["b.1"].error == "sampling failed: y"

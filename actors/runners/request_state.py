@@ -1,0 +1,75 @@
+"""What a runner keeps of each request between steps: `RequestStates`. Pure Python, no torch.
+
+Owns: per-request device-side state, keyed by request id, with the device thread as its only
+writer: the token history (the prompt, then every token sampled for the request: penalties,
+prompt logprobs and the token an overlapped step feeds read it) and the grammar matcher, which
+each sampled token advances. A request's state is made from the `NewRequest` of the first plan
+that schedules it and dropped when a plan lists it in `freed_request_ids`.
+
+The scheduler decides positions; the state follows them. Before a request samples the token at
+position p, its history is cut back to p tokens (`align`), and its matcher rolled back by as
+many: a token the core never applied (its request was preempted, or re-queued when its parent
+left, while the step that sampled it ran) is forgotten here too, so both sides agree on every
+position without the core reaching into the runner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.messages import PENDING_TOKEN, ScheduledSeq, StepPlan
+
+
+@dataclass(slots=True)
+class RequestState:
+    history: list[int]  # prompt, then every token sampled for the request
+    num_prompt_tokens: int
+    matcher: Any = None  # llguidance matcher (the guide's grammar), or None
+
+
+class UnknownRequest(KeyError):
+    """A plan names a request no plan introduced (a scheduler bug): that request fails."""
+
+
+class RequestStates:
+    def __init__(self) -> None:
+        self._by_id: dict[str, RequestState] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._by_id
+
+    def apply(self, plan: StepPlan) -> None:
+        """Drop the freed requests, then take in the new ones (an id may be both: a request the
+        core finished and re-admitted under the same id is a new request)."""
+        for request_id in plan.freed_request_ids:
+            self._by_id.pop(request_id, None)
+        for new in plan.new_requests:
+            self._by_id[new.request_id] = RequestState(list(new.prompt_token_ids), len(new.prompt_token_ids), new.matcher)
+
+    def get(self, request_id: str) -> RequestState:
+        try:
+            return self._by_id[request_id]
+        except KeyError:
+            raise UnknownRequest(request_id) from None
+
+    def input_ids(self, seq: ScheduledSeq) -> list[int]:
+        """The tokens to feed for `seq`, with each pending token taken from the history."""
+        if PENDING_TOKEN not in seq.token_ids:
+            return list(seq.token_ids)
+        history = self.get(seq.request_id).history
+        return [history[seq.start_pos + i] if t == PENDING_TOKEN else t for i, t in enumerate(seq.token_ids)]
+
+    def align(self, request_id: str, position: int) -> RequestState:
+        """The state as of `position` tokens: anything sampled past it is forgotten."""
+        state = self.get(request_id)
+        extra = len(state.history) - position
+        if extra > 0:
+            del state.history[position:]
+            if state.matcher is not None:
+                state.matcher.rollback(extra)
+        return state
+
