@@ -1,6 +1,6 @@
 """Embeddings throughput: inputs/s at batch 1, 16 and 64 through /v1/embeddings, vs the bare model.
 
-python -m ops.bench.embeddings [--batches 1,16,64] [--clients 4] [--inputs 1024] [--out ops/bench/results/NAME.json]
+python -m ops.bench.embeddings [--batches 1,16,64] [--clients 4] [--inputs 1024] [--out ops/results/NAME.json]
 
 What it measures.
 1. bare forward (ops.bench.bare_embeddings, in a subprocess with a timeout): the same model
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--check", type=int, default=4, help="texts whose server vectors are compared with the bare run's")
     p.add_argument("--quiet-load", type=float, default=None, help="before each section, wait until the 1-min load average is at most this")
     p.add_argument("--quiet-wait", type=float, default=300.0)
-    p.add_argument("--out", default=None, help="results JSON (default ops/bench/results/embeddings-<UTC time>.json)")
+    p.add_argument("--out", default=None, help="results JSON (default ops/results/embeddings-<UTC time>.json)")
     args = p.parse_args(argv)
     if min(args.clients, args.inputs, args.texts) < 1:
         p.error("--clients, --inputs and --texts must be at least 1")

@@ -1,7 +1,7 @@
 """Grammar-constrained decoding vs unconstrained: output tok/s at concurrency 16, one server.
 
 python -m ops.bench.guided [--concurrency 16] [--rounds 3] [--requests-per-round 16] [--max-tokens 64]
-                           [--out ops/bench/results/NAME.json]
+                           [--out ops/results/NAME.json]
 
 What it measures. One `switchyard serve` (default model, the embedded SmolLM2-135M-Instruct;
 the server picks its dtype) on a free loopback port, and five request variants:
@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--server-args", default="", help="extra `switchyard serve` arguments, one shell-quoted string")
     p.add_argument("--quiet-load", type=float, default=None, help="before starting, wait until the 1-min load average is at most this")
     p.add_argument("--quiet-wait", type=float, default=300.0)
-    p.add_argument("--out", default=None, help="results JSON (default ops/bench/results/guided-<UTC time>.json)")
+    p.add_argument("--out", default=None, help="results JSON (default ops/results/guided-<UTC time>.json)")
     args = p.parse_args(argv)
     if min(args.concurrency, args.rounds, args.requests_per_round, args.max_tokens, args.prompt_tokens) < 1:
         p.error("--concurrency, --rounds, --requests-per-round, --max-tokens and --prompt-tokens must be at least 1")

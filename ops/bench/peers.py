@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     model_dir = args.model or str(default_model_dir())
     prompts = build_prompts(model_dir, prompts_needed(args.levels, args.requests_per_slot, args.min_requests, args.warmup), PROMPT_TOKENS, args.prompt_mode)
     out_path = Path(args.out) if args.out else None
-    log_dir = (out_path.parent if out_path else Path("ops/bench/results")) / "logs"
+    log_dir = (out_path.parent if out_path else Path("ops/results")) / "logs"
     result = run_transformers_serve(
         model_dir, prompts, args.levels, log_dir, dtype=args.dtype,
         cb_num_blocks=args.cb_num_blocks or None, cb_max_batch_tokens=args.cb_max_batch_tokens or None,

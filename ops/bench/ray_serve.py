@@ -19,7 +19,7 @@ PYTHONPATH=$PWD python -m ops.bench.ray_serve [--levels 1,16] [--topology direct
    holds half of them: the case routing is for. Two replicas on a 2-core machine cannot show
    scale-out throughput (they share the cores), so this section measures routing quality only.
 
-Writes one JSON (ops/bench/results/ray-<UTC>.json) and prints a markdown table. Run it alone
+Writes one JSON (ops/results/ray-<UTC>.json) and prints a markdown table. Run it alone
 on a quiet machine: never beside another benchmark.
 """
 

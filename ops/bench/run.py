@@ -1,6 +1,6 @@
 """The benchmark driver: bare-forward baseline, Switchyard under the load sweep, optional peers.
 
-python -m ops.bench.run [--levels 1,4,16,32,64] [--peers] [--out ops/bench/results/NAME.json]
+python -m ops.bench.run [--levels 1,4,16,32,64] [--peers] [--out ops/results/NAME.json]
 
 1. bare forward (ops.bench.bare_forward, in a subprocess): decode tok/s per batch, bf16 and
    fp32, and the batch-1 TTFT baseline (prefill 128 + one decode step).
@@ -46,7 +46,7 @@ def log(msg: str) -> None:
 
 def start_run(out: str | None, prefix: str) -> tuple[Path, Path]:
     """How every benchmark starts: (results path, log directory), the results by default in
-    ops/bench/results/<prefix><UTC time>.json, the repository as working directory, and
+    ops/results/<prefix><UTC time>.json, the repository as working directory, and
     SIGTERM/SIGHUP unwinding like Ctrl-C, so the `finally` blocks stop the servers the run
     started (they run in their own process groups and would otherwise outlive it)."""
 
@@ -56,7 +56,7 @@ def start_run(out: str | None, prefix: str) -> tuple[Path, Path]:
     signal.signal(signal.SIGTERM, _exit_on_signal)
     signal.signal(signal.SIGHUP, _exit_on_signal)
     os.chdir(REPO_ROOT)
-    out_path = Path(out) if out else REPO_ROOT / "ops/bench/results" / f"{prefix}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    out_path = Path(out) if out else REPO_ROOT / "ops/results" / f"{prefix}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     return out_path, out_path.parent / "logs" / out_path.stem
 
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--levels", type=parse_levels, default=list(DEFAULT_LEVELS), help="concurrency levels (default 1,4,16,32,64)")
     p.add_argument("--peers", action="store_true", help="also sweep transformers serve --continuous-batching")
     p.add_argument("--llama-server", default=None, help="path of a llama-server binary: also sweep it (see README.md for the build)")
-    p.add_argument("--out", default=None, help="results JSON (default ops/bench/results/<UTC time>.json)")
+    p.add_argument("--out", default=None, help="results JSON (default ops/results/<UTC time>.json)")
     p.add_argument("--model", default=None, help="local HF model directory for every section (default: the embedded SmolLM2)")
     p.add_argument("--served-name", default=None, help="the request's model field for Switchyard (default: smollm2-135m-instruct, or the --model directory's name)")
     p.add_argument("--server-args", default="", help="extra `switchyard serve` arguments, one shell-quoted string, e.g. '--dtype bfloat16 --num-threads 2'")
