@@ -3,7 +3,7 @@
 Why: a step allocates tensors of many sizes (logits, activations of prefill chunks of any
 length). glibc raises its mmap threshold after a large buffer is freed, so later ones come
 from the heap arenas, and the freed space between live chunks is kept, not returned. A
-10-minute soak (ops/soak.py, 6 clients) grew the server's resident memory by 20% that way,
+10-minute soak (ops/load/soak.py, 6 clients) grew the server's resident memory by 20% that way,
 still climbing. Pinning the threshold instead (MALLOC_MMAP_THRESHOLD_=128K) flattened it but
 cost 45% of throughput at c=32 (every large buffer mmapped and faulted in again). malloc_trim
 releases the free pages inside every arena (madvise), keeps the allocator's fast path, and

@@ -1,8 +1,9 @@
-"""The no-server embedding baseline: all-MiniLM-L6-v2's own forward in a plain loop.
+"""How many inputs/s does the embedding model make with no server? all-MiniLM-L6-v2's own
+forward in a plain loop, the baseline of ops.bench.embeddings.
 
-python -m ops.bench.bare_embeddings [--batches 1,16,64] [--inputs 512] [--threads 1,2] [--out F]
+    python -m ops.bench.bare_embeddings [--batches 1,16,64] [--inputs 512] [--threads 1,2] [--out F]
 
-For each batch size B, the benchmark texts (ops.bench.embeddings.build_texts, the same seeded
+For each batch size B, the benchmark texts (ops.harness.prompts.build_texts, the same seeded
 texts in the same order the server benchmark sends) are cut into batches of B; each batch is
 tokenized (padding to its longest input, truncation at the model's max_seq_length), run
 through `transformers.AutoModel` in float32 (the server's embedding dtype), mean-pooled over
@@ -12,7 +13,7 @@ user would get them. inputs/s = inputs / total time of those batches (tokenizati
 
 torch.inference_mode throughout; the whole sweep runs once per intra-op thread count in
 `--threads` (default 1 and 2: on a 2-core machine shared with other work, 2 OpenMP threads
-can run 10-30x slower than 1, as their barriers wait on a descheduled thread), and `best`
+can run many times slower than 1, as their barriers wait on a descheduled thread), and `best`
 holds the faster of them per batch size: the baseline is a ceiling. It also writes the vectors
 of the first `--check` texts, which the server benchmark compares with the server's (cosine).
 """
@@ -25,7 +26,15 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
+
+from ops.harness.load import parse_levels
+from ops.harness.prompts import build_texts, embedding_model_dir
+from ops.harness.stats import percentile
+
+Embed = Callable[[list[str]], tuple[list[list[float]], float]]
 
 
 def _log(msg: str) -> None:
@@ -33,14 +42,14 @@ def _log(msg: str) -> None:
 
 
 def run_bare_embeddings(
-    model_dir: str, texts: list[str], batches: list[int], inputs: int, time_cap: float, threads: tuple[int, ...] = (1, 2), check: int = 4
+    model_dir: str, texts: list[str], batches: list[int], inputs: int, time_cap: float, threads: Sequence[int] = (1, 2), check: int = 4
 ) -> dict[str, Any]:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModel.from_pretrained(model_dir, dtype=torch.float32).eval()
-    max_len = json.loads(open(os.path.join(model_dir, "sentence_bert_config.json")).read()).get("max_seq_length", 256)
+    max_len = json.loads((Path(model_dir) / "sentence_bert_config.json").read_text()).get("max_seq_length", 256)
 
     def embed(batch: list[str]) -> tuple[list[list[float]], float]:
         enc = tok(batch, padding=True, truncation=True, max_length=max_len, return_tensors="pt")
@@ -74,14 +83,13 @@ def run_bare_embeddings(
     return out
 
 
-def _sweep(embed: Any, texts: list[str], batches: list[int], inputs: int, time_cap: float, n_threads: int) -> dict[str, Any]:
-    from ops.bench.load import percentile
-
+def _sweep(embed: Embed, texts: list[str], batches: list[int], inputs: int, time_cap: float, n_threads: int) -> dict[str, Any]:
     res: dict[str, Any] = {}
     for b in batches:
         embed([texts[(b + i) % len(texts)] for i in range(b)])  # warmup at this shape
         n_batches = max(1, -(-inputs // b))
-        times, forwards = [], []
+        times: list[float] = []
+        forwards: list[float] = []
         t_start = time.perf_counter()
         for k in range(n_batches):
             if times and time.perf_counter() - t_start > time_cap:
@@ -92,13 +100,13 @@ def _sweep(embed: Any, texts: list[str], batches: list[int], inputs: int, time_c
             times.append(time.perf_counter() - t0)
             forwards.append(forward)
         done = len(times) * b
-        entry = {
+        entry: dict[str, Any] = {
             "batches_run": len(times),
             "inputs": done,
             "seconds": round(sum(times), 3),
             "inputs_s": round(done / sum(times), 2),
             "forward_inputs_s": round(done / sum(forwards), 2),
-            "batch_ms": {"p50": round(1000 * statistics.median(times), 2), "p99": round(1000 * percentile(times, 99), 2)},
+            "batch_ms": {"p50": round(1000 * statistics.median(times), 2), "p99": round(1000 * (percentile(times, 99) or 0.0), 2)},
             "hit_time_cap": len(times) < n_batches,
             "loadavg_end": [round(x, 2) for x in os.getloadavg()],
         }
@@ -108,9 +116,6 @@ def _sweep(embed: Any, texts: list[str], batches: list[int], inputs: int, time_c
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ops.bench.embeddings import build_texts, embedding_model_dir
-    from ops.bench.load import parse_levels
-
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=parse_levels, default=[1, 16, 64])
     p.add_argument("--inputs", type=int, default=512, help="inputs per batch size (rounded up to whole batches)")
@@ -125,12 +130,10 @@ def main(argv: list[str] | None = None) -> None:
     model_dir = args.model or str(embedding_model_dir())
     texts = build_texts(args.texts, args.seed)
     result = run_bare_embeddings(model_dir, texts, args.batches, args.inputs, args.time_cap, args.threads, args.check)
-    text = json.dumps(result, indent=2)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     else:
-        print(text)
+        print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
-"""Embeddings throughput: inputs/s at batch 1, 16 and 64 through /v1/embeddings, vs the bare model.
+"""How many inputs/s does /v1/embeddings serve at batch 1, 16 and 64, against the bare model?
 
-python -m ops.bench.embeddings [--batches 1,16,64] [--clients 4] [--inputs 1024] [--out ops/bench/results/NAME.json]
+    python -m ops.bench.embeddings [--batches 1,16,64] [--clients 4] [--inputs 1024] [--out ops/results/NAME.json]
 
 What it measures.
 1. bare forward (ops.bench.bare_embeddings, in a subprocess with a timeout): the same model
    (all-MiniLM-L6-v2, float32) with transformers' AutoModel + mean pooling + L2 normalization,
    batch B at a time over the same texts in the same order, tokenization included. It runs
    with 1 and with 2 torch threads (`--bare-threads`) and keeps the faster per B: on a shared
-   2-core machine, 2 OpenMP threads can be 10-30x slower than 1 (a barrier waits on a
+   2-core machine, 2 OpenMP threads can be many times slower than 1 (a barrier waits on a
    descheduled thread), and the baseline is meant as a ceiling.
 2. `switchyard serve` (its defaults: the chat model plus the default embedding model
    `all-minilm-l6-v2`, which the server runs in float32) on a free loopback port. For each batch
@@ -16,7 +16,7 @@ What it measures.
    whole requests) are sent or `--time-cap` passes. One unmeasured request per client first.
 
 The texts: `--texts` (512) distinct English sentences, one or two per input, built from
-fixed word lists with a seeded RNG (`--seed`), 8-45 words (about 10-60 tokens; the JSON
+fixed word lists with a seeded RNG (`--seed`, ops.harness.prompts.build_texts; the JSON
 holds their token-length statistics); request k at batch B sends texts k*B .. k*B+B-1 (mod
 the pool), and the bare run's batch k is the same texts.
 
@@ -27,7 +27,7 @@ JSON of 384 floats per input, tokenization in its actor and its own batching (th
 scheduler packs waiting inputs into steps of at most 8192 tokens, `max_num_batched_tokens_embed`,
 so a 64-input request runs as one step, padded to its longest input like the bare loop's), and
 the client shares the machine's cores. `max_cosine_distance` compares the
-server's vectors with the bare run's for the first texts (1 - cosine; ~1e-7 expected).
+server's vectors with the bare run's for the first texts (1 - cosine; near 0 expected).
 Load averages at start and end are in the JSON; with a 1-minute load above ~1 at the start,
 do not compare runs.
 """
@@ -39,10 +39,8 @@ import asyncio
 import json
 import math
 import os
-import random
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -51,101 +49,14 @@ from typing import Any
 
 import httpx
 
-from ops.bench.load import parse_levels, percentile
-from ops.bench.run import start_run, wait_for_quiet, write_results
-from ops.bench.switchyard_server import REPO_ROOT, switchyard_server
+from ops.harness.load import closed_loop, parse_levels
+from ops.harness.processes import json_from_subprocess
+from ops.harness.prompts import batch_texts, build_texts, embedding_model_dir
+from ops.harness.results import REPO_ROOT, fmt, loadavg_line, log, start_run, utc_now, wait_for_quiet, write_results
+from ops.harness.servers import switchyard_server
+from ops.harness.stats import error_kinds, ms, percentile
 
 SERVED_NAME = "all-minilm-l6-v2"
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def embedding_model_dir() -> Path:
-    from runtime.model_store import resolve_model
-
-    _, path = resolve_model(None, task="embeddings")
-    return Path(path)
-
-
-# -- the texts ---------------------------------------------------------------------------------
-
-_SUBJECTS = [
-    "The new library", "Our support team", "A local farmer", "The city council", "My grandmother", "The research group",
-    "A small startup", "The hospital", "The train operator", "Most customers", "The museum", "A young engineer",
-    "The football club", "Several students", "The weather service", "An independent bakery", "The school board",
-    "The airline", "A team of volunteers", "The insurance company",
-]
-_VERBS = [
-    "announced", "reviewed", "repaired", "ordered", "described", "cancelled", "published", "tested", "recommended",
-    "compared", "delivered", "rejected", "explained", "updated", "planned", "measured", "discussed", "replaced",
-]
-_OBJECTS = [
-    "a cheaper monthly plan", "the quarterly sales report", "two broken heating pumps", "a faster route to the airport",
-    "the results of the water quality survey", "an updated privacy policy", "a set of solar panels", "the summer timetable",
-    "a recipe for sourdough bread", "the damaged bridge on the river road", "a new mobile banking app",
-    "the annual budget", "a guide to growing tomatoes", "the noise complaints from residents", "an exhibition of old maps",
-    "the delayed shipment of laptops", "a vaccination schedule for children", "the rules for parking permits",
-]
-_PLACES = [
-    "in the north of the country", "at the main office", "near the old harbour", "on the company website",
-    "during the morning meeting", "in a short video", "at the weekend market", "in the local newspaper",
-    "after several complaints", "before the holidays", "for the second time this year", "without any warning",
-]
-_TAILS = [
-    "because the old one had become too expensive", "so that families could plan their trips", "and asked for feedback by Friday",
-    "although nobody had requested it", "while the staff were on strike", "after a long debate about costs",
-    "to reduce waiting times at the counter", "which surprised many people in town", "and promised more details next month",
-    "despite the heavy rain", "as part of a larger plan to save energy", "when the first reports came in",
-]
-_QUESTIONS = [
-    "How do I reset my password if I no longer have access to my email?",
-    "What is the difference between a fixed and a variable interest rate?",
-    "Which documents do I need to renew my passport?",
-    "Can I bring my bicycle on the regional train on weekdays?",
-    "Why does my sourdough bread collapse in the oven?",
-    "When does the public swimming pool open during the school holidays?",
-    "Is it possible to change the delivery address after the order has shipped?",
-    "How much water should a tomato plant get in hot weather?",
-]
-
-
-def _sentence(rng: random.Random) -> str:
-    words = [rng.choice(_SUBJECTS), rng.choice(_VERBS), rng.choice(_OBJECTS)]
-    if rng.random() < 0.7:
-        words.append(rng.choice(_PLACES))
-    if rng.random() < 0.5:
-        words.append(rng.choice(_TAILS))
-    return " ".join(words) + "."
-
-
-def build_texts(n: int, seed: int = 0) -> list[str]:
-    """`n` distinct inputs (a question, or one or two sentences), the same for a given seed."""
-    rng = random.Random(seed)
-    texts: list[str] = []
-    seen: set[str] = set()
-    for _ in range(50 * n):
-        if len(texts) == n:
-            break
-        r = rng.random()
-        if r < 0.15:
-            text = rng.choice(_QUESTIONS) + " " + _sentence(rng)
-        elif r < 0.6:
-            text = _sentence(rng)
-        else:
-            text = _sentence(rng) + " " + _sentence(rng)
-        if text not in seen:
-            seen.add(text)
-            texts.append(text)
-    if len(texts) < n:
-        raise ValueError(f"could not build {n} distinct texts")
-    return texts
-
-
-def batch_texts(texts: list[str], b: int, k: int) -> list[str]:
-    """The inputs of request (or bare batch) k at batch size b."""
-    return [texts[(k * b + i) % len(texts)] for i in range(b)]
 
 
 # -- the server --------------------------------------------------------------------------------
@@ -194,28 +105,16 @@ async def run_batch_size(client: httpx.AsyncClient, url: str, texts: list[str], 
     n_requests = max(args.clients, -(-args.inputs // b))
     # Warmup: one request per client at this shape (texts from the far end of the pool).
     await asyncio.gather(*(one_request(client, url, batch_texts(texts[::-1], b, i), args.encoding_format, args.request_timeout) for i in range(args.clients)))
-    results: list[Result] = []
-    issued = 0
     t0 = time.perf_counter()
-    deadline = t0 + args.time_cap
 
-    async def worker() -> None:
-        nonlocal issued
-        while issued < n_requests and time.perf_counter() < deadline:
-            k = issued
-            issued += 1
-            results.append((await one_request(client, url, batch_texts(texts, b, k), args.encoding_format, args.request_timeout))[0])
+    async def send(k: int) -> Result:
+        return (await one_request(client, url, batch_texts(texts, b, k), args.encoding_format, args.request_timeout))[0]
 
     async with asyncio.timeout(args.time_cap + args.request_timeout + 30):
-        await asyncio.gather(*(worker() for _ in range(args.clients)))
+        results, issued = await closed_loop(args.clients, n_requests, send, deadline=t0 + args.time_cap)
     wall = max((r.end for r in results), default=t0) - t0
     ok = [r for r in results if r.ok]
-    errors: dict[str, int] = {}
-    for r in results:
-        if not r.ok:
-            errors[(r.error or "unknown")[:160]] = errors.get((r.error or "unknown")[:160], 0) + 1
     lat = [r.end - r.start for r in ok]
-    ms = lambda x: None if x is None else round(1000.0 * x, 1)  # noqa: E731
     inputs = sum(r.inputs for r in ok)
     return {
         "batch": b,
@@ -224,13 +123,13 @@ async def run_batch_size(client: httpx.AsyncClient, url: str, texts: list[str], 
         "requests_planned": n_requests,
         "ok": len(ok),
         "errors": len(results) - len(ok),
-        "error_kinds": errors,
+        "error_kinds": error_kinds(results),
         "inputs": inputs,
         "prompt_tokens": sum(r.prompt_tokens for r in ok),
         "wall_s": round(wall, 3),
         "inputs_s": round(inputs / wall, 2) if wall > 0 else None,
         "req_s": round(len(ok) / wall, 2) if wall > 0 else None,
-        "latency_ms": {"p50": ms(percentile(lat, 50)), "p99": ms(percentile(lat, 99)), "mean": ms(statistics.fmean(lat)) if lat else None},
+        "latency_ms": {"p50": ms(percentile(lat, 50), 1), "p99": ms(percentile(lat, 99), 1), "mean": ms(statistics.fmean(lat), 1) if lat else None},
         "hit_time_cap": issued < n_requests,
         "loadavg_end": [round(x, 2) for x in os.getloadavg()],
     }
@@ -265,33 +164,16 @@ async def run_server(base_url: str, texts: list[str], args: argparse.Namespace, 
 
 
 def run_bare(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+    """ops.bench.bare_embeddings in a subprocess with a timeout (hub off): its JSON, or {"error"}."""
     tmp = out_dir / f".bare-embeddings-{os.getpid()}.json.tmp"
     cmd = [
         sys.executable, "-m", "ops.bench.bare_embeddings", "--batches", ",".join(map(str, args.batches)), "--inputs", str(args.inputs),
         "--time-cap", str(args.time_cap), "--texts", str(args.texts), "--seed", str(args.seed), "--threads", ",".join(map(str, args.bare_threads)), "--out", str(tmp),
     ]  # fmt: skip
-    log(f"[bare] {' '.join(cmd)}")
-    try:
-        proc = subprocess.run(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, timeout=args.bare_timeout, env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    except subprocess.TimeoutExpired:
-        return {"error": f"bare forward ran past {args.bare_timeout:.0f}s"}
-    if proc.returncode != 0 or not tmp.exists():
-        return {"error": f"bare forward exited {proc.returncode}"}
-    try:
-        return json.loads(tmp.read_text())
-    finally:
-        tmp.unlink(missing_ok=True)
+    return json_from_subprocess("bare forward", cmd, tmp, REPO_ROOT, args.bare_timeout, env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
 
 
 # -- report ------------------------------------------------------------------------------------
-
-
-def _f(x: Any) -> str:
-    if x is None:
-        return "–"
-    if isinstance(x, float):
-        return f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
-    return str(x)
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -307,9 +189,9 @@ def markdown(result: dict[str, Any]) -> str:
     for b in result["config"]["batches"]:
         lv, br = levels.get(b, {}), bare.get(str(b), {})
         lines.append(
-            f"| {b} | {_f(lv.get('inputs_s'))} | {_f((lv.get('latency_ms') or {}).get('p50'))} | {_f((lv.get('latency_ms') or {}).get('p99'))} "
-            f"| {_f(lv.get('requests'))} | {_f(lv.get('errors'))} | {_f(br.get('inputs_s'))} ({_f(br.get('threads'))}) | {_f(br.get('forward_inputs_s'))} "
-            f"| {_f((result.get('ratios') or {}).get(str(b)))} |"
+            f"| {b} | {fmt(lv.get('inputs_s'))} | {fmt((lv.get('latency_ms') or {}).get('p50'))} | {fmt((lv.get('latency_ms') or {}).get('p99'))} "
+            f"| {fmt(lv.get('requests'))} | {fmt(lv.get('errors'))} | {fmt(br.get('inputs_s'))} ({fmt(br.get('threads'))}) | {fmt(br.get('forward_inputs_s'))} "
+            f"| {fmt((result.get('ratios') or {}).get(str(b)))} |"
         )
     lines.append("")
     check = server.get("check")
@@ -320,11 +202,11 @@ def markdown(result: dict[str, Any]) -> str:
         if err:
             lines.append(f"{key} error: {err[:500]}")
     lines.append(f"texts: {result['texts']['count']} distinct, tokens per input min/mean/max {result['texts']['tokens']}")
-    lines.append(f"load average (1, 5, 15 min) at start {result.get('loadavg_start')}, at end {result.get('loadavg_end')} on {os.cpu_count()} CPUs")
+    lines.append(loadavg_line(result))
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=parse_levels, default=[1, 16, 64], help="inputs per request (default 1,16,64)")
     p.add_argument("--clients", type=int, default=4, help="concurrent closed-loop clients (default 4)")
@@ -342,20 +224,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--check", type=int, default=4, help="texts whose server vectors are compared with the bare run's")
     p.add_argument("--quiet-load", type=float, default=None, help="before each section, wait until the 1-min load average is at most this")
     p.add_argument("--quiet-wait", type=float, default=300.0)
-    p.add_argument("--out", default=None, help="results JSON (default ops/bench/results/embeddings-<UTC time>.json)")
+    p.add_argument("--out", default=None, help="results JSON (default ops/results/embeddings-<UTC time>.json)")
     args = p.parse_args(argv)
     if min(args.clients, args.inputs, args.texts) < 1:
         p.error("--clients, --inputs and --texts must be at least 1")
+    return args
 
-    out_path, log_dir = start_run(args.out, "embeddings-")
 
-    model_dir = embedding_model_dir()
-    texts = build_texts(args.texts, args.seed)
+def _head(args: argparse.Namespace, argv: list[str] | None, model_dir: Path, texts: list[str]) -> dict[str, Any]:
+    """The run's config, model and texts (with their token-length statistics)."""
     from transformers import AutoTokenizer
 
     lengths = [len(ids) for ids in AutoTokenizer.from_pretrained(str(model_dir))(texts)["input_ids"]]
-    result: dict[str, Any] = {
-        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    return {
+        "started_utc": utc_now(),
         "argv": sys.argv[1:] if argv is None else argv,
         "config": {
             "batches": args.batches, "clients": args.clients, "inputs_per_batch_size": args.inputs, "time_cap_s": args.time_cap,
@@ -367,6 +249,26 @@ def main(argv: list[str] | None = None) -> None:
         "cpu_count": os.cpu_count(),
         "loadavg_start": os.getloadavg(),
     }
+
+
+def _switchyard(args: argparse.Namespace, log_dir: Path, texts: list[str], check_vectors: list[list[float]] | None) -> dict[str, Any]:
+    """The server's section: start it, every batch size, stop it; a failure is reported in it."""
+    section: dict[str, Any] = {}
+    try:
+        with switchyard_server(log_dir / "switchyard.log", shlex.split(args.server_args), args.startup_timeout) as srv:
+            section.update(cmd=srv.cmd, log=str(srv.log_path), startup_s=srv.startup_s, info=srv.info, dtype=srv.dtype(SERVED_NAME))
+            section.update(asyncio.run(run_server(srv.base_url, texts, args, check_vectors[: args.check] if check_vectors else None)))
+    except Exception as e:  # noqa: BLE001 - reported in the results
+        section["error"] = f"{type(e).__name__}: {e}"
+        log(f"[embeddings] failed: {section['error'][:2000]}")
+    return section
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    out_path, log_dir = start_run(args.out, "embeddings-")
+    texts = build_texts(args.texts, args.seed)
+    result = _head(args, argv, embedding_model_dir(), texts)
     t0 = time.monotonic()
     waits: dict[str, Any] = {}
     if not args.skip_bare:
@@ -376,15 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     check_vectors = (result.get("bare_forward") or {}).get("check_vectors")
     if args.quiet_load is not None:
         waits["switchyard"] = wait_for_quiet(args.quiet_load, args.quiet_wait)
-    section: dict[str, Any] = {}
-    result["switchyard"] = section
-    try:
-        with switchyard_server(log_dir / "switchyard.log", shlex.split(args.server_args), args.startup_timeout) as srv:
-            section.update(cmd=srv.cmd, log=str(srv.log_path), startup_s=srv.startup_s, info=srv.info, dtype=srv.dtype(SERVED_NAME))
-            section.update(asyncio.run(run_server(srv.base_url, texts, args, check_vectors[: args.check] if check_vectors else None)))
-    except Exception as e:  # noqa: BLE001 - reported in the results
-        section["error"] = f"{type(e).__name__}: {e}"
-        log(f"[embeddings] failed: {section['error'][:2000]}")
+    result["switchyard"] = section = _switchyard(args, log_dir, texts, check_vectors)
     if waits:
         result["quiet_waits"] = waits
     if "bare_forward" in result:

@@ -1,11 +1,12 @@
-"""The server's own cost at one concurrency: the bare native step and the server, in alternating rounds.
+"""What does the server itself cost at one concurrency? The bare native step and the server, in alternating rounds.
 
     python -m ops.bench.overhead --concurrency 32 --rounds 5 [--requests-per-slot 2]
         [--server-args '--dtype bfloat16'] [--bare-variant native]
 
-Why alternate: this shared 2-core VM reads the same command 15-20% apart a few minutes apart,
-so ops.bench.run, which runs the bare step once and each server once, minutes apart, put the
-default's c=32 ratio anywhere from 0.60 to 0.89 (stop 17). Here every round runs the bare step
+Why alternate: this shared 2-core VM reads the same command far apart a few minutes apart,
+so ops.bench.run, which runs the bare step once and each server once, minutes apart, reads
+the same server's c=32 ratio far apart from run to run (README, "The server's own cost and
+the stall target"; ops/results/overhead-c32-*). Here every round runs the bare step
 (ops.bench.bare_native, B = c, in a subprocess) and then the server's level back to back, and
 the figure is the median of the rounds' ratios. One server process serves every round: idle,
 it uses no CPU, and every request's prompt is new (two unmeasured ones go first), so its
@@ -13,9 +14,9 @@ prefix cache serves none of them.
 
 Per round:
 - bare: decode-only tok/s, and tok/s over the server's workload (B prompts' prefill plus the
-  decode steps, `native_sections.workload_tok_s`); the ratio uses the workload figure;
+  decode steps, `ops.harness.baselines.workload_tok_s`); the ratio uses the workload figure;
 - server: tok/s and the p99/p50 gap between a stream's chunks (the stall target), through
-  ops.bench.load at concurrency c with `requests_per_slot * c` requests;
+  ops.harness.load at concurrency c with `requests_per_slot * c` requests;
 - the load client's CPU seconds per second of the level: it shares the two cores with the
   server, and the bare step pays nothing like it;
 - the server's steps, from its debug step log: how many, the mean decode rows of a step, and the
@@ -36,13 +37,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ops.bench import native_sections
-from ops.bench.bare_native import _cpu_model
-from ops.bench.load import OUTPUT_TOKENS, sweep, switchyard_target
-from ops.bench.prompt import PROMPT_TOKENS, build_prompts, default_model_dir
-from ops.bench.run import log, start_run, write_results
+from ops.harness.baselines import run_bare_native, workload_tok_s
+from ops.harness.load import OUTPUT_TOKENS, sweep, switchyard_target
+from ops.harness.prompts import PROMPT_TOKENS, build_prompts, default_model_dir
+from ops.harness.results import cpu_model, log, start_run, write_results
+from ops.harness.servers import DEFAULT_SERVED_NAME, RunningServer, switchyard_server
 
-SERVED_NAME = "smollm2-135m-instruct"
+SERVED_NAME = DEFAULT_SERVED_NAME
 WARMUP_REQUESTS = 2
 
 
@@ -69,16 +70,16 @@ def step_summary(steps: list[dict[str, Any]], level_wall_s: float) -> dict[str, 
         "prompt_tokens": sum(s["prompt_tokens"] for s in steps),
         "decode_rows": sum(decoding),
         "mean_decode_rows": round(statistics.fmean(decoding), 1) if decoding else None,
-        # From handing a plan over to its result: the device's step plus the ~1.5 ms hand-over.
+        # From handing a plan over to its result: the device's step plus the hand-over.
         "in_flight_share": round(sum(s["ms"] for s in steps) / 1000 / level_wall_s, 3) if level_wall_s else None,
     }
 
 
-def one_round(args: argparse.Namespace, srv: Any, prompts: list[str], round_no: int, out_dir: Path, log_offset: int) -> tuple[dict[str, Any], int]:
+def one_round(args: argparse.Namespace, srv: RunningServer, prompts: list[str], round_no: int, out_dir: Path, log_offset: int) -> tuple[dict[str, Any], int]:
     c = args.concurrency
-    bare = native_sections.run_bare_native(str(args.model), args.bare_variant, [c], args.bare_dtype, OUTPUT_TOKENS, args.threads, out_dir, 900)
+    bare = run_bare_native(str(args.model), args.bare_variant, [c], args.bare_dtype, OUTPUT_TOKENS, args.threads, out_dir, 900)
     entry = bare["variants"][args.bare_variant]["batches"][str(c)]
-    bare_workload = native_sections.workload_tok_s(entry, c, OUTPUT_TOKENS)
+    bare_workload = workload_tok_s(entry, c, OUTPUT_TOKENS)
     level, client_cpu = _level(srv, prompts, c)
     steps, log_offset = step_lines(srv.log_path, log_offset)
     gaps, tok_s = level["itl_chunk_ms"], level["output_tok_s"]
@@ -101,7 +102,7 @@ def one_round(args: argparse.Namespace, srv: Any, prompts: list[str], round_no: 
     return row, log_offset
 
 
-def _level(srv: Any, prompts: list[str], concurrency: int) -> tuple[dict[str, Any], float]:
+def _level(srv: RunningServer, prompts: list[str], concurrency: int) -> tuple[dict[str, Any], float]:
     """One closed-loop level sending each of `prompts` once, at `concurrency`, and the load
     client's CPU seconds for it (it shares the cores with the server)."""
     cpu0 = time.process_time()
@@ -141,9 +142,7 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    from ops.bench.switchyard_server import switchyard_server  # it imports run.py
-
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--rounds", type=int, default=5)
@@ -155,7 +154,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model", default=None, help="local HF model directory (default: the embedded SmolLM2)")
     p.add_argument("--startup-timeout", type=float, default=600.0)
     p.add_argument("--out", default=None)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     args.model = args.model or str(default_model_dir())
     out_path, log_dir = start_run(args.out, "overhead-")
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     server_args = ["--no-embeddings", "--log-level", "debug", *shlex.split(args.server_args)]
     result: dict[str, Any] = {
         "concurrency": args.concurrency, "requests_per_slot": args.requests_per_slot, "server_args": args.server_args,
-        "bare_variant": args.bare_variant, "threads": args.threads, "cpu": _cpu_model(), "rounds": [],
+        "bare_variant": args.bare_variant, "threads": args.threads, "cpu": cpu_model(), "rounds": [],
     }  # fmt: skip
     with switchyard_server(log_dir / "switchyard.log", server_args, args.startup_timeout) as srv:
         # Unmeasured requests first (the first prompt of a new length pays oneDNN's kernel

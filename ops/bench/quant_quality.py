@@ -1,4 +1,4 @@
-"""Quality cost of --quantization: mean token logprob of a fixed text, quantized vs bf16.
+"""What does --quantization cost in quality? Mean token logprob of a fixed text, quantized vs bf16.
 
 Scores every token of TEXT (about 300 tokens of varied English and code) under the native
 path: mean log p(token | the text before it), its change against bf16 with the standard error
@@ -20,7 +20,12 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
+from pathlib import Path
 from typing import Any
+
+from ops.harness.native_step import loading
+from ops.harness.prompts import default_model_dir, load_tokenizer
+from ops.harness.results import cpu_model, emit_json
 
 TEXT = """The committee met on Tuesday to review the quarterly budget. Revenue had grown by four
 percent, mostly from the new subscription plans, while costs for cloud hosting rose faster than
@@ -48,31 +53,30 @@ then wait two minutes for it to restart. Your saved networks will be erased, so 
 password printed on the label first."""
 
 
-def score(model_dir: str, variant: str, threads: int):
-    """Log-probabilities `[T - 1, V]` of every next token of TEXT under `variant`."""
+def score(model_dir: str, variant: str, threads: int) -> tuple[Any, Any]:
+    """Log-probabilities `[T - 1, V]` of every next token of TEXT under `variant`, and the tokens."""
     import torch
 
     from actors.runners.native.quant import QuantLinear
     from actors.runners.torch_runner import TorchRunner
-    from ops.bench.bare_native import loading
-    from ops.bench.prompt import load_tokenizer
 
     ids = load_tokenizer(model_dir)(TEXT)["input_ids"]
     blocks = -(-len(ids) // 16) + 1
     kernel, context = loading(variant)
     quantization = {"bf16": None, "w8a8": "int8", "w8a8-int4": "int4"}.get(kernel, kernel)
-    runner = TorchRunner(model_dir, dtype="bfloat16", num_kv_blocks=blocks, block_size=16, num_threads=threads, model_impl="native", quantization=quantization)
+    runner = TorchRunner(Path(model_dir), dtype="bfloat16", num_kv_blocks=blocks, block_size=16, num_threads=threads, model_impl="native", quantization=quantization)
     with context:
         runner.load()
+    model: Any = runner.model  # loaded above
     if quantization:  # one kernel at every row count: the int8 GEMM past 0 rows, else weight-only
-        runner.model.model.linear = QuantLinear(max_rows=0 if kernel.startswith("w8a8") else sys.maxsize)
+        model.model.linear = QuantLinear(max_rows=0 if kernel.startswith("w8a8") else sys.maxsize)
     with torch.inference_mode():
-        step, positions = runner.model.build_step([(0, len(ids))], [list(range(blocks))], 16, runner.k_cache, runner.v_cache)
-        logits = runner.model.forward(torch.tensor(ids), positions, step, torch.arange(len(ids) - 1), runner.k_cache, runner.v_cache)
+        step, positions = model.build_step([(0, len(ids))], [list(range(blocks))], 16, runner.k_cache, runner.v_cache)
+        logits = model.forward(torch.tensor(ids), positions, step, torch.arange(len(ids) - 1), runner.k_cache, runner.v_cache)
         return torch.log_softmax(logits.float(), dim=-1), torch.tensor(ids[1:])
 
 
-def compare(logprobs, base, targets) -> dict[str, float]:
+def compare(logprobs: Any, base: Any, targets: Any) -> dict[str, float]:
     """Against bf16: change of the mean token logprob, its standard error, mean KL(bf16 || it)."""
     change = (logprobs - base).gather(1, targets[:, None])[:, 0]
     kl = (base.exp() * (base - logprobs)).sum(-1)
@@ -80,10 +84,6 @@ def compare(logprobs, base, targets) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ops.bench.bare_forward import emit_json
-    from ops.bench.bare_native import _cpu_model
-    from ops.bench.prompt import default_model_dir
-
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None)
     p.add_argument("--variants", default="bf16,int8,int4,w8a8,w8a8-int4")
@@ -92,14 +92,15 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     model_dir = args.model or str(default_model_dir())
     base, targets = score(model_dir, "bf16", args.threads)
-    means, versus = {}, {}
+    means: dict[str, float] = {}
+    versus: dict[str, dict[str, float]] = {}
     for variant in args.variants.split(","):
         logprobs = base if variant == "bf16" else score(model_dir, variant, args.threads)[0]
         means[variant] = round(float(logprobs.gather(1, targets[:, None]).mean()), 4)
         versus[variant] = compare(logprobs, base, targets)
         print(variant, means[variant], versus[variant], file=sys.stderr, flush=True)
     result: dict[str, Any] = {
-        "model_dir": model_dir, "cpu": _cpu_model(), "platform": platform.platform(), "tokens": len(targets),
+        "model_dir": model_dir, "cpu": cpu_model(), "platform": platform.platform(), "tokens": len(targets),
         "mean_token_logprob": means, "change_vs_bf16": {v: c["change"] for v, c in versus.items()},
         "stderr_of_change": {v: c["stderr"] for v, c in versus.items()}, "kl_vs_bf16": {v: c["kl"] for v, c in versus.items()},
     }  # fmt: skip

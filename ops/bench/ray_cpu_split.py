@@ -1,7 +1,7 @@
-"""Where the CPU goes when one replica serves behind Ray: each process's share of the cores
+"""Where does the CPU go when one replica serves behind Ray? Each process's share of the cores
 during a streaming c=16 sweep, for serve-ray's topologies and plain `switchyard serve`.
 
-PYTHONPATH=$PWD python -m ops.bench.ray_cpu_split [--servers direct,relay,plain] [--requests 48] [--out PATH]
+    PYTHONPATH=$PWD python -m ops.bench.ray_cpu_split [--servers direct,relay,plain] [--requests 48] [--out PATH]
 
 For each server in turn (one replica, --replica-cpus 1, the model's torch threads as given):
 a short warmup, then the sweep, with every process's user+system CPU time read from /proc
@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ops.bench.load import sweep, switchyard_target
-from ops.bench.prompt import PROMPT_TOKENS, build_prompts, default_model_dir
-from ops.bench.ray_serve import SERVED, cpu_model
-from ops.bench.run import log, start_run, write_results
-from ops.bench.switchyard_server import switchyard_server
+from ops.harness.load import sweep, switchyard_target
+from ops.harness.prompts import PROMPT_TOKENS, build_prompts, default_model_dir
+from ops.harness.results import cpu_model, log, start_run, write_results
+from ops.harness.servers import DEFAULT_SERVED_NAME, switchyard_server
+
+SERVED = DEFAULT_SERVED_NAME
 
 SERVERS: dict[str, tuple[str, list[str]]] = {
     "direct": ("serve-ray", ["--replicas", "1", "--replica-cpus", "1", "--topology", "direct"]),
@@ -40,7 +41,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 def cpu_times() -> dict[str, tuple[str, float]]:
     """pid -> (command line, user+system CPU seconds) for every process."""
-    out = {}
+    out: dict[str, tuple[str, float]] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as f:
@@ -62,7 +63,7 @@ def measure(name: str, prompts: list[str], args: argparse.Namespace, log_dir: Pa
     server_args = [*extra, "--no-embeddings", "--num-threads", str(args.threads), "--log-level", "warning"]
     with switchyard_server(log_dir / f"{name}.log", server_args, args.startup_timeout, command=command) as srv:
         target = switchyard_target(srv.base_url, SERVED)
-        common = dict(warmup_requests=0, expected_prompt_tokens=PROMPT_TOKENS)
+        common: dict[str, Any] = dict(warmup_requests=0, expected_prompt_tokens=PROMPT_TOKENS)
         asyncio.run(sweep(target, prompts[:2], [2], requests_per_slot=1, min_requests=2, **common))
         before, started = cpu_times(), time.monotonic()
         level = asyncio.run(sweep(target, prompts[2:], [16], requests_per_slot=1, min_requests=args.requests, **common))["levels"][0]

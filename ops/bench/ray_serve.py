@@ -1,10 +1,12 @@
-"""Switchyard on Ray Serve against plain `switchyard serve`, and prefix routing against power of two.
+"""What does Ray Serve add to one replica, and does prefix routing beat power of two?
+`switchyard serve-ray` against plain `switchyard serve`.
 
-PYTHONPATH=$PWD python -m ops.bench.ray_serve [--levels 1,16] [--topology direct|relay] [--skip-overhead] [--skip-routing] [--out PATH]
+    PYTHONPATH=$PWD python -m ops.bench.ray_serve [--levels 1,16] [--topology direct|relay] [--skip-overhead] [--skip-routing] [--out PATH]
 
 1. Overhead (one run, same machine, same model, same threads): `switchyard serve` and then
    `switchyard serve-ray --replicas 1 --topology T` (a local Ray instance; --topology direct:
-   HTTP proxy -> the replica; relay: HTTP proxy -> ingress -> the replica), each under the streaming load sweep of ops.bench.load (128-token unique prompts,
+   HTTP proxy -> the replica; relay: HTTP proxy -> ingress -> the replica), each under the
+   streaming load sweep of ops.harness.load (128-token unique prompts,
    64 tokens out), alternated for --rounds rounds. Reported as ratios (medians over rounds):
    tok/s at c=16 (Ray / plain) and TTFT p50 at c=1 (Ray - plain, ms). Targets: at most 10%
    lower throughput, at most 20 ms added TTFT.
@@ -13,13 +15,13 @@ PYTHONPATH=$PWD python -m ops.bench.ray_serve [--levels 1,16] [--topology direct
 2. Routing quality: `serve-ray --replicas 2` with `--router prefix`, then with `--router pow2`
    (Ray Serve's power of two choices, which serve-ray deploys on the direct topology: the
    proxy calls the replicas), each on cold caches, under the multi-tenant
-   shared-prefix chat mix of ops.bench.prefix_mix (streamed, so TTFT is measured): the
+   shared-prefix chat mix of ops.harness.prefix_mix (streamed, so TTFT is measured): the
    prefix-cache hit rate (cached / prompt tokens) and TTFT p50/p99. The KV cache is capped
    (--kv-blocks per replica) so that one replica cannot hold every tenant's system prompt but
    holds half of them: the case routing is for. Two replicas on a 2-core machine cannot show
    scale-out throughput (they share the cores), so this section measures routing quality only.
 
-Writes one JSON (ops/bench/results/ray-<UTC>.json) and prints a markdown table. Run it alone
+Writes one JSON (ops/results/ray-<UTC>.json) and prints a markdown table. Run it alone
 on a quiet machine: never beside another benchmark.
 """
 
@@ -30,7 +32,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,21 +39,14 @@ from typing import Any
 
 import httpx
 
-from ops.bench.load import OUTPUT_TOKENS, parse_levels, percentile, prompts_needed, sweep, switchyard_target
-from ops.bench.prefix_mix import HitRate, requests
-from ops.bench.prompt import PROMPT_TOKENS, build_prompts, default_model_dir
-from ops.bench.run import log, start_run, write_results
-from ops.bench.switchyard_server import switchyard_server
+from ops.harness.load import OUTPUT_TOKENS, one_request, parse_levels, prompts_needed, sweep, switchyard_target
+from ops.harness.prefix_mix import HitRate, requests
+from ops.harness.prompts import PROMPT_TOKENS, build_prompts, default_model_dir
+from ops.harness.results import cpu_model, log, start_run, write_results
+from ops.harness.servers import DEFAULT_SERVED_NAME, switchyard_server
+from ops.harness.stats import ms, percentile
 
-SERVED = "smollm2-135m-instruct"
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "unknown")
+SERVED = DEFAULT_SERVED_NAME
 
 
 def overhead(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
@@ -85,8 +79,6 @@ def ray_args(args: argparse.Namespace) -> list[str]:
 def paired_ttft(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     """Both servers up at once, one request at a time to each in turn: the added TTFT with
     the machine's drift cancelled (each pair runs under the same load)."""
-    from ops.bench.load import one_request
-
     prompts = build_prompts(str(default_model_dir()), args.pairs + 2, PROMPT_TOKENS, "unique")
     common = ["--no-embeddings", "--num-threads", str(args.threads), "--log-level", "warning"]
     with (
@@ -96,19 +88,18 @@ def paired_ttft(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         targets = [switchyard_target(plain.base_url, SERVED), switchyard_target(ray.base_url, SERVED)]
 
         async def run() -> list[tuple[float, float]]:
-            pairs = []
+            pairs: list[tuple[float, float]] = []
             async with httpx.AsyncClient(timeout=300) as client:
                 for i, prompt in enumerate(prompts):
                     order = targets if i % 2 == 0 else targets[::-1]  # neither always goes first
                     got = {t.base_url: await one_request(client, t, prompt, 4, 300) for t in order}
                     a, b = got[targets[0].base_url], got[targets[1].base_url]
-                    if i >= 2 and a.ok and b.ok:  # the first two warm both up
+                    if i >= 2 and a.ok and b.ok and a.ttft is not None and b.ttft is not None:  # the first two warm both up
                         pairs.append((a.ttft, b.ttft))
             return pairs
 
         pairs = asyncio.run(run())
     diffs = [b - a for a, b in pairs]
-    ms = lambda x: None if x is None else round(1000 * x, 2)  # noqa: E731
     return {"pairs": len(pairs), "topology": args.topology, "plain_ttft_p50_ms": ms(percentile([a for a, _ in pairs], 50)), "ray_ttft_p50_ms": ms(percentile([b for _, b in pairs], 50)),
             "added_ttft_p50_ms": ms(percentile(diffs, 50)), "added_ttft_p90_ms": ms(percentile(diffs, 90))}  # fmt: skip
 
@@ -131,7 +122,8 @@ def overhead_ratios(result: dict[str, Any]) -> dict[str, Any]:
 
 async def run_mix(base_url: str, args: argparse.Namespace) -> dict[str, Any]:
     bodies = iter(requests(args.tenants, args.mix_requests, args.system_words, seed=1, model=SERVED, max_tokens=8))
-    hits, ttfts, errors = HitRate(), [], 0
+    hits, errors = HitRate(), 0
+    ttfts: list[float] = []
     started = time.perf_counter()
     async with httpx.AsyncClient(base_url=base_url, timeout=300) as http:
 
@@ -157,10 +149,9 @@ async def run_mix(base_url: str, args: argparse.Namespace) -> dict[str, Any]:
                     ttfts.append(first)
 
         await asyncio.gather(*(worker() for _ in range(args.mix_concurrency)))
-    ms = lambda x: None if x is None else round(1000 * x, 1)  # noqa: E731
     return {"requests": hits.requests, "errors": errors, "wall_s": round(time.perf_counter() - started, 2), "hit_rate": round(hits.rate, 4),
             "cached_tokens": hits.cached_tokens, "prompt_tokens": hits.prompt_tokens,
-            "ttft_ms": {"p50": ms(percentile(ttfts, 50)), "p99": ms(percentile(ttfts, 99))}}  # fmt: skip
+            "ttft_ms": {"p50": ms(percentile(ttfts, 50), 1), "p99": ms(percentile(ttfts, 99), 1)}}  # fmt: skip
 
 
 def routing(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:

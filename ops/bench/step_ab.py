@@ -1,8 +1,8 @@
-"""Interleaved A/B of bare native step variants: decisions that a shared machine cannot spoil.
+"""Which of two model-path variants is faster, on a machine others share? An interleaved A/B.
 
 python -m ops.bench.step_ab --variants native,native+int4,transformers [--batches 1,4,32] [--steps 24] [--prefill]
 
-Loads every variant (ops.bench.bare_native's `impl[+compile][+int8|+int4]`, `-nosmooth` to
+Loads every variant (ops.harness.native_step's `impl[+compile][+int8|+int4]`, `-nosmooth` to
 load it without actors/runners/native/smoothing.py) in one process,
 prefills the 128-token benchmark prompt at batch B in each, then runs decode steps round-robin:
 variant 1, variant 2, ..., variant 1, ... so load from other processes hits all alike. With
@@ -20,32 +20,34 @@ import statistics
 import time
 from typing import Any
 
+from ops.harness import native_step as ns
+from ops.harness.load import parse_levels
+from ops.harness.prompts import build_prompt_ids, default_model_dir
+from ops.harness.results import cpu_model
+
 
 def run(model_dir: str, variants: list[str], batches: list[int], steps: int, threads: int, prefill: bool = False) -> dict[str, Any]:
     import torch
 
-    from ops.bench import bare_native as bn
-    from ops.bench.prompt import build_prompt_ids
-
     torch.set_num_threads(threads)
     clock = time.process_time if threads == 1 and not torch.cuda.is_available() else time.perf_counter
     ids = build_prompt_ids(model_dir, 128)
-    runners = {v: bn._runner(model_dir, v, "bfloat16", max(batches), len(ids), steps + 8, threads) for v in variants}
-    out: dict[str, Any] = {"cpu": bn._cpu_model(), "gpu": bn._gpu_model(), "threads": threads, "clock": clock.__name__, "timed": "prefill" if prefill else "decode", "batches": {}}
+    runners = {v: ns.build_runner(model_dir, v, "bfloat16", max(batches), len(ids), steps + 8, threads) for v in variants}
+    out: dict[str, Any] = {"cpu": cpu_model(), "gpu": ns.torch_gpu(), "threads": threads, "clock": clock.__name__, "timed": "prefill" if prefill else "decode", "batches": {}}
     with torch.inference_mode():
         for b in batches:
             per_seq = runners[variants[0]][1]
             tables = [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(b)]
             prompts, prompt_ids = [(0, len(ids))] * b, torch.tensor(ids * b)  # built once, outside the timed steps
-            toks = {v: bn._step(r, prompts, tables, prompt_ids) for v, (r, _) in runners.items()}
+            toks = {v: ns.step(r, prompts, tables, prompt_ids) for v, (r, _) in runners.items()}
             times: dict[str, list[float]] = {v: [] for v in variants}
             for i in range(steps):
                 for v, (r, _) in runners.items():
                     started = clock()
                     if prefill:
-                        bn._step(r, prompts, tables, prompt_ids)
+                        ns.step(r, prompts, tables, prompt_ids)
                     else:
-                        toks[v] = bn._step(r, [(len(ids) + i, 1)] * b, tables, toks[v])
+                        toks[v] = ns.step(r, [(len(ids) + i, 1)] * b, tables, toks[v])
                     times[v].append(clock() - started)
             median = {v: statistics.median(t[2:]) * 1000 for v, t in times.items()}
             out["batches"][str(b)] = {v: {"step_ms": round(m, 2), "speed_vs_first": round(median[variants[0]] / m, 3)} for v, m in median.items()}
@@ -54,9 +56,6 @@ def run(model_dir: str, variants: list[str], batches: list[int], steps: int, thr
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ops.bench.load import parse_levels
-    from ops.bench.prompt import default_model_dir
-
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variants", default="native,transformers")
     p.add_argument("--batches", type=parse_levels, default=[1, 4, 32])

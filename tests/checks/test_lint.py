@@ -1,4 +1,4 @@
-"""ruff over runtime/, actors/, api/ and tests/ with the project's rules (pyproject.toml
+"""ruff over runtime/, actors/, api/, ops/ and tests/ with the project's rules (pyproject.toml
 [tool.ruff]), and proof that it fails on a planted violation."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""mypy over the shipped packages (runtime, actors, api; pyproject.toml [tool.mypy]), and proof
+"""mypy over the shipped packages and the workshop (runtime, actors, api, ops; [tool.mypy]), and proof
 that it fails on a planted type error."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-PACKAGES = ("runtime", "actors", "api")
+PACKAGES = ("runtime", "actors", "api", "ops")
 
 
 def run(args: list[str], cwd: Path = ROOT, pythonpath: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import httpx
 import trio
 
-from ops.bench.prefix_mix import HitRate, requests
+from ops.harness.prefix_mix import HitRate, requests
 from tests.cluster.conftest import Cluster, Deployer
 
 TENANTS, COUNT, SYSTEM_WORDS, CONCURRENCY = 12, 96, 10, 2  # c=4 measured 12-21 points apart, c=2 about 20

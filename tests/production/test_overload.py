@@ -5,7 +5,7 @@ body, after the API key check, quickly, in its own surface's error shape.
 
 No timing bounds here (a suite's timing assert fails on a busy machine, not on a regression):
 refusals are made while the device is held, so a refusal that waited for a slot would never
-come at all and the test would time out. `ops/overload.py` measures the real rejection latency
+come at all and the test would time out. `ops/load/overload.py` measures the real rejection latency
 against issue 6's 50 ms.
 """
 
@@ -21,7 +21,7 @@ import httpx
 import pytest
 import trio
 
-from ops.overload import ROUTES, TARGET_MS, _request, auth_headers, burst, route_request, summarize
+from ops.load.overload import ROUTES, TARGET_MS, _request, auth_headers, burst, route_request, summarize
 from runtime.admission import estimate_tokens
 from runtime.config import RuntimeConfig
 from runtime.request import Prompt
@@ -187,7 +187,7 @@ async def test_every_generation_route_sheds_after_auth_before_the_body(
                     assert r.status_code == 404 and r.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
                     assert (await http.get("/v1/models")).status_code == 200
                     # Held device: a refusal that queued for a slot would never have come at all,
-                    # so getting here is the check; the latency is ops/overload.py's to measure.
+                    # so getting here is the check; the latency is ops/load/overload.py's to measure.
                     runtime.runner.release.set()
             assert len(admitted) == 4 and all(events[-1] == "[DONE]" for events in admitted)
             m = (await http.get("/metrics")).text
@@ -256,7 +256,7 @@ def test_overload_tool_sends_keys_and_reports_the_target() -> None:
 
 
 async def test_overload_tool_against_a_server_with_keys(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """ops/overload.py's burst with a key through the Azure route: 429s in Azure's shape."""
+    """ops/load/overload.py's burst with a key through the Azure route: 429s in Azure's shape."""
     monkeypatch.setenv("SWITCHYARD_API_KEYS", KEY)
     monkeypatch.setenv("SWITCHYARD_STATE_DIR", str(tmp_path))
     config = RuntimeConfig(served_name="fake", port=0, max_pending=4, drain_timeout=2.0)

@@ -1,10 +1,10 @@
-"""The benchmark driver's ratios (ops/bench/run.py, native_sections.py): pure arithmetic on a
-results dict, so a wrong baseline cannot slip into a README table unnoticed."""
+"""The benchmark driver's ratios (ops/bench/run/ratios.py, ops/harness/baselines.py): pure
+arithmetic on a results dict, so a wrong baseline cannot slip into a README table unnoticed."""
 
 from __future__ import annotations
 
-from ops.bench import run
-from ops.bench.native_sections import workload_tok_s
+from ops.bench.run.ratios import compute_ratios
+from ops.harness.baselines import workload_tok_s
 
 
 def test_workload_adds_the_prefill_to_all_but_one_decode_step() -> None:
@@ -23,7 +23,7 @@ def test_server_ratios_over_decode_only_and_workload_baselines() -> None:
         "bare_native": {"decode_steps": 64, "variants": {"native": {"batches": {"32": bare_entry}}}},
         "switchyard": {"dtype": "bfloat16", "sweep": {"levels": [{"concurrency": 32, "output_tok_s": 200.0, "ttft_ms": {"p50": 1.0}}]}},
     }
-    ratios = run.compute_ratios(result)["switchyard"]
+    ratios = compute_ratios(result)["switchyard"]
     native_workload = 2048 / (3.0 + 2048 / 400 * 63 / 64)
     assert ratios["tok_s_over_bare_native[native]_per_level"] == {"32": 0.5}
     assert ratios["tok_s_over_bare_native_workload[native]_per_level"] == {"32": round(200 / round(native_workload, 2), 3)}

@@ -23,7 +23,7 @@ runs eager: compiling the layers' dense parts for them (a dynamic token dimensio
 lost to eager at every bf16 size measured and was mixed for int4 (interleaved step_ab, 2
 threads, AMD EPYC: bf16 decode B=4 0.88x, B=16 0.93x, B=32 0.93x, prefill of 128 tokens 0.95x;
 int4 B=4 0.81x, B=32 1.06x, prefill 1.09x), and through the server int4 + compile ran 0.86-0.92x
-of int4 eager at c=4 and c=32 (ops/bench/results/native-s15-w8a8-cpu2-epyc.json). Dropping those
+of int4 eager at c=4 and c=32 (ops/results/sweep-c1-c4-c32-quantized-llama-2026-11-24-epyc-zen4.json). Dropping those
 graphs took ~20 s off a first start.
 
 Owns also where inductor keeps its on-disk cache (`use_disk_cache`), so a restart loads the

@@ -20,7 +20,7 @@ alpha 0.5, calibrated at load): int8 folds the scales into the weights, so both 
 the smoothed matrix; int4 smooths only its int8 matrix (`QuantizedWeight.smooth`), because
 folding into the int4 pack cost it 0.2-0.3 nats/token. Quality cost against bf16 (mean token
 logprob change / mean KL per token, nats; `python -m ops.bench.quant_quality`, SmolLM2-135M,
-AMD EPYC, ops/bench/results/quant-quality-smooth-epyc.json), before -> after smoothing:
+AMD EPYC, ops/results/quant-quality-smoothing-2026-11-24-epyc-zen4.json), before -> after smoothing:
 int8 GEMM -0.054 / 0.041 -> -0.017 / 0.021 (both schemes); int8 weight-only -0.025 / 0.0067
 -> -0.026 / 0.0088 (the fold's price: a second int8 matrix would avoid it at +0.5x the bf16
 weights' memory); int4 weight-only -0.031 / 0.048, unchanged. Every kernel's speed is

@@ -13,7 +13,7 @@ output) and "ITL" (mean gap between content chunks, per request) as their own ro
 Always bounded: pass --run-time and --users; the host must be loopback.
 
     .venv/bin/switchyard serve --port 8000 &
-    .venv/bin/locust -f ops/locust/locustfile.py --headless --host http://127.0.0.1:8000 \\
+    .venv/bin/locust -f ops/load/locustfile.py --headless --host http://127.0.0.1:8000 \\
         --users 8 --spawn-rate 2 --run-time 60s --csv /tmp/sy ChatUser CompletionsUser
 
 Environment: SWITCHYARD_MODEL (the `model` field; default: omitted, the server's default),
@@ -21,7 +21,7 @@ SWITCHYARD_EMBED_MODEL (for EmbeddingsUser), LOCUST_SEED (prompt draws; default 
 SWITCHYARD_API_KEY (a server with API keys: sent as `Authorization: Bearer <key>` on every
 request; also settable as --api-key on locust's command line; never printed).
 
-    SWITCHYARD_API_KEY=sk-... .venv/bin/locust -f ops/locust/locustfile.py --headless \\
+    SWITCHYARD_API_KEY=sk-... .venv/bin/locust -f ops/load/locustfile.py --headless \\
         --host http://127.0.0.1:8000 --users 8 --spawn-rate 2 --run-time 60s ChatUser
 """
 
@@ -32,7 +32,9 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from itertools import count
+from typing import Any
 from urllib.parse import urlsplit
 
 from locust import HttpUser, between, events, task
@@ -46,20 +48,20 @@ _seeds = count(int(os.environ.get("LOCUST_SEED", "0")))
 
 
 @events.init_command_line_parser.add_listener
-def _add_arguments(parser, **_kwargs):  # type: ignore[no-untyped-def]
+def _add_arguments(parser: Any, **_kwargs: Any) -> None:
     parser.add_argument(
         "--api-key", env_var="SWITCHYARD_API_KEY", default="", is_secret=True, include_in_web_ui=False,
         help="Bearer key for a server with API keys (default: $SWITCHYARD_API_KEY)",
     )
 
 
-def api_key(environment) -> str:  # type: ignore[no-untyped-def]
+def api_key(environment: Any) -> str:
     parsed = getattr(environment, "parsed_options", None)
     return (getattr(parsed, "api_key", None) if parsed is not None else None) or os.environ.get("SWITCHYARD_API_KEY", "")
 
 
 @events.init.add_listener
-def _loopback_only(environment, **_kwargs):  # type: ignore[no-untyped-def]
+def _loopback_only(environment: Any, **_kwargs: Any) -> None:
     host = urlsplit(environment.host or "").hostname
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise SystemExit(f"refusing to load-test {environment.host!r}: only 127.0.0.1 / localhost")
@@ -87,7 +89,7 @@ class _Base(HttpUser):
             if resp.status_code != 200:
                 resp.failure(f"{resp.status_code}: {resp.text[:200]}")
 
-    def _stream(self, name: str, path: str, body: dict, is_content) -> None:  # type: ignore[no-untyped-def]
+    def _stream(self, name: str, path: str, body: dict[str, Any], is_content: Callable[[dict[str, Any]], bool]) -> None:
         """POST with stream=true; report the whole stream, TTFT and ITL as separate rows."""
         start = time.perf_counter()
         first = last = None
@@ -119,7 +121,7 @@ class _Base(HttpUser):
         self._metric("STREAM", name, (time.perf_counter() - start) * 1000)
         if first is not None:
             self._metric("TTFT", name, (first - start) * 1000)
-        if chunks > 1:
+        if chunks > 1 and first is not None and last is not None:
             self._metric("ITL", name, (last - first) * 1000 / (chunks - 1))
 
     def _metric(self, kind: str, name: str, ms: float) -> None:

@@ -16,9 +16,9 @@ status is 0 only when no request hung or failed, every admitted one completed, a
 is within the target (`--target-ms`).
 
     .venv/bin/switchyard serve --port 8011 --max-pending 8 &
-    .venv/bin/python -m ops.overload --url http://127.0.0.1:8011 --burst 80 --bursts 5
+    .venv/bin/python -m ops.load.overload --url http://127.0.0.1:8011 --burst 80 --bursts 5
     # another generation route; a server with API keys:
-    SWITCHYARD_API_KEY=sk-... .venv/bin/python -m ops.overload --route azure --url http://127.0.0.1:8011
+    SWITCHYARD_API_KEY=sk-... .venv/bin/python -m ops.load.overload --route azure --url http://127.0.0.1:8011
 
 `--route`: completions (default), chat, responses, embeddings, azure (POST /chat/completions
 ?api-version=...), invocations (POST /serving-endpoints/{--endpoint}/invocations).
@@ -39,7 +39,6 @@ import time
 from urllib.parse import urlsplit
 
 import trio
-
 
 TARGET_MS = 50.0  # issue 6: "a 429 (or 503 with Retry-After) within 50 ms"
 AZURE_API_VERSION = "2024-05-01-preview"
@@ -195,7 +194,7 @@ async def main(args: argparse.Namespace) -> int:
     path, body, headers, marker = route_request(args.route, args.prompt, args.max_tokens, args.endpoint or "", args.model)
     headers.update(auth_headers(args.api_key))
     results: list[dict] = []
-    for i in range(args.bursts):
+    for _ in range(args.bursts):
         results += await burst(host, port, args.burst, body, args.timeout, path, headers, marker)
         await trio.sleep(args.pause)
     report = {"route": args.route, "path": path, **summarize(results, args.target_ms)}
@@ -210,8 +209,8 @@ async def main(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def cli() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:8000")
     p.add_argument("--burst", type=int, default=80, help="simultaneous requests per burst (10x --max-pending is the issue's case)")
     p.add_argument("--bursts", type=int, default=5)
@@ -229,7 +228,11 @@ def cli() -> None:
         "--api-key", default=os.environ.get("SWITCHYARD_API_KEY"),
         help="Bearer key for a server with API keys (default: $SWITCHYARD_API_KEY; prefer the variable: command lines are visible)",
     )
-    sys.exit(trio.run(main, p.parse_args()))
+    return p.parse_args(argv)
+
+
+def cli(argv: list[str] | None = None) -> None:
+    sys.exit(trio.run(main, parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Prompt and output-length mixes for the load tests: what traffic looks like, roughly.
+"""Prompt and output-length mixes for the load tools (locust users, the soak): what traffic
+looks like, roughly.
 
 Lengths are drawn per request from weighted buckets (a chat question, a paragraph to work on,
 a document to answer from), with text made from a fixed corpus so runs are comparable. The
@@ -47,7 +48,7 @@ def draw(rng: random.Random) -> tuple[str, int]:
     question = rng.choice(QUESTIONS)
     if words == 0:
         return question, rng.choice(max_tokens)
-    text = []
+    text: list[str] = []
     while sum(len(s.split()) for s in text) < words:
         text.append(rng.choice(SENTENCES))
     return " ".join(text) + "\n\nUsing the text above: " + question, rng.choice(max_tokens)

@@ -5,7 +5,7 @@ from every other tenant's from its first words); each request adds a short quest
 own. What a prefix cache can save is the system prompt, so the share of prompt tokens served
 from cache (`prompt_tokens_details.cached_tokens` over `prompt_tokens`, summed) measures how
 well requests were sent to replicas that already held their tenant's prefix. Used by the Ray
-tier's routing test (tests/cluster) and by ops/bench/ray.py. Pure Python.
+tier's routing test (tests/cluster) and by ops.bench.ray_serve. Pure Python.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Soak run: moderate, steady load for a bounded time while watching the server's memory.
 
 Drives a server on 127.0.0.1 with `--concurrency` clients (chat and completions, streaming
-and not, prompt mix from ops/locust/prompts.py; `--disconnect-rate` of the streams are
+and not, prompt mix from ops/load/prompts.py; `--disconnect-rate` of the streams are
 abandoned mid-way) and samples the server process's resident memory (psutil) every
 `--interval` seconds. At the end it reports the RSS just after warm-up and at the end (each
 the median of 3 samples, to ride out allocator noise), the peak, the growth, and whether the
@@ -9,16 +9,16 @@ end is within `--tolerance` (5%) of after warm-up; the exit status says the same
 that the server is idle once the load stops (no live request in /metrics).
 
     # a server it starts itself, on the default model, stopped with SIGTERM at the end:
-    .venv/bin/python -m ops.soak --spawn --port 8012 --duration 600
+    .venv/bin/python -m ops.load.soak --spawn --port 8012 --duration 600
     # a server already running:
-    .venv/bin/python -m ops.soak --url http://127.0.0.1:8000 --pid 12345 --duration 300
+    .venv/bin/python -m ops.load.soak --url http://127.0.0.1:8000 --pid 12345 --duration 300
 
 Bounded: --duration (default 10 minutes) plus the server's start; every request has a timeout.
 A server with API keys: `--api-key KEY`, or (better: command lines are visible to other users)
 the SWITCHYARD_API_KEY environment variable; it is sent as `Authorization: Bearer <key>` and
 never printed. With --spawn, a key given this way is also handed to the spawned server (as
 SWITCHYARD_API_KEYS) unless its environment already has keys.
-Imports trio, httpx, psutil and ops.locust.prompts.
+Imports trio, httpx, psutil and ops.load.prompts.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import httpx
 import psutil
 import trio
 
-from ops.locust.prompts import draw
+from ops.load.prompts import draw
 
 
 @dataclass
@@ -105,7 +105,7 @@ async def _stream(http: httpx.AsyncClient, path: str, body: dict, abandon: bool,
     tally.error("stream_cut")
 
 
-async def sample_memory(proc: psutil.Process, interval: float, deadline: float, start: float, samples: list) -> None:  # type: ignore[type-arg]
+async def sample_memory(proc: psutil.Process, interval: float, deadline: float, start: float, samples: list[tuple[float, int]]) -> None:
     while time.monotonic() < deadline:
         rss = proc.memory_info().rss
         samples.append((round(time.monotonic() - start, 1), rss))
@@ -158,7 +158,7 @@ async def run(args: argparse.Namespace, url: str, pid: int) -> dict:
     }
 
 
-def spawn(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:  # type: ignore[type-arg]
+def spawn(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
     url = f"http://127.0.0.1:{args.port}"
     cmd = [sys.executable, "-m", "api.process.main", "serve", "--port", str(args.port), *args.server_args]
     log = open(args.server_log, "wb")
@@ -180,8 +180,8 @@ def spawn(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:  # type: ig
     raise SystemExit(f"server not healthy after {args.start_timeout}s; see {args.server_log}")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:8000")
     p.add_argument("--pid", type=int, help="the server's process id (with --url)")
     p.add_argument("--spawn", action="store_true", help="start `python -m api.process.main serve` on --port and stop it at the end")
@@ -202,30 +202,38 @@ def main() -> None:
         "--api-key", default=os.environ.get("SWITCHYARD_API_KEY"),
         help="Bearer key for a server with API keys (default: $SWITCHYARD_API_KEY; prefer the variable)",
     )
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.warmup >= args.duration:
         p.error("--warmup must be shorter than --duration")
+    if not args.spawn and args.pid is None:
+        p.error("--pid is required without --spawn")
+    if not args.spawn and urlsplit(args.url).hostname not in ("127.0.0.1", "localhost", "::1"):
+        p.error("the soak target must be on the loopback interface")
+    return args
 
+
+def _stop(server: subprocess.Popen[bytes]) -> int | None:
+    """SIGTERM the spawned server; its exit code, or None if it had to be killed after 60 s."""
+    server.send_signal(signal.SIGTERM)
+    try:
+        return server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     server = None
     if args.spawn:
         server, url = spawn(args)
         pid = server.pid
     else:
         url, pid = args.url, args.pid
-        if pid is None:
-            p.error("--pid is required without --spawn")
-    if urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1"):
-        p.error("the soak target must be on the loopback interface")
     try:
         report = trio.run(run, args, url, pid)
     finally:
-        if server is not None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                report_rc = server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                report_rc = None
+        report_rc = _stop(server) if server is not None else None
     if server is not None:
         report["server_exit_code"] = report_rc
     print(json.dumps(report, indent=2))

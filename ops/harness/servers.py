@@ -1,0 +1,116 @@
+"""Switchyard for a measurement: `switchyard serve` (or `serve-ray`) as a subprocess on a free
+loopback port, or the whole stack in-process; and what its log says.
+
+    with switchyard_server(log_dir / "switchyard.log", ["--log-level", "info"]) as srv:
+        httpx.post(srv.base_url + "/v1/embeddings", ...)
+
+The subprocess runs in its own process group (processes.ServerProcess: hub and telemetry
+off), is waited on (bounded) until GET /health = 200, and is stopped on exit (SIGTERM, SIGKILL
+after `term_timeout`). Serving-endpoint definitions go to a state directory of the run's own
+(beside the log), so a benchmark neither reads nor writes the model store's database. It runs
+this checkout's code, not whichever one the shared venv's editable install points at.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ops.harness.processes import ServerProcess, free_port
+from ops.harness.results import REPO_ROOT
+
+VENV_BIN = Path(sys.executable).parent
+DEFAULT_SERVED_NAME = "smollm2-135m-instruct"  # the embedded default chat model's served name
+
+_DTYPE_RE = re.compile(r"dtype[\"']?\s*[=:]\s*[\"']?(?:torch\.)?(bfloat16|float32|float16)")
+
+
+def server_dtype_from_log(text: str, served_name: str | None = None) -> str | None:
+    """The dtype the server says it picked for the chat model (its runtime_ready log line).
+
+    The server logs one runtime_ready line per model (an embedding model too); the line that
+    names `served_name` wins, else the first one.
+    """
+    found: list[tuple[bool, str]] = []
+    for line in text.splitlines():
+        if "runtime_ready" in line:
+            m = _DTYPE_RE.search(line)
+            if m:
+                found.append((served_name is not None and served_name in line, m.group(1)))
+    for named, dtype in found:
+        if named:
+            return dtype
+    return found[0][1] if found else None
+
+
+@dataclass
+class RunningServer:
+    base_url: str
+    cmd: list[str]
+    log_path: Path
+    process: ServerProcess
+    startup_s: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def dtype(self, served_name: str) -> str | None:
+        """The dtype the server logged for `served_name` in its runtime_ready line."""
+        return server_dtype_from_log(self.process.tail(200_000), served_name)
+
+    def log_tail(self, n_bytes: int = 200_000) -> str:
+        return self.process.tail(n_bytes)
+
+
+@contextmanager
+def switchyard_server(
+    log_path: Path, server_args: Sequence[str] = (), startup_timeout: float = 300.0, term_timeout: float = 45.0, command: str = "serve"
+) -> Iterator[RunningServer]:
+    """`command`: "serve", or "serve-ray" (a local Ray instance in the server's process group)."""
+    port = free_port()
+    state_dir = log_path.parent / "state"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [str(VENV_BIN / "switchyard"), command, "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(state_dir), *server_args]
+    print(f"[switchyard] starting: {' '.join(cmd)} (log {log_path})", file=sys.stderr, flush=True)
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    process = ServerProcess("switchyard", cmd, log_path, env={"PYTHONPATH": path}, cwd=str(REPO_ROOT))
+    server = RunningServer(f"http://127.0.0.1:{port}", cmd, log_path, process)
+    try:
+        server.startup_s = round(process.wait_healthy(server.base_url + "/health", startup_timeout), 2)
+        yield server
+    finally:
+        server.info["exit_code"] = process.stop(term_timeout=term_timeout)
+
+
+@dataclass
+class InProcessServer:
+    """The whole stack in this process (Runtime + HTTP edge), for counters only the runtime has."""
+
+    base_url: str
+    runtime: Any
+    stop: Any  # a trio.Event: set it to stop the server
+
+
+async def in_process_server(nursery: Any, config: Any) -> InProcessServer:
+    """Start the HTTP edge over one runtime built from `config` (a RuntimeConfig, port 0 for a
+    free one) in `nursery`, as the test suite does; returns once it listens."""
+    from functools import partial
+
+    import trio
+
+    from actors.build import build_engine
+    from api.process.server import serve_runtime
+
+    runtimes: list[Any] = []
+    stop = trio.Event()
+
+    def factory(cfg: Any) -> Any:
+        runtimes.append(build_engine(cfg))
+        return runtimes[-1]
+
+    binds = await nursery.start(partial(serve_runtime, config, factory, stop.wait))
+    return InProcessServer(base_url=binds[0], runtime=runtimes[0], stop=stop)
