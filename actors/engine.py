@@ -138,7 +138,7 @@ class Engine:
         if self.task == "generate":
             self.max_model_len = min(info.max_model_len, info.num_kv_blocks * info.block_size)
         core = self._make_core(info)
-        self.scheduler = SchedulerActor(core, sched_recv, plans_send, results_recv, out_send, aborts_recv)
+        self.scheduler = SchedulerActor(core, sched_recv, plans_send, results_recv, out_send, aborts_recv, async_scheduling=cfg.async_scheduling)
         self.detokenizer = DetokenizerActor(
             _fast_backend(self.tokenizer), self.eos_token_ids, out_recv, self._scheduler_inbox.clone(), self.served_name, on_done=self._forget
         )

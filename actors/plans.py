@@ -23,18 +23,25 @@ class PlanBuilder:
         self.reserved_copies: list[tuple[int, int]] = []  # reserved while planning this step
         self._due_copies: list[tuple[int, int]] = []  # reserved by the previous one: run now
 
-    def seq(self, seq: Sequence, num_new: int, forks: tuple[ForkedSeq, ...] | None = None, num_pending: int = 0) -> ScheduledSeq:
-        """`seq`'s next `num_new` tokens from its computed position; the last `num_pending` of
-        them are sampled by a step still in flight, which the core has not applied yet."""
+    def seq(self, seq: Sequence, num_new: int, forks: tuple[ForkedSeq, ...] | None = None) -> ScheduledSeq:
+        """`seq`'s next `num_new` tokens, from its computed position."""
         start = seq.num_computed_tokens
         end = start + num_new
-        known = seq.token_ids[start : end - num_pending]
+        return self._scheduled(seq, seq.token_ids[start:end], start, forks)
+
+    def ahead(self, seq: Sequence) -> ScheduledSeq:
+        """`seq`'s decode after the step in flight: it feeds the token that step is sampling,
+        which the core has not learned yet (the runner has: PENDING_TOKEN)."""
+        return self._scheduled(seq, [PENDING_TOKEN], seq.num_tokens, None)
+
+    def _scheduled(self, seq: Sequence, tokens: list[int], start: int, forks: tuple[ForkedSeq, ...] | None) -> ScheduledSeq:
+        end = start + len(tokens)
         return ScheduledSeq(
             request_id=seq.request_id,
-            token_ids=known + [PENDING_TOKEN] * num_pending,
+            token_ids=tokens,
             start_pos=start,
             block_table=seq.block_table[: -(-end // self.block_size)],
-            sample=end == seq.num_tokens + num_pending,
+            sample=end >= seq.num_tokens,
             sampling=seq.sampling,
             seed=seq.seed,
             num_prompt_tokens=seq.num_prompt_tokens,

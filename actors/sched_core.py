@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import deque
 
 from actors.blocks import BlockManager
+from actors.lookahead import plan_ahead
 from actors.plans import PlanBuilder
 from actors.sequence import SchedulerConfig, SeqStatus, Sequence
 from actors.step_cost import PromptTokens, StepCostModel
@@ -132,6 +133,10 @@ class SchedulerCore:
             return None
         return self._make_plan(scheduled)
 
+    def schedule_ahead(self, in_flight: StepPlan) -> StepPlan | None:
+        """The next step, planned while `in_flight` runs, when it can be (actors/lookahead.py)."""
+        return plan_ahead(self, in_flight)
+
     def update(self, plan: StepPlan, result: StepResult, started: float = 0.0, finished: float = 0.0) -> list[TokenDelta]:
         """Apply a step's result. Tokens for requests aborted meanwhile are dropped.
 
@@ -146,7 +151,9 @@ class SchedulerCore:
         batch_size = len(plan.seqs) + sum(len(item.forks or ()) for item in plan.seqs)
         for item in plan.seqs:
             seq = self.requests.get(item.request_id)
-            if seq is None or seq.status is not SeqStatus.RUNNING:
+            if seq is None or seq.status is not SeqStatus.RUNNING or item.start_pos != seq.num_computed_tokens:
+                # Left during the step, or not where the plan thought it would be (a row planned
+                # ahead of a step that finished or preempted it): its tokens are not applied.
                 if item.forks:  # the parent left during the step: its siblings go on alone
                     self._release_forks(item.request_id)
                 continue

@@ -1,10 +1,12 @@
 """The scheduler actor: the trio shell around `SchedulerCore`.
 
-Owns: the step loop. Each turn it drains its inbox (new requests and aborts, in arrival order),
-asks the core for a plan, hands it to the executor, waits for the result, drains the inbox
-again (aborts land before `update`, so tokens of a request that left are dropped), applies the
-result and forwards the new tokens to the detokenizer. One step is in flight at a time; while
-it runs on the device thread the event loop is free for HTTP and detokenization.
+Owns: the step loop. Each turn it drains its inboxes (requests, then aborts), asks the core for
+a plan, hands it to the executor, waits for the result, drains again (aborts land before
+`update`, so tokens of a request that left are dropped), applies the result and forwards the
+new tokens to the detokenizer. While a step runs on the device thread the event loop is free
+for HTTP and detokenization. With async scheduling, while step N runs the core may already plan
+step N+1 (actors/lookahead.py: decode-only continuations), which waits at the device so the
+device never waits for the event loop; then two steps are in flight, applied in order.
 `SchedulerInbox` is what the other actors and the runtime hold to send to it.
 
 It holds no per-request state of its own and reads no other actor's: what it learns of a
@@ -17,6 +19,7 @@ Imports trio and runtime.
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any
 
 import trio
@@ -98,6 +101,7 @@ class SchedulerActor:
         results: trio.MemoryReceiveChannel[StepResult],
         outputs: trio.MemorySendChannel[StepOutputs | DropRequests],
         aborts: trio.MemoryReceiveChannel[AbortRequest],  # the control channel (SchedulerInbox)
+        async_scheduling: bool = False,
     ) -> None:
         self.core = core
         self.inbox = inbox
@@ -105,34 +109,70 @@ class SchedulerActor:
         self.results = results
         self.outputs = outputs
         self.num_steps = 0
+        self.num_steps_ahead = 0  # planned while the step before them ran
         self.last_step_tokens = 0
         self.stopping = False  # a Shutdown arrived: no new step after the one in flight
         self.aborts = aborts
         self._woken: list[Inbound | AbortRequest] = []  # what ended the last wait, not applied yet
         self._dropped: list[str] = []  # aborted since the last DropRequests went out
+        # Steps handed to the executor and not applied yet, oldest first, with when each was
+        # sent: one, or two while the next is planned ahead of the one running.
+        self.in_flight: deque[tuple[StepPlan, float]] = deque()
+        self._last_finished = 0.0
+        self.plan_ahead = getattr(core, "schedule_ahead", None) if async_scheduling else None
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         async with self.inbox, self.aborts, self.plans, self.results, self.outputs:
             while True:
-                if not self._drain() or self.stopping:
-                    return
-                if self._dropped:
-                    dropped, self._dropped = self._dropped, []
-                    await self.outputs.send(DropRequests(dropped))
-                if not self.core.has_work:
-                    if not await self._wait_for_message():
+                if not self.in_flight:
+                    if not self._drain() or self.stopping:
                         return
-                    continue
-                plan = self.core.schedule()
-                if plan is None:
-                    # Work exists but none fits (every block is taken by requests that are not
-                    # running, which admission rules out); wait for an abort or a new request.
-                    log.warning("nothing_schedulable", **self.core.statistics())
-                    if not await self._wait_for_message():
-                        return
-                    continue
-                await self._step(plan)
+                    await self._send_dropped()
+                    if not self.core.has_work:
+                        if not await self._wait_for_message():
+                            return
+                        continue
+                    plan = self.core.schedule()
+                    if plan is None:
+                        # Work exists but none fits (every block is taken by requests that are
+                        # not running, which admission rules out); wait for an abort or a new request.
+                        log.warning("nothing_schedulable", **self.core.statistics())
+                        if not await self._wait_for_message():
+                            return
+                        continue
+                    await self._send(plan)
+                if self.plan_ahead is not None and len(self.in_flight) == 1 and not self.stopping:
+                    ahead = self.plan_ahead(self.in_flight[0][0])
+                    if ahead is not None:
+                        self.num_steps_ahead += 1
+                        await self._send(ahead)
+                await self._apply_oldest()
+
+    async def _send(self, plan: StepPlan) -> None:
+        self.in_flight.append((plan, time.perf_counter()))
+        await self.plans.send(plan)
+
+    async def _apply_oldest(self) -> None:
+        """Wait for the oldest step's result, apply it, forward what it produced."""
+        result = await self.results.receive()
+        plan, sent = self.in_flight.popleft()
+        finished = time.perf_counter()
+        started = max(sent, self._last_finished)  # a step planned ahead starts when the one before it ends
+        self._last_finished = finished
+        log.debug("step", step_id=plan.step_id, decode_rows=plan.num_decode_rows, prompt_tokens=plan.num_prefill_tokens, ms=round((finished - started) * 1e3, 1))
+        self._drain()
+        items = self.core.update(plan, result, started, finished)
+        self.num_steps += 1
+        self.last_step_tokens = plan.num_tokens
+        if items:
+            await self.outputs.send(StepOutputs(step_id=plan.step_id, items=items))
+        await self._send_dropped()
+
+    async def _send_dropped(self) -> None:
+        if self._dropped:
+            dropped, self._dropped = self._dropped, []
+            await self.outputs.send(DropRequests(dropped))
 
     async def _wait_for_message(self) -> bool:
         """Sleep until a request, a Shutdown or an abort arrives. What woke it is kept for the
@@ -154,19 +194,6 @@ class SchedulerActor:
             nursery.start_soon(wait, self.inbox, nursery)
             nursery.start_soon(wait, self.aborts, nursery)
         return inbox_open or bool(self._woken)
-
-    async def _step(self, plan: StepPlan) -> None:
-        started = time.perf_counter()
-        await self.plans.send(plan)
-        result = await self.results.receive()
-        finished = time.perf_counter()
-        log.debug("step", step_id=plan.step_id, decode_rows=plan.num_decode_rows, prompt_tokens=plan.num_prefill_tokens, ms=round((finished - started) * 1e3, 1))
-        self._drain()
-        items = self.core.update(plan, result, started, finished)
-        self.num_steps += 1
-        self.last_step_tokens = plan.num_tokens
-        if items:
-            await self.outputs.send(StepOutputs(step_id=plan.step_id, items=items))
 
     def _drain(self) -> bool:
         """Apply everything already in the inboxes. False when the request inbox is closed and empty.
@@ -211,4 +238,4 @@ class SchedulerActor:
 
     def statistics(self) -> dict[str, int]:
         inbox = self.inbox.statistics().current_buffer_used + self.aborts.statistics().current_buffer_used
-        return {**self.core.statistics(), "steps": self.num_steps, "inbox": inbox}
+        return {**self.core.statistics(), "steps": self.num_steps, "steps_ahead": self.num_steps_ahead, "inbox": inbox}

@@ -52,6 +52,9 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # False: off (`--no-cuda-graphs`); True on a CPU runs the same bucketed steps without
     # capture (how the CPU suite checks them; slower than the eager step there).
     cuda_graphs: bool | None = None
+    # Plan a decode-only step while the one before it runs (actors/lookahead.py), so the device
+    # goes from step to step without waiting for the event loop.
+    async_scheduling: bool = False
     host: str = "127.0.0.1"
     port: int = 8000
     drain_timeout: float = 30.0

@@ -12,7 +12,7 @@ Owners (each owner is one actor; these are its modules):
 
     edge         api/
     engine       actors/engine.py
-    core         actors/sched_core.py actors/plans.py actors/blocks.py actors/sequence.py actors/embed_core.py
+    core         actors/sched_core.py actors/plans.py actors/lookahead.py actors/blocks.py actors/sequence.py actors/embed_core.py
     runner       actors/runners/
     detokenizer  actors/detokenizer.py
 

@@ -28,7 +28,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import outcome
 import trio
@@ -57,21 +57,16 @@ class DedicatedThread:
         return self._thread.is_alive()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self.submit(fn, *args).result()
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Job[T]:
+        """Queue `fn(*args)` now, behind the jobs already queued (they run in submission order,
+        whichever task awaits first); await the job's `result()` for its outcome."""
         if not self._started:
             self.start()
-        token = trio.lowlevel.current_trio_token()
-        send, receive = trio.open_memory_channel[outcome.Outcome](1)
-
-        def deliver(result: outcome.Outcome) -> None:
-            try:
-                send.send_nowait(result)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # the caller was cancelled; nobody wants this result any more
-
-        self._jobs.put((fn, args, token, deliver))
-        async with receive:
-            result = await receive.receive()
-        return result.unwrap()
+        job: Job[T] = Job()
+        self._jobs.put((fn, args, trio.lowlevel.current_trio_token(), job.deliver))
+        return job
 
     async def stop(self) -> None:
         """Let queued work finish, then end the thread."""
@@ -100,6 +95,24 @@ class DedicatedThread:
                 token.run_sync_soon(deliver, result)
             except trio.RunFinishedError:
                 return
+
+
+class Job(Generic[T]):
+    """One queued call's outcome, delivered on the event loop by the thread."""
+
+    def __init__(self) -> None:
+        self._send, self._receive = trio.open_memory_channel[outcome.Outcome](1)
+
+    def deliver(self, result: outcome.Outcome) -> None:
+        try:
+            self._send.send_nowait(result)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the caller was cancelled; nobody wants this result any more
+
+    async def result(self) -> T:
+        async with self._receive:
+            result = await self._receive.receive()
+        return result.unwrap()
 
 
 class DeviceThreads:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from actors.runners.request_state import RequestStates
 from runtime.config import RuntimeConfig
 from runtime.messages import StepPlan, StepResult
 from runtime.protocol import ModelInfo
@@ -49,6 +50,7 @@ class FakeRunner:
         self.closed = False
         self.release = threading.Event()  # for tests that hold a step: set() lets it go
         self.release.set()
+        self.requests = RequestStates()  # what the runner keeps of each request, as the torch runner does
 
     def load(self) -> ModelInfo:
         self.thread_ids.add(threading.get_ident())
@@ -74,7 +76,14 @@ class FakeRunner:
         if self.fail_if is not None and self.fail_if(plan):
             self.num_failed += 1
             raise InjectedFailure(f"injected device failure in step {plan.step_id}")
-        sampled = {seq.request_id: self.next_token(seq.token_ids, seq.start_pos) for seq in plan.seqs if seq.sample}
+        self.requests.apply(plan)
+        sampled = {}
+        for seq in plan.seqs:
+            if seq.sample:
+                fed = self.requests.input_ids(seq)  # a pending token (async scheduling) from the history
+                state = self.requests.align(seq.request_id, seq.start_pos + len(fed))
+                sampled[seq.request_id] = self.next_token(fed, seq.start_pos)
+                state.history.append(sampled[seq.request_id])
         return StepResult(step_id=plan.step_id, sampled=sampled)
 
     def next_token(self, token_ids: list[int], start_pos: int) -> int:

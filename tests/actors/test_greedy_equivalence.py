@@ -67,6 +67,8 @@ async def run_engine(model_dir: Path, prompts: list[list[int]], **overrides: obj
     [
         pytest.param({}, id="roomy-cache"),
         pytest.param({"num_kv_blocks": 40, "max_num_batched_tokens": 16}, id="preempting-cache"),
+        pytest.param({"async_scheduling": True}, id="async-scheduling"),
+        pytest.param({"num_kv_blocks": 40, "max_num_batched_tokens": 16, "async_scheduling": True}, id="async-preempting"),
     ],
 )
 async def test_greedy_matches_transformers_generate(tiny_model_dir: Path, overrides: dict) -> None:
@@ -78,5 +80,6 @@ async def test_greedy_matches_transformers_generate(tiny_model_dir: Path, overri
         assert g == e, f"prompt {i} (len {len(prompts[i])}) diverged"
     assert stats["requests"] == 0 and stats["kv_blocks_used"] == 0 and stats["live_requests"] == 0
     assert stats["prefix_hits"] > 0
-    if overrides:
+    assert (stats["steps_ahead"] > 0) == bool(overrides.get("async_scheduling"))
+    if "num_kv_blocks" in overrides:
         assert stats["preemptions"] > 0
