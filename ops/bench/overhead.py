@@ -2,6 +2,7 @@
 
     python -m ops.bench.overhead --concurrency 32 --rounds 5 [--requests-per-slot 2]
         [--server-args '--dtype bfloat16'] [--bare-variant native]
+        [--compare-args '--dtype bfloat16 --async-scheduling']
 
 Why alternate: this shared 2-core VM reads the same command far apart a few minutes apart,
 so ops.bench.run, which runs the bare step once and each server once, minutes apart, reads
@@ -19,6 +20,9 @@ Per round:
   ops.harness.load at concurrency c with `requests_per_slot * c` requests;
 - the load client's CPU seconds per second of the level: it shares the two cores with the
   server, and the bare step pays nothing like it;
+- with `--compare-args`, a second server (those arguments) runs the same round's level too,
+  the two in alternating order from round to round, and the round reports its tok/s over the
+  first's: an A/B of two server settings in one alternated run;
 - the server's steps, from its debug step log: how many, the mean decode rows of a step, and the
   share of the level a step was in flight (handed to the device thread and not yet answered). These say where a ratio below 1 goes: a closed loop
   ramps up (prompts come in a few per step, so that streams do not stall) and drains (streams
@@ -34,6 +38,7 @@ import os
 import shlex
 import statistics
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -75,18 +80,32 @@ def step_summary(steps: list[dict[str, Any]], level_wall_s: float) -> dict[str, 
     }
 
 
-def one_round(args: argparse.Namespace, srv: RunningServer, prompts: list[str], round_no: int, out_dir: Path, log_offset: int) -> tuple[dict[str, Any], int]:
+def one_round(args: argparse.Namespace, servers: list[tuple[RunningServer, int]], prompts: list[list[str]], round_no: int, out_dir: Path) -> dict[str, Any]:
+    """The bare step, then each server's level (their order alternating by round); each
+    server's (process, log offset) is updated in place."""
     c = args.concurrency
     bare = run_bare_native(str(args.model), args.bare_variant, [c], args.bare_dtype, OUTPUT_TOKENS, args.threads, out_dir, 900)
     entry = bare["variants"][args.bare_variant]["batches"][str(c)]
     bare_workload = workload_tok_s(entry, c, OUTPUT_TOKENS)
+    rows: dict[int, dict[str, Any]] = {}
+    order = list(range(len(servers))) if round_no % 2 == 0 else list(reversed(range(len(servers))))
+    for i in order:
+        srv, offset = servers[i]
+        rows[i], offset = _server_row(srv, prompts[i], c, entry, bare_workload, offset)
+        servers[i] = (srv, offset)
+    row = {"round": round_no, "bare_decode_tok_s": entry["decode_tok_s"], "bare_workload_tok_s": bare_workload, "order": order, **rows[0]}
+    if len(servers) > 1:
+        row["compare"] = rows[1]
+        row["compare_over_server"] = round(rows[1]["server_tok_s"] / rows[0]["server_tok_s"], 3) if rows[0]["server_tok_s"] else None
+    log(f"[round {round_no}] bare {bare_workload} tok/s (workload), server {row['server_tok_s']} tok/s: {row['ratio_workload']}, stall {row['stall_ratio']}, compare/server {row.get('compare_over_server')}")
+    return row
+
+
+def _server_row(srv: RunningServer, prompts: list[str], c: int, entry: dict[str, Any], bare_workload: float | None, log_offset: int) -> tuple[dict[str, Any], int]:
     level, client_cpu = _level(srv, prompts, c)
     steps, log_offset = step_lines(srv.log_path, log_offset)
     gaps, tok_s = level["itl_chunk_ms"], level["output_tok_s"]
     row = {
-        "round": round_no,
-        "bare_decode_tok_s": entry["decode_tok_s"],
-        "bare_workload_tok_s": bare_workload,
         "server_tok_s": tok_s,
         "ratio_workload": round(tok_s / bare_workload, 3) if bare_workload and tok_s else None,
         "ratio_decode_only": round(tok_s / entry["decode_tok_s"], 3) if entry.get("decode_tok_s") and tok_s else None,
@@ -94,11 +113,11 @@ def one_round(args: argparse.Namespace, srv: RunningServer, prompts: list[str], 
         "chunk_gap_p99_ms": gaps["p99"],
         "stall_ratio": round(gaps["p99"] / gaps["p50"], 2) if gaps["p50"] and gaps["p99"] else None,
         "ttft_p50_ms": level["ttft_ms"]["p50"],
+        "itl_req_p50_ms": level["itl_req_ms"]["p50"],
         "errors": level["errors"],
         "client_cpu_per_s": round(client_cpu / level["wall_s"], 3) if level["wall_s"] else None,
         "server_steps": step_summary(steps, level["wall_s"]),
     }
-    log(f"[round {round_no}] bare {bare_workload} tok/s (workload), server {tok_s} tok/s: {row['ratio_workload']}, stall {row['stall_ratio']}")
     return row, log_offset
 
 
@@ -120,7 +139,12 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         values = [r[key] for r in rows if r.get(key) is not None]
         return round(statistics.median(values), 3) if values else None
 
-    return {key: median(key) for key in ("ratio_workload", "ratio_decode_only", "server_tok_s", "bare_workload_tok_s", "stall_ratio", "client_cpu_per_s")}
+    keys = ("ratio_workload", "ratio_decode_only", "server_tok_s", "bare_workload_tok_s", "stall_ratio", "client_cpu_per_s", "itl_req_p50_ms", "compare_over_server")
+    out: dict[str, Any] = {key: median(key) for key in keys}
+    compared = [r["compare"] for r in rows if "compare" in r]
+    if compared:
+        out["compare"] = summarize(compared)
+    return out
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -139,6 +163,11 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append(
         f"| **median** | {m['bare_workload_tok_s']} | {m['server_tok_s']} | **{m['ratio_workload']}** | {m['stall_ratio']} | {m['client_cpu_per_s']} | | | |"
     )
+    if "compare" in m:
+        lines += ["", f"Compared with `{result['compare_args']}` in the same rounds:", "", "| round | server tok/s | compare tok/s | compare / server | ITL p50 ms server, compare |", "|---:|---:|---:|---:|---:|"]
+        for r in result["rounds"]:
+            lines.append(f"| {r['round']} | {r['server_tok_s']} | {r['compare']['server_tok_s']} | {r['compare_over_server']} | {r['itl_req_p50_ms']}, {r['compare']['itl_req_p50_ms']} |")
+        lines.append(f"| **median** | {m['server_tok_s']} | {m['compare']['server_tok_s']} | **{m['compare_over_server']}** | {m['itl_req_p50_ms']}, {m['compare']['itl_req_p50_ms']} |")
     return "\n".join(lines)
 
 
@@ -148,6 +177,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--requests-per-slot", type=int, default=2, help="requests per round = this * concurrency (ops.bench.run's default is 2)")
     p.add_argument("--server-args", default="--dtype bfloat16", help="`switchyard serve` arguments, one shell-quoted string")
+    p.add_argument("--compare-args", default=None, help="a second server's `switchyard serve` arguments: each round runs its level too (A/B)")
     p.add_argument("--bare-variant", default="native", help="the ops.bench.bare_native variant that runs the server's kernels, e.g. native+int8")
     p.add_argument("--bare-dtype", default="bfloat16", help="the bare step's dtype: the server's (--server-args' --dtype)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the bare step's torch threads (default: every core, as the server uses)")
@@ -164,20 +194,25 @@ def main(argv: list[str] | None = None) -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     per_round = args.concurrency * args.requests_per_slot
-    prompts = build_prompts(args.model, args.rounds * per_round + WARMUP_REQUESTS, PROMPT_TOKENS, "unique")
-    server_args = ["--no-embeddings", "--log-level", "debug", *shlex.split(args.server_args)]
+    arg_sets = [args.server_args] + ([args.compare_args] if args.compare_args else [])
+    prompts = build_prompts(args.model, len(arg_sets) * (args.rounds * per_round + WARMUP_REQUESTS), PROMPT_TOKENS, "unique")
     result: dict[str, Any] = {
         "concurrency": args.concurrency, "requests_per_slot": args.requests_per_slot, "server_args": args.server_args,
-        "bare_variant": args.bare_variant, "threads": args.threads, "cpu": cpu_model(), "rounds": [],
+        "compare_args": args.compare_args, "bare_variant": args.bare_variant, "threads": args.threads, "cpu": cpu_model(), "rounds": [],
     }  # fmt: skip
-    with switchyard_server(log_dir / "switchyard.log", server_args, args.startup_timeout) as srv:
-        # Unmeasured requests first (the first prompt of a new length pays oneDNN's kernel
-        # compilation); their steps are read past, so no round counts them.
-        _level(srv, prompts[-WARMUP_REQUESTS:], WARMUP_REQUESTS)
-        _, offset = step_lines(srv.log_path, 0)
+    with ExitStack() as stack:
+        servers, own_prompts = [], []
+        for i, server_args in enumerate(arg_sets):
+            srv = stack.enter_context(switchyard_server(log_dir / f"switchyard-{i}.log", ["--no-embeddings", "--log-level", "debug", *shlex.split(server_args)], args.startup_timeout))
+            mine = prompts[i :: len(arg_sets)]  # every server gets new prompts: no prefix cache hit
+            # Unmeasured requests first (the first prompt of a new length pays oneDNN's kernel
+            # compilation); their steps are read past, so no round counts them.
+            _level(srv, mine[-WARMUP_REQUESTS:], WARMUP_REQUESTS)
+            servers.append((srv, step_lines(srv.log_path, 0)[1]))
+            own_prompts.append(mine)
         for r in range(args.rounds):
-            row, offset = one_round(args, srv, prompts[r * per_round : (r + 1) * per_round], r, log_dir, offset)
-            result["rounds"].append(row)
+            round_prompts = [mine[r * per_round : (r + 1) * per_round] for mine in own_prompts]
+            result["rounds"].append(one_round(args, servers, round_prompts, r, log_dir))
     result["median"] = summarize(result["rounds"])
     write_results(result, out_path, started, markdown)
 
