@@ -82,7 +82,7 @@ class Sequence:
     def queue_wait_us(self, started: float, finished: float) -> int:
         """How long it waited for the step (started..finished) that made its next token: since
         arrival until its first step for the first token, since the end of its previous
-        token's step after that (seed 004's queue_wait_time)."""
+        token's step after that (MindIE's usage.queue_wait_time)."""
         if self.ready_time is None:
             if self.scheduled_time is None:  # a forked sibling: first computed in this step
                 self.scheduled_time = started

@@ -192,7 +192,7 @@ class TokenDelta(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     finish_reason: FinishReason | None = None
     stop_token_id: int | None = None  # the stop_token_ids entry that ended it, if any
     batch_size: int = 0  # how many requests shared the step that produced these tokens
-    queue_wait_us: int = 0  # how long the request waited for this step (seed 004's queue_wait_time)
+    queue_wait_us: int = 0  # how long the request waited for this step (MindIE's usage.queue_wait_time)
     error: str | None = None  # the step failed; finish_reason is ABORT
     logprobs: list[Logprob] | None = None  # for token_ids (sampled tokens only)
     prompt_logprobs: list[Logprob] | None = None
@@ -218,7 +218,7 @@ class Usage(msgspec.Struct, kw_only=True, frozen=True):
     completion_tokens: int
     cached_tokens: int = 0
     truncated_prompt_tokens: int = 0  # dropped by error_behavior "truncate"
-    # MindIE (seed 004): per generated token, the batch size of the step that made it and the
+    # MindIE completions: per generated token, the batch size of the step that made it and the
     # microseconds the request waited in the queue for that step (arrival to first step for the
     # first token; end of its previous step to the start of this one after that).
     batch_size: list[int] = []

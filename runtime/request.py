@@ -131,7 +131,7 @@ class DecodeState:
     num_output_tokens: int = 0
     first_token_time: float | None = None
     last_token_time: float | None = None
-    # MindIE-style per-token usage (seed 004): the batch each token was generated in, and the
+    # MindIE completions' per-token usage: the batch each token was generated in, and the
     # time (µs) the request waited in the queue for the step that made it.
     batch_sizes: list[int] = field(default_factory=list)
     queue_wait_us: list[int] = field(default_factory=list)

@@ -71,7 +71,7 @@ def visible_tokens(tokens: list[int], sampling: SamplingParams, stopped: bool, s
     """The tokens whose text a sequence shows (the detokenizer and beam search both apply it).
 
     The EOS or stop token that ended a sequence (`stopped`: its last token) is not part of its
-    text, except a `stop_token_ids` hit with include_stop_str_in_output (seed 004: the flag only
+    text, except a `stop_token_ids` hit with include_stop_str_in_output (MindIE completions: the flag only
     concerns the stops the client named, so EOS stays out either way)."""
     if stopped and tokens and not (sampling.include_stop_str_in_output and stop_token_id is not None):
         return tokens[:-1]

@@ -1,7 +1,7 @@
 """`RequestStream`: what `Runtime.submit()` / `open()` hand the API for one request.
 
 Owns: reading a request's deltas from its mailbox, and closing it synchronously (a cancelled
-handler cannot await, ANCHORS E1): closing a live request aborts it in its runtime.
+handler cannot await: trio raises Cancelled at an await in a cancelled generator's finally): closing a live request aborts it in its runtime.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Owns: `DedicatedThread` and `DeviceThreads`. Every call runs on the same thread, in order. That
 matters for torch: the current device and stream, inference mode, compiled graphs and the
 intra-op thread pool settings are per thread, and `trio.to_thread` gives no thread affinity
-(ANCHORS E4).
+(successive calls from one task land on different worker threads).
 
 Why one thread per device, shared by every model on it: each OS thread that runs torch ops
 gets its own OpenMP team, and once libgomp manages more threads than there are CPUs it makes
