@@ -24,7 +24,7 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # decodes' own time, measured on this machine's steps (actors/step_cost.py): a stream's gap
     # between chunks stays within step_stretch x a decode step. None: the token budget alone.
     # 1.7, not 2: steps scatter ~15% around the fit on a shared CPU, and at 2 the p99 gap came
-    # out over 2x the p50 in 7 of 8 rounds (README, "The server's own cost and the stall target").
+    # out over 2x the p50 in 7 of 8 rounds (docs/performance.md, "Step budget and stalls").
     step_stretch: float | None = 1.7
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     max_pending: int = 512  # admitted, unfinished requests; past this submit() says Overloaded

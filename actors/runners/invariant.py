@@ -14,8 +14,8 @@ import torch
 # bit-identical across 355 batch sizes and positions. Attention does its part in
 # paged_attention (`per_sequence_decode`). The cost through the server, default model, native
 # path: 0.62x the tok/s at c=1 (a one-row decode step does 32-row products) and 0.75x at c=32
-# (0.52x on the transformers path, mostly its per-sequence attention loop then); README
-# "Reproducibility" has the commands.
+# (0.52x on the transformers path, mostly its per-sequence attention loop then); docs/performance.md
+# "Batch invariance" has the commands and the results files.
 INVARIANT_ROWS = 32
 
 

@@ -12,7 +12,7 @@ and the guard only sees finished responses.
 
 Ray loads it in the proxy's process from RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH
 (`PROXY_CALLBACK`), which deploy.py sets before starting a local Ray instance; a cluster one
-joins needs it set in its nodes' environment (README "Scaling out"). Imports api (no torch).
+joins needs it set in its nodes' environment (docs/scaling-out.md, "Failure behaviour"). Imports api (no torch).
 """
 
 from __future__ import annotations

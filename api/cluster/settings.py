@@ -9,7 +9,7 @@ The `[cluster]` table (every key optional):
     ingress_replicas = 1         HTTP ingress replicas (each tokenizes to route by prefix)
     replica_cpus = 1.0           Ray CPUs reserved per model replica (fractions allowed); leave
                                  each node a core beyond its replicas' for Ray's own processes
-                                 (README "Scaling out": the hop then costs 5-7% of throughput;
+                                 (docs/scaling-out.md, "Sizing": the hop then costs 5-7% of throughput;
                                  with every core given to torch, ~20%)
     ingress_cpus = 0.5           ... per ingress replica
     replica_gpus = 0.0           Ray GPUs per model replica

@@ -6,8 +6,8 @@
 
 Why alternate: this shared 2-core VM reads the same command far apart a few minutes apart,
 so ops.bench.run, which runs the bare step once and each server once, minutes apart, reads
-the same server's c=32 ratio far apart from run to run (README, "The server's own cost and
-the stall target"; ops/results/overhead-c32-*). Here every round runs the bare step
+the same server's c=32 ratio far apart from run to run (docs/performance.md, "The server's
+own cost: alternated rounds"; ops/results/overhead-c32-*). Here every round runs the bare step
 (ops.bench.bare_native, B = c, in a subprocess) and then the server's level back to back, and
 the figure is the median of the rounds' ratios. One server process serves every round: idle,
 it uses no CPU, and every request's prompt is new (two unmeasured ones go first), so its

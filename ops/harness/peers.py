@@ -2,7 +2,7 @@
 llama.cpp's `llama-server`.
 
 transformers serve needs its `serving` extra's web stack (fastapi, uvicorn, starlette); the
-sweep checks for it and reports the peer as skipped when it is missing (see README.md).
+sweep checks for it and reports the peer as skipped when it is missing (see ops/bench/README.md).
 
 How it is made to produce exactly 64 tokens: its /v1/completions rejects unknown fields (422),
 so `ignore_eos` cannot be sent. It accepts `generation_config`, a JSON string that replaces the

@@ -15,7 +15,7 @@ dependent rounding above flips near-ties (measured: 4 of 4 prompts diverged with
 `--batch-invariant` runs every linear layer in fixed 32-row blocks and attends each decoding
 sequence over exactly its own length, so a row's arithmetic never depends on its neighbours:
 then bf16 gives the same text too (checked below; 8 of 8 prompts in a one-off run), at a cost
-(README: Reproducibility).
+(docs/models.md, "Reproducibility"; its cost in docs/performance.md, "Batch invariance").
 """
 
 from __future__ import annotations

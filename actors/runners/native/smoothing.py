@@ -24,7 +24,8 @@ so int4 keeps its pack unsmoothed and smooths only its separate int8 matrix, the
 x by s itself (quant.py). Alpha 0.5 had the lowest KL against bf16 for the int8 GEMM among
 0.4-0.8, on the evaluation text and on this calibration text alike. The calibration costs a
 tokenizer load and one forward of ~200 tokens: 0.4-1 s at load for SmolLM2-135M on 2 cores.
-Figures: README "Quantization" part of Performance, quant.py's docstring.
+Figures: docs/performance.md "Quantization" (ops/results/quant-quality-smoothing-2026-11-24-epyc-zen4.json),
+quant.py's docstring.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ depth of ten metres. Fish there have adapted to eat fruit and seeds that fall fr
 User: How many minutes are in a week?
 Assistant: 7 days x 24 hours x 60 minutes = 10,080 minutes."""
 
-# SmoothQuant's default; 0.4-0.8 measured (README "Quantization"). None: no smoothing.
+# SmoothQuant's default; 0.4-0.8 measured (ops/results/quant-smoothing-alpha-sweep-2026-11-24-epyc-zen4.json,
+# docs/performance.md "Quantization"). None: no smoothing.
 ALPHA: float | None = 0.5
 
 

@@ -26,7 +26,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=ops.bench.run.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--levels", type=parse_levels, default=list(DEFAULT_LEVELS), help="concurrency levels (default 1,4,16,32,64)")
     p.add_argument("--peers", action="store_true", help="also sweep transformers serve --continuous-batching")
-    p.add_argument("--llama-server", default=None, help="path of a llama-server binary: also sweep it (see README.md for the build)")
+    p.add_argument("--llama-server", default=None, help="path of a llama-server binary: also sweep it (see ops/bench/README.md for the build)")
     p.add_argument("--out", default=None, help="results JSON (default ops/results/<UTC time>.json)")
     p.add_argument("--model", default=None, help="local HF model directory for every section (default: the embedded SmolLM2)")
     p.add_argument("--served-name", default=None, help="the request's model field for Switchyard (default: smollm2-135m-instruct, or the --model directory's name)")
