@@ -38,5 +38,6 @@ test-fast: install
 bench: install
 	$(BIN)/python -m ops.bench.run $(ARGS)
 
+# The converted models stay in ~/.cache/switchyard/models (or $SWITCHYARD_MODEL_STORE): delete it by hand to convert again.
 clean:
-	rm -rf $(VENV) .model-store
+	rm -rf $(VENV)

@@ -60,7 +60,7 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
     unknown = [name for name in document if name not in CONFIG_TABLES]
     if unknown:
         raise SystemExit(
-            f"{path}: unknown top-level entries {unknown}; a config file has [[models]], [[endpoints]] and [platform] "
+            f"{path}: unknown top-level entries {unknown}; a config file has [[models]], [[endpoints]], [platform] and [cluster] "
             "(API keys and rate limits go in [platform])"
         )
     tables = document.get("models", [])

@@ -84,7 +84,7 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
         help="a seeded request gives the same text alone or in any batch, bf16 included (matmuls in fixed 32-row blocks; slower at low concurrency; default off)",
     )
     p.add_argument("--model-impl", default=DEFAULTS.model_impl, choices=["auto", "native", "transformers"], help="model code: native (Llama, Mistral, Qwen2, Qwen3), transformers (any causal LM), auto: native when supported (default %(default)s)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the native path's single-stream decode step at start-up (about 2 minutes the first time on 2 cores, inductor's disk cache after; default off)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the native path's single-stream decode step at start-up (minutes the first time on a small CPU, inductor's disk cache after; default off)")
     p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_const", const=False, default=None, help="on a GPU, run decode steps eager instead of replaying one captured CUDA graph per batch and key-length bucket (native path; default: graphs on CUDA)")
     p.add_argument("--async-scheduling", action="store_true", help="plan each decode-only step while the one before it runs, so the device never waits for the event loop between them (default off)")
     p.add_argument("--quantization", default=None, choices=["int8", "int4"], help="quantized linears on the native path: weight-only kernels for steps of up to 4 rows, an int8 GEMM with per-row quantized activations past that (default: off)")
