@@ -10,9 +10,8 @@ import json
 import openai
 import pytest
 
-from tests.conftest import Server
-from tests.generation.helpers import in_thread
-from tests.responses.test_guided_default_model import real_server  # noqa: F401  (the fixture)
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 pytestmark = pytest.mark.slow
 
@@ -20,9 +19,9 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city.", "parameters": SCHEMA}}
 
 
-async def test_forced_calls_end_with_declared_keys(real_server: Server) -> None:  # noqa: F811
-    model = real_server.runtime.served_name  # type: ignore[attr-defined]
-    with openai.OpenAI(base_url=real_server.openai_url, api_key="unused", max_retries=0, timeout=300) as client:
+async def test_forced_calls_end_with_declared_keys(default_server: Server) -> None:
+    model = default_server.runtime.served_name  # type: ignore[attr-defined]
+    with openai.OpenAI(base_url=default_server.openai_url, api_key="unused", max_retries=0, timeout=300) as client:
         for choice in ({"type": "function", "function": {"name": "get_weather"}}, "required"):
             out = await in_thread(
                 client.chat.completions.create, model=model, messages=[{"role": "user", "content": "Weather in Oslo in fahrenheit please"}],

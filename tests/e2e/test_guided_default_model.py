@@ -10,18 +10,16 @@ Slow: real weights on CPU.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from functools import partial
+from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
 import lark
 import openai
 import pytest
-import trio
 
-from runtime.config import RuntimeConfig
-from tests.conftest import Server, start_server
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 pytestmark = pytest.mark.slow
 
@@ -53,15 +51,6 @@ PERSON_SCHEMA = {
 }
 
 
-@pytest.fixture
-async def real_server() -> AsyncIterator[Server]:
-    config = RuntimeConfig(model=None, port=0, dtype="float32", kv_cache_gib=0.25, max_num_batched_tokens=64, drain_timeout=5.0)
-    async with trio.open_nursery() as nursery:
-        srv = await start_server(nursery, config)
-        yield srv
-        srv.stop.set()
-
-
 class Client:
     """The openai client with this server's model name filled in."""
 
@@ -79,13 +68,9 @@ class Client:
 
 
 @pytest.fixture
-def client(real_server: Server) -> Iterator[Client]:
-    with openai.OpenAI(base_url=real_server.openai_url, api_key="unused", max_retries=0, timeout=300) as c:
-        yield Client(c, real_server.runtime.served_name)  # type: ignore[attr-defined]
-
-
-async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return await trio.to_thread.run_sync(partial(fn, *args, **kwargs))
+def client(default_server: Server) -> Iterator[Client]:
+    with openai.OpenAI(base_url=default_server.openai_url, api_key="unused", max_retries=0, timeout=300) as c:
+        yield Client(c, default_server.runtime.served_name)  # type: ignore[attr-defined]
 
 
 async def test_forced_function_call_matches_schema(client: Client) -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from actors.runners.torch_runner import TorchRunner
-from tests.tiny_model import build_tiny_decoder
+from tests.support.tiny_model import build_tiny_decoder
 
 
 @pytest.fixture(scope="module")

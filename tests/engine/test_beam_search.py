@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from actors.build import build_engine
 from api.http.openai.beam import beam_search
-from tests.conftest import tiny_config
+from tests.support.servers import tiny_config
 
 
 @pytest.mark.parametrize("width", [2, 4])

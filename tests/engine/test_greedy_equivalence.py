@@ -7,59 +7,12 @@ running batch mid-flight, get chunked (a tiny per-step token budget), hit the pr
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
-import torch
-import trio
 from transformers import AutoModelForCausalLM
 
-from actors.build import build_engine
-from runtime.request import Prompt
-from runtime.sampling import SamplingParams
-from tests.conftest import tiny_config
-
-NUM_NEW = 20
-
-
-def make_prompts(vocab: int) -> list[list[int]]:
-    rng = random.Random(1234)
-    lengths = (1, 3, 7, 12, 18, 25, 40, 61)
-    prompts = [[rng.randrange(3, vocab) for _ in range(n)] for n in lengths]
-    prompts.append(prompts[6][:33] + [5, 6, 7])  # shares a 33-token prefix with prompt 6
-    return prompts
-
-
-def reference(model_dir: Path, prompts: list[list[int]]) -> list[list[int]]:
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    out = []
-    for p in prompts:
-        ids = torch.tensor([p])
-        gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NUM_NEW, min_new_tokens=NUM_NEW, do_sample=False)
-        out.append(gen[0, len(p) :].tolist())
-    return out
-
-
-async def run_engine(model_dir: Path, prompts: list[list[int]], **overrides: object) -> tuple[list[list[int]], dict]:
-    runtime = build_engine(tiny_config(model_dir, **overrides))
-    results: list[list[int]] = [[] for _ in prompts]
-
-    async def one(i: int) -> None:
-        await trio.sleep(0.004 * i)  # staggered: later ones join a running batch
-        sampling = SamplingParams(temperature=0.0, max_tokens=NUM_NEW, ignore_eos=True)
-        async with runtime.submit(Prompt(token_ids=prompts[i]), sampling) as stream:
-            async for delta in stream:
-                results[i] += delta.token_ids
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(runtime.run)
-        async with trio.open_nursery() as clients:
-            for i in range(len(prompts)):
-                clients.start_soon(one, i)
-        stats = runtime.statistics()
-        nursery.cancel_scope.cancel()
-    return results, stats
+from tests.support.equivalence import make_prompts, reference, run_engine
 
 
 @pytest.mark.parametrize(

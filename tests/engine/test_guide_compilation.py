@@ -21,13 +21,7 @@ from actors.tokenizer import TokenizerActor, encode_prompt, fit_messages
 from runtime.errors import InvalidRequest
 from runtime.request import Prompt, RequestContext
 from runtime.sampling import Guide, SamplingParams
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from tests.tiny_model import build_tokenizer
-
-    return build_tokenizer(tmp_path_factory.mktemp("tok"))
+from tests.support.waiting import wait_until
 
 
 class SlowCompiler:
@@ -78,12 +72,6 @@ async def run_actor(nursery: trio.Nursery, tokenizer: Any, compiler: Any) -> tup
 async def receive(channel: trio.MemoryReceiveChannel[Any], n: int) -> list[Any]:
     with trio.fail_after(10):
         return [await channel.receive() for _ in range(n)]
-
-
-async def wait_until(condition: Any) -> None:
-    with trio.fail_after(10):
-        while not condition():
-            await trio.sleep(0.005)
 
 
 async def test_a_slow_compile_does_not_hold_up_the_requests_behind_it(tokenizer: Any) -> None:

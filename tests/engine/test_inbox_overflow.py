@@ -19,14 +19,8 @@ from runtime.config import RuntimeConfig
 from runtime.errors import Overloaded
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
-from tests.fakes import fake_runtime
-from tests.production.conftest import wait_idle
-
-
-async def wait_for(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    with trio.fail_after(timeout):
-        while not condition():
-            await trio.sleep(0.002)
+from tests.support.fakes import fake_runtime
+from tests.support.waiting import wait_idle, wait_until
 
 
 def refused(stream) -> bool:  # type: ignore[no-untyped-def]
@@ -47,7 +41,7 @@ async def test_requests_that_leave_during_a_held_step_neither_crash_nor_leak(tin
 
         runner.release.clear()  # the next step stays on the device until the test lets it go
         keeper = runtime.open(Prompt(token_ids=[5, 6, 7]), SamplingParams(max_tokens=3, ignore_eos=True))
-        await wait_for(lambda: runner.num_steps >= 1)
+        await wait_until(lambda: runner.num_steps >= 1)
 
         num_refused = num_admitted = 0
         for i in range(2 * capacity):
@@ -59,7 +53,7 @@ async def test_requests_that_leave_during_a_held_step_neither_crash_nor_leak(tin
             num_admitted += 1
             # wait until the tokenizer has dealt with it: forwarded (inbox grew) or refused
             before = inbox.statistics().current_buffer_used
-            await wait_for(lambda: inbox.statistics().current_buffer_used > before or refused(stream))  # noqa: B023
+            await wait_until(lambda: inbox.statistics().current_buffer_used > before or refused(stream))  # noqa: B023
             if refused(stream):
                 num_refused += 1
                 with pytest.raises(Overloaded):

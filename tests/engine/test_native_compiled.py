@@ -16,6 +16,7 @@ import torch
 from actors.runners.torch_runner import TorchRunner
 from runtime.messages import NewRequest, ScheduledSeq, StepPlan
 from runtime.sampling import SamplingParams
+from tests.support import ROOT
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
 
@@ -81,7 +82,7 @@ def test_inductor_cache_lives_under_home_not_tmp(tiny_model_dir: Path, tmp_path:
 
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     env["HOME"] = str(tmp_path)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = str(ROOT)
     out = subprocess.run([sys.executable, "-c", _CACHE_DIR_PROBE, str(tiny_model_dir)], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     expected = str(tmp_path / ".cache" / "switchyard" / "inductor")

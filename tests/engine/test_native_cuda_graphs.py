@@ -21,9 +21,8 @@ from transformers import AutoModelForCausalLM
 from actors.runners.native import cuda_graphs
 from actors.runners.native.cuda_graphs import BucketedDecode, DecodeBatch, batch_bucket, decode_step, length_buckets
 from actors.runners.torch_runner import TorchRunner
-from tests.actors.test_greedy_equivalence import make_prompts, reference, run_engine
-from tests.actors.test_native_model import SHAPES
-from tests.tiny_model import build_tiny_decoder
+from tests.support.equivalence import SHAPES, make_prompts, reference, run_engine
+from tests.support.tiny_model import build_tiny_decoder
 
 BLOCK = 4
 

@@ -15,17 +15,8 @@ from transformers import AutoModelForCausalLM
 
 from actors.runners.native.config import check, load_hf_config
 from actors.runners.torch_runner import TorchRunner
-from tests.actors.test_greedy_equivalence import make_prompts, reference, run_engine
-from tests.tiny_model import build_tiny_decoder
-
-SHAPES = {
-    "llama-tied-llama3-rope": ("llama", dict(tie_word_embeddings=True, rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
-    "llama-linear-rope-biases": ("llama", dict(attention_bias=True, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})),
-    "llama-yarn-rope": ("llama", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 128})),
-    "mistral": ("mistral", dict(sliding_window=None, head_dim=24)),
-    "qwen2-gqa-biases": ("qwen2", dict(num_attention_heads=8, num_key_value_heads=2)),
-    "qwen3-qk-norm-tied": ("qwen3", {}),
-}
+from tests.support.equivalence import SHAPES, make_prompts, reference, run_engine
+from tests.support.tiny_model import build_tiny_decoder
 
 
 @pytest.fixture(scope="module", params=sorted(SHAPES))

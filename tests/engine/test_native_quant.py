@@ -12,7 +12,7 @@ import torch
 
 from actors.runners.native import quant, smoothing
 from actors.runners.torch_runner import TorchRunner
-from tests.tiny_model import build_tiny_decoder
+from tests.support.tiny_model import build_tiny_decoder
 
 
 def _logits(runner: TorchRunner, rows: int) -> torch.Tensor:

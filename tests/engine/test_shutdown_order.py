@@ -12,7 +12,7 @@ from actors.build import build_engine
 from runtime.config import RuntimeConfig
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
-from tests.conftest import tiny_config
+from tests.support.servers import tiny_config
 
 
 async def test_stop_closes_the_pipeline_in_order(tiny_model_dir: Path) -> None:

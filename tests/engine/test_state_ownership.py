@@ -14,8 +14,8 @@ import trio
 
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
-from tests.fakes import fake_runtime
-from tests.production.conftest import wait_idle
+from tests.support.fakes import fake_runtime
+from tests.support.waiting import wait_idle
 
 
 async def test_decode_state_is_made_by_the_first_delta_and_dropped_when_the_client_leaves(tiny_model_dir: Path) -> None:

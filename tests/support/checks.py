@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT
+
 BIN = Path(sys.executable).parent
 PACKAGES = ("runtime", "actors", "api", "ops")
 

@@ -86,7 +86,7 @@ class FakeRunner:
 
 
 def fake_runtime(model_dir: Path, config: RuntimeConfig | None = None, **runner_args: Any):  # type: ignore[no-untyped-def]
-    """A Runtime on FakeRunner with the tiny model's tokenizer (tests/tiny_model.py)."""
+    """A Runtime on FakeRunner with the tiny model's tokenizer (tests/support/tiny_model.py)."""
     from transformers import AutoTokenizer
 
     from actors.engine import Engine

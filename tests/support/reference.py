@@ -1,24 +1,18 @@
-"""Helpers of the generation-control tests: the transformers reference and request shortcuts.
+"""The oracle of the generation-control tests: the served checkpoint in transformers.
 
 `Reference` is the served checkpoint loaded with transformers in float32: every behavioural
 check (greedy continuations, logprobs, penalized argmax) is computed from its raw logits and
-compared with what the server returned. Run its work with `in_thread`: the server shares the
-test's trio loop and keeps serving meanwhile.
+compared with what the server returned. Run its work with `waiting.in_thread`: the server
+shares the test's trio loop and keeps serving meanwhile.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
-import httpx
 import torch
-import trio
-
-from tests.conftest import Server
 
 TOL = 1e-3  # float32 engine vs float32 transformers
 
@@ -65,40 +59,3 @@ class Reference:
                 row = penalty(row, seq, len(ids))
             seq.append(int(row.argmax()))
         return seq[len(ids) :]
-
-
-async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return await trio.to_thread.run_sync(partial(fn, *args, **kwargs))
-
-
-async def complete(http: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    """POST /v1/completions, expecting 200; the parsed body."""
-    r = await http.post("/v1/completions", json={"model": "tiny", **body})
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-async def chat(http: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    r = await http.post("/v1/chat/completions", json={"model": "tiny", **body})
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-async def stream_events(http: httpx.AsyncClient, path: str, **body: Any) -> list[dict[str, Any]]:
-    """An SSE response's JSON payloads (the trailing [DONE] checked and dropped)."""
-    async with http.stream("POST", path, json={"model": "tiny", "stream": True, **body}) as resp:
-        assert resp.status_code == 200, (await resp.aread()).decode()
-        raw = (await resp.aread()).decode()
-    events = [e for e in raw.split("\n\n") if e]
-    assert events[-1] == "data: [DONE]", events[-3:]
-    return [json.loads(e[len("data: ") :]) for e in events[:-1]]
-
-
-async def wait_idle(server: Server, timeout: float = 5.0) -> dict[str, Any]:
-    """Statistics once nothing is live (finished requests leave the scheduler a step later)."""
-    with trio.fail_after(timeout):
-        while True:
-            stats = server.runtime.statistics()  # type: ignore[attr-defined]
-            if stats["live_requests"] == 0 and stats["requests"] == 0 and stats["running"] == 0 and stats["waiting"] == 0:
-                return stats
-            await trio.sleep(0.01)

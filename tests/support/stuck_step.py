@@ -1,9 +1,9 @@
 """A stuck device step, injected from the test side into a serve-ray replica's process.
 
-`install` is the Ray tier's `worker_process_setup_hook` (conftest.py's ray.init: Ray imports a
+`install` is the Ray tier's `worker_process_setup_hook` (tests/cluster/conftest.py's ray.init: Ray imports a
 hook given by module path only from the job's runtime_env, and every worker of the job runs
 it). It does nothing in a process whose runtime_env has no $SWITCHYARD_STUCK_DIR, which only
-a test's replica deployment sets (`runtime_env(...)`, conftest.py's Deployer). There it wraps
+a test's replica deployment sets (`runtime_env(...)`, tests/support/cluster.py's Deployer). There it wraps
 the real runner's `execute` so that, in the replica whose id names a file in that directory,
 the next step blocks for good, as a hung device call would: the executor's step clock runs on,
 the trio loop and the health check keep answering. Nothing in the product knows of it.

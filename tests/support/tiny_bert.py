@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.tiny_model import CORPUS
+from tests.support.tiny_model import CORPUS
 
 
 def build_tiny_bert(path: Path, *, seed: int = 0) -> Path:

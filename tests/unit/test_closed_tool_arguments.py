@@ -23,10 +23,7 @@ TAIL = "}\n</tool_call>"
 
 
 @pytest.fixture(scope="module")
-def compiler(tmp_path_factory: pytest.TempPathFactory) -> GuideCompiler:
-    from tests.tiny_model import build_tokenizer
-
-    tokenizer = build_tokenizer(tmp_path_factory.mktemp("tok"))
+def compiler(tokenizer: Any) -> GuideCompiler:
     return GuideCompiler(tokenizer, len(tokenizer))
 
 

@@ -43,13 +43,6 @@ CALC_TOOL = {"type": "custom", "name": "calc", "format": {"type": "grammar", "sy
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from tests.tiny_model import build_tokenizer
-
-    return build_tokenizer(tmp_path_factory.mktemp("tok"))
-
-
-@pytest.fixture(scope="module")
 def ll_tokenizer(tokenizer: Any) -> Any:
     return llguidance.hf.from_tokenizer(tokenizer)
 

@@ -4,22 +4,15 @@ step). The embedding runner reports its vector length when it loads (ModelInfo.e
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
-from tests.conftest import Server
-from tests.embeddings.test_embeddings import in_thread, server  # noqa: F401  (the fixture)
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 MODEL = "all-minilm-l6-v2"
-
-
-@pytest.fixture
-def client(server: Server) -> Iterator[openai.OpenAI]:  # noqa: F811
-    with openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60) as c:
-        yield c
 
 
 def count_steps(runner: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -34,7 +27,7 @@ def count_steps(runner: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return steps
 
 
-async def test_wrong_dimensions_refused_before_the_model_runs(server: Server, client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+async def test_wrong_dimensions_refused_before_the_model_runs(server: Server, client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
     embedder = server.runtimes[1]
     steps = count_steps(embedder.runner, monkeypatch)  # type: ignore[attr-defined]
     for dimensions in (8, 383, 385):

@@ -3,10 +3,6 @@ embedded all-MiniLM-L6-v2, driven by the official openai client."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from functools import partial
-from typing import Any
-
 import openai
 import pytest
 import torch
@@ -15,7 +11,8 @@ from transformers import AutoModel, AutoTokenizer
 
 from runtime.config import RuntimeConfig
 from runtime.model_store import resolve_model
-from tests.conftest import Server, start_server, tiny_config
+from tests.support.servers import Server, start_server
+from tests.support.waiting import in_thread
 
 TEXTS = [
     "The cat sits on the mat.",
@@ -24,25 +21,6 @@ TEXTS = [
     "Ünïcödé and emoji 😀 survive tokenization.",
     "short",
 ]
-
-
-@pytest.fixture
-async def server(tiny_model_dir) -> AsyncIterator[Server]:  # type: ignore[no-untyped-def]
-    embed = RuntimeConfig(model=None, task="embeddings", dtype="float32", num_threads=1)
-    async with trio.open_nursery() as nursery:
-        srv = await start_server(nursery, tiny_config(tiny_model_dir), embed)
-        yield srv
-        srv.stop.set()
-
-
-@pytest.fixture
-def client(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60) as c:
-        yield c
-
-
-async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return await trio.to_thread.run_sync(partial(fn, *args, **kwargs))
 
 
 def reference(texts: list[str]) -> torch.Tensor:
@@ -104,11 +82,11 @@ async def test_instruction_is_prepended(server: Server) -> None:
 
 
 async def test_a_local_sentence_transformers_directory_is_served_like_minilm(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Any local encoder in the sentence-transformers layout (here tests/embeddings/tiny_bert.py,
+    """Any local encoder in the sentence-transformers layout (here tests/support/tiny_bert.py,
     what the fuzz test serves) pools as its modules.json says: equal to a direct forward."""
     import httpx
 
-    from tests.embeddings.tiny_bert import build_tiny_bert
+    from tests.support.tiny_bert import build_tiny_bert
 
     model_dir = build_tiny_bert(tmp_path / "tiny-bert")
     monkeypatch.setenv("SWITCHYARD_STATE_DIR", str(tmp_path))

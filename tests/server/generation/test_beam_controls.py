@@ -19,8 +19,10 @@ import httpx
 import pytest
 import torch
 
-from tests.conftest import Server
-from tests.generation.helpers import TOL, Reference, complete, in_thread, stream_events
+from tests.support.http import complete, stream_events
+from tests.support.reference import TOL, Reference
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 PROMPT = [5, 17, 42, 99, 7, 63, 12]
 BEAM = {"use_beam_search": True, "ignore_eos": True}
@@ -209,9 +211,9 @@ async def test_beam_search_needs_no_temperature(server: Server, http: httpx.Asyn
 async def test_beam_errors_keep_the_databricks_shape(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A beam search's error is raised inside task groups; the Databricks surface (which maps a
     ServingError itself) must still get it, not an exception group."""
-    from tests.platform.conftest import client, platform_server
+    from tests.support.servers import platform_client, platform_server
 
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, platform_client(srv) as http:
         body = {**BEAM, "prompt": [PROMPT * 80, PROMPT], "max_tokens": 2}
         r = await http.post("/serving-endpoints/tiny/invocations", json=body)
         assert r.status_code == 400, r.text

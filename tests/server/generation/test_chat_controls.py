@@ -11,7 +11,8 @@ from typing import Any
 
 import openai
 
-from tests.generation.helpers import Reference, in_thread
+from tests.support.reference import Reference
+from tests.support.waiting import in_thread
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
 

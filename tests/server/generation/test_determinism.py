@@ -12,8 +12,10 @@ from typing import Any
 import httpx
 import trio
 
-from tests.conftest import Server
-from tests.generation.helpers import Reference, complete, in_thread
+from tests.support.http import complete
+from tests.support.reference import Reference
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 PROBES: list[dict[str, Any]] = [
     {"prompt": "The quick brown", "temperature": 1.0, "top_p": 0.9, "seed": 424242},

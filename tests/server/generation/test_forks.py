@@ -15,39 +15,28 @@ import random
 import httpx
 import pytest
 
-from tests.conftest import Server
+from tests.support.http import complete
+from tests.support.servers import Server
 
 
 def prefill_tokens(server: Server) -> int:
     return server.runtime.scheduler.core.num_prefill_tokens  # type: ignore[attr-defined]
 
 
-async def complete(client: httpx.AsyncClient, **body: object) -> dict:
-    resp = await client.post("/v1/completions", json={"model": "tiny", **body}, timeout=60)
-    assert resp.status_code == 200, resp.text
-    return resp.json()
-
-
-@pytest.fixture
-async def client(server: Server):
-    async with httpx.AsyncClient(base_url=server.base_url) as c:
-        yield c
-
-
 @pytest.mark.parametrize("length", [37, 40])  # a partly filled last block, and none
 @pytest.mark.parametrize("extra", [{}, {"echo": True, "logprobs": 2}])
 async def test_n_prefills_the_prompt_once_and_siblings_match_lone_requests(
-    server: Server, client: httpx.AsyncClient, length: int, extra: dict
+    server: Server, http: httpx.AsyncClient, length: int, extra: dict
 ) -> None:
     prompt = [random.Random(length).randrange(3, 300) for _ in range(length)]
     body = dict(prompt=prompt, max_tokens=12, temperature=1.0, seed=77, ignore_eos=True, **extra)
     before = prefill_tokens(server)
-    together = await complete(client, n=4, **body)
+    together = await complete(http, n=4, **body)
     assert prefill_tokens(server) - before == length
     texts = [c["text"] for c in sorted(together["choices"], key=lambda c: c["index"])]
     assert len(set(texts)) > 1, "precondition: sampled siblings should differ"
     # Sibling i of a seeded request samples with seed + i.
-    alone = [(await complete(client, **{**body, "seed": 77 + i}))["choices"][0]["text"] for i in range(4)]
+    alone = [(await complete(http, **{**body, "seed": 77 + i}))["choices"][0]["text"] for i in range(4)]
     assert texts == alone
     if extra:
         # Every sibling carries the prompt's logprobs, computed once.
@@ -57,10 +46,10 @@ async def test_n_prefills_the_prompt_once_and_siblings_match_lone_requests(
     assert stats["running"] == stats["waiting"] == stats["kv_blocks_used"] == 0
 
 
-async def test_best_of_prefills_once(server: Server, client: httpx.AsyncClient) -> None:
+async def test_best_of_prefills_once(server: Server, http: httpx.AsyncClient) -> None:
     prompt = list(range(5, 5 + 29))
     before = prefill_tokens(server)
-    out = await complete(client, prompt=prompt, n=1, best_of=4, max_tokens=6, temperature=1.0, seed=3, ignore_eos=True)
+    out = await complete(http, prompt=prompt, n=1, best_of=4, max_tokens=6, temperature=1.0, seed=3, ignore_eos=True)
     assert len(out["choices"]) == 1
     assert out["usage"]["completion_tokens"] == 4 * 6
     assert prefill_tokens(server) - before == len(prompt)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.conftest import Server
-from tests.generation.helpers import TOL, Reference, chat, complete, in_thread, stream_events
+from tests.support.http import chat, complete, stream_events
+from tests.support.reference import TOL, Reference
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 PROMPT = "The quick brown"
 

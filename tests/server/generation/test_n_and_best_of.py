@@ -14,8 +14,10 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import Server
-from tests.generation.helpers import TOL, Reference, complete, in_thread, wait_idle
+from tests.support.http import complete
+from tests.support.reference import TOL, Reference
+from tests.support.servers import Server
+from tests.support.waiting import in_thread, settled_statistics
 
 PROMPTS = ["The quick brown", "Paged attention keeps"]
 
@@ -106,15 +108,15 @@ def _prompt_of(length: int, first: int) -> list[int]:
 async def test_siblings_prefill_the_prompt_once(server: Server, http: httpx.AsyncClient, fields: dict) -> None:
     length = 40
     block = server.config.block_size
-    before = (await wait_idle(server))["prefill_tokens"]
+    before = (await settled_statistics(server.runtime))["prefill_tokens"]
     await complete(http, prompt=_prompt_of(length, 10), max_tokens=4, temperature=1.0, seed=1, ignore_eos=True)
-    single = (await wait_idle(server))["prefill_tokens"] - before
+    single = (await settled_statistics(server.runtime))["prefill_tokens"] - before
     assert single == length
 
-    before = (await wait_idle(server))["prefill_tokens"]
+    before = (await settled_statistics(server.runtime))["prefill_tokens"]
     # Another first token: nothing of this prompt is in the prefix cache yet.
     out = await complete(http, prompt=_prompt_of(length, 11), max_tokens=4, temperature=1.0, seed=1, ignore_eos=True, **fields)
-    delta = (await wait_idle(server))["prefill_tokens"] - before
+    delta = (await settled_statistics(server.runtime))["prefill_tokens"] - before
     extra = fields.get("best_of", fields["n"]) - 1
     assert len(out["choices"]) == fields["n"]
     assert out["usage"]["completion_tokens"] == 4 * (extra + 1)

@@ -20,8 +20,10 @@ import pytest
 import torch
 import trio
 
-from tests.conftest import Server
-from tests.generation.helpers import Reference, complete, in_thread
+from tests.support.http import complete
+from tests.support.reference import Reference
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 HELLO = "hello there"
 STEPS = 12

@@ -19,8 +19,10 @@ import httpx
 import pytest
 import trio
 
-from tests.conftest import Server, start_server, tiny_config
-from tests.generation.helpers import Reference, complete, in_thread, stream_events
+from tests.support.http import complete, stream_events
+from tests.support.reference import Reference
+from tests.support.servers import Server, start_server, tiny_config
+from tests.support.waiting import in_thread
 
 TEXT = "The quick brown"
 

@@ -10,8 +10,10 @@ import math
 
 import httpx
 
-from tests.conftest import Server
-from tests.generation.helpers import Reference, chat, complete, in_thread
+from tests.support.http import chat, complete
+from tests.support.reference import Reference
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 MESSAGES = [{"role": "user", "content": "The quick brown"}]
 

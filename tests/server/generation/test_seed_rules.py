@@ -20,9 +20,8 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import Server
-from tests.generation.helpers import in_thread
-from tests.platform.conftest import client, platform_server
+from tests.support.servers import Server, platform_client, platform_server
+from tests.support.waiting import in_thread
 
 SYSTEM, USER, ASSISTANT = {"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}
 CALL = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
@@ -67,7 +66,7 @@ async def test_completions_seed_range(server: Server, client: openai.OpenAI) -> 
 
 
 async def test_databricks_and_azure_refuse_in_their_shapes(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, platform_client(srv) as http:
         for messages, param in BAD_MESSAGES:
             body = {"messages": messages, "max_tokens": 2}
             r = await http.post("/serving-endpoints/tiny/invocations", json=body)

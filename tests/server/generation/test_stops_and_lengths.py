@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import httpx
 
-from tests.conftest import Server
-from tests.generation.helpers import Reference, complete, in_thread, stream_events
+from tests.support.http import complete, stream_events
+from tests.support.reference import Reference
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 HELLO = "hello there"
 # Token-id prompts on which the tiny model greedily emits a special token (checked below).

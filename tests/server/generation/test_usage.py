@@ -13,8 +13,10 @@ import random
 import httpx
 import trio
 
-from tests.conftest import Server
-from tests.generation.helpers import Reference, complete, in_thread, stream_events
+from tests.support.http import complete, stream_events
+from tests.support.reference import Reference
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 
 async def test_usage_lists_have_one_entry_per_generated_token(server: Server, http: httpx.AsyncClient) -> None:

@@ -16,8 +16,10 @@ import httpx
 import pytest
 import torch
 
-from tests.conftest import Server
-from tests.generation.helpers import Reference, in_thread, stream_events
+from tests.support.http import stream_events
+from tests.support.reference import Reference
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 COMPLETION = {"model": "tiny", "prompt": "The quick brown", "max_tokens": 2}
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

@@ -22,8 +22,8 @@ import trio
 
 import api.http.app
 from runtime.config import RuntimeConfig
-from tests.fakes import fake_runtime
-from tests.production.conftest import start_runtime_server
+from tests.support.fakes import fake_runtime
+from tests.support.servers import start_runtime_server
 
 ROUNDS = 200  # per path; the body sizes take turns
 SIZES = (300, 64 * 1024, 1024 * 1024)

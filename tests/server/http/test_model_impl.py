@@ -10,7 +10,7 @@ import openai
 import pytest
 import trio
 
-from tests.conftest import start_server, tiny_config
+from tests.support.servers import start_server, tiny_config
 
 
 @pytest.mark.parametrize("impl", ["auto", "transformers"])

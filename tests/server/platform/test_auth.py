@@ -13,7 +13,7 @@ import trio
 
 from api.http.platform.config import PlatformConfig
 from api.http.shared.auth import AuthMiddleware, RateLimiter, TokenBucket, _UsageMeter, estimate_tokens
-from tests.platform.conftest import KEY, OTHER_KEY, auth, client, platform_server
+from tests.support.servers import KEY, OTHER_KEY, auth, platform_client, platform_server
 
 OPEN = {"/health", "/metrics"}
 CHAT = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2}
@@ -38,7 +38,7 @@ async def test_every_route_needs_a_key_but_health_and_metrics(tiny_model_dir: Pa
     routes = every_route()
     paths = {path for _, path in routes}
     assert {"/v1/chat/completions", "/chat/completions", "/serving-endpoints/x/invocations", "/api/2.0/serving-endpoints"} <= paths
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, keys=(KEY, OTHER_KEY)) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, keys=(KEY, OTHER_KEY)) as srv, platform_client(srv) as http:
         with structlog.testing.capture_logs() as logs:
             for method, path in routes:
                 for headers in ({}, auth("sk-wrong"), {"Authorization": KEY}, {"Authorization": f"Basic {KEY}"}, {"Authorization": "Bearer"}):
@@ -159,7 +159,7 @@ def test_estimates_and_usage_metering() -> None:
 
 
 async def test_requests_per_minute_per_key(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, keys=(KEY, OTHER_KEY), rpm=5) as srv, client(srv, KEY) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, keys=(KEY, OTHER_KEY), rpm=5) as srv, platform_client(srv, KEY) as http:
         results: list[httpx.Response] = []
         streams: list[list[str]] = []
 
@@ -217,7 +217,7 @@ def _samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
 
 
 async def test_tokens_per_minute_charge_real_usage(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, keys=(KEY,), tpm=300) as srv, client(srv, KEY) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, keys=(KEY,), tpm=300) as srv, platform_client(srv, KEY) as http:
         # Bounded by max_tokens: the estimate (~body/4 + 200) fits the 300 of a fresh minute.
         r = await http.post("/v1/chat/completions", json={**CHAT, "max_tokens": 200, "ignore_eos": True})
         assert r.status_code == 200, r.text

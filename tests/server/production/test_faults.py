@@ -12,8 +12,10 @@ import trio
 from actors import detokenizer as detokenizer_module
 from actors.detok_core import IncrementalDetokenizer
 from runtime.config import RuntimeConfig
-from tests.fakes import fake_runtime
-from tests.production.conftest import serves_normally, sse_payloads, start_runtime_server, wait_idle
+from tests.support.fakes import fake_runtime
+from tests.support.http import serves_normally, sse_payloads
+from tests.support.servers import start_runtime_server
+from tests.support.waiting import wait_idle
 
 POISON = 250  # a token id: any step that feeds it to the fake device raises
 
@@ -24,7 +26,7 @@ def fake_config(**overrides: object) -> RuntimeConfig:
     return RuntimeConfig(**settings)  # type: ignore[arg-type]
 
 
-async def stream_events(http: httpx.AsyncClient, body: dict) -> tuple[int, list[str]]:
+async def status_and_payloads(http: httpx.AsyncClient, body: dict) -> tuple[int, list[str]]:
     async with http.stream("POST", "/v1/completions", json={**body, "stream": True}) as resp:
         raw = (await resp.aread()).decode()
     return resp.status_code, sse_payloads(raw)
@@ -40,7 +42,7 @@ async def test_a_failing_step_fails_its_requests_and_the_engine_carries_on(tiny_
             results: dict[str, object] = {}
 
             async def bystander() -> None:  # streaming while the poison arrives: shares its step
-                results["bystander"] = await stream_events(http, {"prompt": [5, 6, 7], "max_tokens": 200, "ignore_eos": True})
+                results["bystander"] = await status_and_payloads(http, {"prompt": [5, 6, 7], "max_tokens": 200, "ignore_eos": True})
 
             async def poisoned() -> None:
                 await trio.sleep(0.05)
@@ -86,7 +88,7 @@ async def test_a_detokenizer_exception_fails_that_request_only(tiny_model_dir, m
             results: dict[str, tuple[int, list[str]]] = {}
 
             async def run(name: str, body: dict) -> None:
-                results[name] = await stream_events(http, body)
+                results[name] = await status_and_payloads(http, body)
 
             with trio.fail_after(20):
                 async with trio.open_nursery() as inner:

@@ -35,8 +35,9 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from runtime.config import RuntimeConfig
-from tests.conftest import start_server, tiny_config
-from tests.production.conftest import serves_normally, wait_idle
+from tests.support.http import serves_normally
+from tests.support.servers import start_server, tiny_config
+from tests.support.waiting import wait_idle
 
 NUM_REQUESTS = 2800
 MIN_BODIES = 2000  # bodies that get past their route's first check
@@ -328,7 +329,7 @@ def first_check_refusal(request: Request, status: int, text: str) -> bool:
 
 @pytest.fixture(scope="module")
 def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.embeddings.tiny_bert import build_tiny_bert
+    from tests.support.tiny_bert import build_tiny_bert
 
     return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import trio
 
-from tests.conftest import Server
-from tests.production.test_observability import samples, value
+from tests.support.http import samples, value
+from tests.support.servers import Server
 
 ROUTER_GAUGES = (
     "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",

@@ -5,10 +5,10 @@ from __future__ import annotations
 import httpx
 import structlog
 import trio
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import Server, start_server, tiny_config
-from tests.production.conftest import wait_idle
+from tests.support.http import samples, value
+from tests.support.servers import Server, start_server, tiny_config
+from tests.support.waiting import wait_idle
 
 SECRET_PROMPT = "zebra quartz prompt-marker"
 
@@ -22,20 +22,6 @@ async def wait_for_log(logs: list[dict], event: str, timeout: float = 5.0, **fie
                     return e
             await trio.sleep(0.01)
     raise AssertionError(f"no {event} log line with {fields}")
-
-
-def samples(text: str) -> dict[tuple[str, frozenset], float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def value(metrics: dict, name: str, **labels: str) -> float:
-    """Sum of every sample called `name` whose labels include `labels`."""
-    want = set(labels.items())
-    return sum(v for (n, lbls), v in metrics.items() if n == name and want <= lbls)
 
 
 async def test_metrics_cover_requests_latency_engine_and_loop(server: Server) -> None:

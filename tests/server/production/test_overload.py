@@ -26,8 +26,10 @@ from runtime.admission import estimate_tokens
 from runtime.config import RuntimeConfig
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
-from tests.fakes import fake_runtime
-from tests.production.conftest import serves_normally, sse_payloads, start_runtime_server, wait_idle
+from tests.support.fakes import fake_runtime
+from tests.support.http import serves_normally, sse_payloads
+from tests.support.servers import start_runtime_server
+from tests.support.waiting import wait_idle
 
 MAX_TOKENS = 16
 BURST = 80  # 10x the admission limit of 8

@@ -17,7 +17,7 @@ import trio
 from actors.runners import torch_runner
 from runtime.messages import NewRequest, ScheduledSeq, StepPlan, StepResult
 from runtime.sampling import Guide, SamplingParams
-from tests.conftest import Server
+from tests.support.servers import Server
 
 POISON_SEED = 1313
 
@@ -83,19 +83,13 @@ def test_a_mask_fill_that_raises_fails_the_guided_requests_only(tiny_model_dir: 
     assert "injected llguidance failure" in result.failed["guided"]
 
 
-@pytest.fixture
-async def client(server: Server):
-    async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as c:
-        yield c
-
-
 async def test_a_request_whose_sampling_raises_fails_alone(
-    server: Server, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    server: Server, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(3)
     prompts = [[rng.randrange(3, 300) for _ in range(n)] for n in (9, 14, 21)]
     body = dict(model="tiny", max_tokens=16, temperature=0, ignore_eos=True)
-    expected = [(await client.post("/v1/completions", json={**body, "prompt": p})).json()["choices"][0]["text"] for p in prompts]
+    expected = [(await http.post("/v1/completions", json={**body, "prompt": p})).json()["choices"][0]["text"] for p in prompts]
 
     real_sample = torch_runner.sample
     shared_steps = []
@@ -111,7 +105,7 @@ async def test_a_request_whose_sampling_raises_fails_alone(
 
     async def send(name: str, payload: dict, delay: float) -> None:
         await trio.sleep(delay)
-        results[name] = await client.post("/v1/completions", json=payload)
+        results[name] = await http.post("/v1/completions", json=payload)
 
     async with trio.open_nursery() as nursery:
         for i, p in enumerate(prompts):

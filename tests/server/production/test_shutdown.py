@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,18 +19,13 @@ import httpx
 import trio
 
 from runtime.config import RuntimeConfig
-from tests.fakes import fake_runtime
-from tests.production.conftest import sse_payloads, start_runtime_server
+from tests.support import ROOT
+from tests.support.fakes import fake_runtime
+from tests.support.http import sse_payloads
+from tests.support.servers import free_port, start_runtime_server
 
-ROOT = Path(__file__).resolve().parents[2]
 NUM_STREAMS = 16
 STREAM_TOKENS = 400  # the tiny model's context is 512
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerProcess:

@@ -13,8 +13,10 @@ import httpx
 import trio
 
 from runtime.config import RuntimeConfig
-from tests.fakes import fake_runtime
-from tests.production.conftest import serves_normally, start_runtime_server, wait_idle
+from tests.support.fakes import fake_runtime
+from tests.support.http import serves_normally
+from tests.support.servers import start_runtime_server
+from tests.support.waiting import wait_idle
 
 # "Hello there!" is 12 bytes: 12 / 4 + 1 = 4 prompt tokens, + max_tokens 36 = 40, the whole budget.
 BUDGET = 40

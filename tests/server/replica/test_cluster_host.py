@@ -5,22 +5,13 @@ and frees its KV blocks; after stop, a request fails fast instead of waiting for
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
 
-from api.cluster.host import HostDead, HttpRequest, TrioHost
+from api.cluster.host import HostDead, TrioHost
 from api.http.platform.config import PlatformConfig
-from tests.conftest import tiny_config
-
-
-def request(path: str, body: dict) -> HttpRequest:
-    scope = {
-        "type": "http", "http_version": "1.1", "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-        "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1), "server": ("x", 80),
-    }  # fmt: skip
-    return HttpRequest(scope, json.dumps(body).encode())
+from tests.support.servers import host_request, tiny_config
 
 
 def test_stream_cancel_and_stop(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -28,7 +19,7 @@ def test_stream_cancel_and_stop(tiny_model_dir: Path, tmp_path: Path) -> None:
         host = TrioHost([tiny_config(tiny_model_dir)], PlatformConfig(state_dir=str(tmp_path)))
         await host.wait_ready()
         stream = {"model": "tiny", "prompt": "hi", "max_tokens": 24, "temperature": 0, "stream": True, "ignore_eos": True}
-        batches = [b async for b in host.stream(request("/v1/completions", stream))]
+        batches = [b async for b in host.stream(host_request("/v1/completions", stream))]
         messages = [m for batch in batches for m in batch]
         assert messages[0]["type"] == "http.response.start" and messages[0]["status"] == 200
         bodies = [m.get("body", b"") for m in messages[1:]]
@@ -37,7 +28,7 @@ def test_stream_cancel_and_stop(tiny_model_dir: Path, tmp_path: Path) -> None:
         assert len(batches) > 2  # tokens cross as they come, not all at the end
 
         long = {**stream, "max_tokens": 400}
-        gen = host.stream(request("/v1/completions", long))
+        gen = host.stream(host_request("/v1/completions", long))
         async for batch in gen:
             if any(m.get("body", b"").startswith(b"data: {") for m in batch):
                 break
@@ -53,12 +44,12 @@ def test_stream_cancel_and_stop(tiny_model_dir: Path, tmp_path: Path) -> None:
             await asyncio.sleep(0.01)
         assert await host.call(idle)
 
-        bad = [m async for b in host.stream(request("/v1/completions", {"model": "tiny", "prompt": "x", "max_tokens": 0})) for m in b]
+        bad = [m async for b in host.stream(host_request("/v1/completions", {"model": "tiny", "prompt": "x", "max_tokens": 0})) for m in b]
         assert bad[0]["status"] == 400  # the app's own error shape, not a bridge error
 
         await asyncio.to_thread(host.stop)
         with pytest.raises(HostDead):
-            async for _ in host.stream(request("/v1/completions", stream)):
+            async for _ in host.stream(host_request("/v1/completions", stream)):
                 pass
 
     asyncio.run(scenario())
@@ -71,7 +62,7 @@ def test_drain_ends_live_streams_cleanly_and_refuses_new_requests(tiny_model_dir
         host = TrioHost([tiny_config(tiny_model_dir)], PlatformConfig(state_dir=str(tmp_path)))
         await host.wait_ready()
         long = {"model": "tiny", "prompt": "hi", "max_tokens": 400, "stream": True, "ignore_eos": True}
-        gen = host.stream(request("/v1/completions", long))
+        gen = host.stream(host_request("/v1/completions", long))
         messages = []
         async for batch in gen:
             messages += batch
@@ -81,7 +72,7 @@ def test_drain_ends_live_streams_cleanly_and_refuses_new_requests(tiny_model_dir
         messages += [m async for batch in gen for m in batch]
         body = b"".join(m.get("body", b"") for m in messages[1:])
         assert body.endswith(b"data: [DONE]\n\n") and b'"error"' in body, body[-300:]
-        refused = [m async for b in host.stream(request("/v1/completions", {**long, "stream": False})) for m in b]
+        refused = [m async for b in host.stream(host_request("/v1/completions", {**long, "stream": False})) for m in b]
         assert refused[0]["status"] == 503
         await asyncio.to_thread(host.stop, 0)
 

@@ -23,8 +23,7 @@ from api.cluster.host import TrioHost
 from api.cluster.ingress import PromptHasher
 from api.http.platform.config import PlatformConfig
 from runtime.prefix_hash import block_hashes
-from tests.api.test_cluster_host import request
-from tests.conftest import tiny_config
+from tests.support.servers import host_request, tiny_config
 
 SCHEMA = {"type": "object", "properties": {"unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["unit"], "additionalProperties": False}
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.", "parameters": SCHEMA}}
@@ -35,14 +34,6 @@ TOOLS_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-
-
-@pytest.fixture(scope="module")
-def long_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model with room for a tools block (its vocabulary is close to bytes)."""
-    from tests.tiny_model import build_tiny_decoder
-
-    return build_tiny_decoder(tmp_path_factory.mktemp("tiny-long"), "llama", perturb_norms=False, max_position_embeddings=2048)
 
 
 @pytest.fixture(params=["template renders tools", "tools as a system block"])
@@ -66,7 +57,7 @@ def serve_once(config: Any, tmp_path: Path, path: str, body: dict[str, Any]) -> 
         host = TrioHost([config], PlatformConfig(state_dir=str(tmp_path / "state")))
         await host.wait_ready()
         try:
-            messages = [m async for batch in host.stream(request(path, body)) for m in batch]
+            messages = [m async for batch in host.stream(host_request(path, body)) for m in batch]
             assert messages[0]["status"] == 200, messages
             answer = json.loads(b"".join(m.get("body", b"") for m in messages[1:]))
             return answer, await host.call(cached_hashes, host)

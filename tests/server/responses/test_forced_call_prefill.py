@@ -24,8 +24,8 @@ import trio
 from api.http.openai.tools.grammar import tool_guide
 from api.http.openai.tools.parser import ToolCallParser
 from api.http.openai.tools.validate import build_toolset
-from tests.conftest import start_server, tiny_config
-from tests.generation.helpers import in_thread
+from tests.support.servers import start_server, tiny_config
+from tests.support.waiting import in_thread
 
 # One enum key: whatever the random model picks, the arguments are {"unit": "c"} or "f".
 SCHEMA = {"type": "object", "properties": {"unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["unit"], "additionalProperties": False}
@@ -35,14 +35,6 @@ OPENING = '<tool_call>\n{"name": "get_weather", "arguments":'
 CLOSING = "}\n</tool_call>"
 MESSAGES = [{"role": "user", "content": "Weather?"}]
 EOS = "<|im_end|>"  # the tiny tokenizer's: the grammar's end lets only it through
-
-
-@pytest.fixture(scope="module")
-def long_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model with room for the tools block (its vocabulary is close to bytes)."""
-    from tests.tiny_model import build_tiny_decoder
-
-    return build_tiny_decoder(tmp_path_factory.mktemp("tiny-long"), "llama", perturb_norms=False, max_position_embeddings=2048)
 
 
 @pytest.fixture

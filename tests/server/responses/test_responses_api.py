@@ -7,26 +7,14 @@ The SDK parses every body and every streamed event into its own types (and its
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
-from functools import partial
 from typing import Any
 
 import httpx
 import openai
 import pytest
-import trio
 
-from tests.conftest import Server
-
-
-@pytest.fixture
-def client(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60) as c:
-        yield c
-
-
-async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return await trio.to_thread.run_sync(partial(fn, *args, **kwargs))
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 
 async def test_create_non_streaming(client: openai.OpenAI) -> None:

@@ -3,29 +3,27 @@ openai SDK's pydantic types (the SDK itself builds its objects without validatin
 the behaviours around them: failures, logprobs, undeclared tools, what reaches the prompt,
 and truncation.
 
-Model output is scripted (tests/responses/scripted.py) unless a test needs the real engine.
+Model output is scripted (tests/support/scripted.py) unless a test needs the real engine.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from functools import partial
 from typing import Any
 
 import httpx
 import openai
 import pydantic
 import pytest
-import trio
 from openai.types.responses import Response, ResponseCustomToolCall, ResponseStreamEvent
 
 import api.http.openai.responses
 from actors.tokenizer import encode_prompt
 from api.http.openai.tools.spec import format_call
 from runtime.messages import FinishReason
-from tests.conftest import Server
-from tests.responses.scripted import Script
+from tests.support.scripted import Script
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 RESPONSE = pydantic.TypeAdapter(Response)
@@ -37,16 +35,6 @@ WEATHER = {
 }
 SQL = {"type": "custom", "name": "run_sql", "description": "Run SQL."}
 CALL = format_call("function", "get_weather", '{"city": "Paris"}')
-
-
-@pytest.fixture
-def client(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60) as c:
-        yield c
-
-
-async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return await trio.to_thread.run_sync(partial(fn, *args, **kwargs))
 
 
 def script(monkeypatch: pytest.MonkeyPatch, text: str, step: int = 3, **kwargs: Any) -> Script:

@@ -1,7 +1,7 @@
 """Tool calls end to end through the routes and the openai SDK, with scripted model output.
 
 The tiny random model never writes a tool call, and until guided decoding lands nothing forces
-it to, so these tests swap the route's `Generation` for a script (tests/responses/scripted.py):
+it to, so these tests swap the route's `Generation` for a script (tests/support/scripted.py):
 the text a model would write under the grammar. Each test also checks that the guide the route
 built accepts that very text, so the grammar, the parser and the events agree.
 """
@@ -9,20 +9,18 @@ built accepts that very text, so the grammar, the parser and the events agree.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from functools import partial
 from typing import Any
 
 import openai
 import pytest
-import trio
 
 import api.http.openai.chat
 import api.http.openai.responses
 from api.http.openai.tools.spec import format_call
 from runtime.messages import FinishReason
-from tests.conftest import Server
-from tests.responses.scripted import Script, guide_accepts
+from tests.support.scripted import Script, guide_accepts
+from tests.support.servers import Server
+from tests.support.waiting import in_thread
 
 WEATHER = {
     "type": "function",
@@ -38,16 +36,6 @@ LF: "\n"
 """
 PATCH_TOOL = {"type": "custom", "name": "apply_patch", "description": "Apply a patch.", "format": {"type": "grammar", "syntax": "lark", "definition": PATCH_GRAMMAR}}
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello world\n*** End Patch"
-
-
-@pytest.fixture
-def client(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60) as c:
-        yield c
-
-
-async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return await trio.to_thread.run_sync(partial(fn, *args, **kwargs))
 
 
 def script(monkeypatch: pytest.MonkeyPatch, text: str, step: int = 3, finish: FinishReason = FinishReason.STOP) -> Script:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 import api.http.openai.grammars
-from tests.conftest import Server
+from tests.support.servers import Server
 
 
 def record_compiling_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
