@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.checks.tools import ROOT, copy_tree, lint_imports, plant
+from tests.support import ROOT
+from tests.support.checks import copy_tree, lint_imports, plant
 
 
 def test_the_contracts_hold() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.checks.tools import ROOT, ruff
+from tests.support import ROOT
+from tests.support.checks import ruff
 
 
 def test_the_tree_passes_ruff() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.checks.tools import copy_tree, lint_imports, plant
+from tests.support.checks import copy_tree, lint_imports, plant
 
 PLANTED = [
     pytest.param({"ops/bench/overhead.py": "import ops.bench.guided"}, "ops: each driver imports only the harness", id="driver-imports-driver"),

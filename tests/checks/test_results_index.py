@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from tests.checks.tools import ROOT
+from tests.support import ROOT
 
 RESULTS = ROOT / "ops" / "results"
 INDEX = RESULTS / "README.md"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.checks.tools import mypy
+from tests.support.checks import mypy
 
 _MODULE = '''
 from runtime.sampling import SamplingParams

@@ -23,9 +23,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.cluster.conftest import _free_port
+from tests.support import ROOT
+from tests.support.servers import free_port
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 180.0  # Ray's start, Serve's, a replica importing torch: ~20 s alone here
 STOP_BOUND_S = 30.0  # generous for a busy machine; the old stop took 46 s
 DRAIN_S = 2.0
@@ -34,7 +34,7 @@ STREAM = {"model": "tiny", "prompt": "Paged attention keeps keys", "max_tokens":
 
 @pytest.fixture
 def serve_ray(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path / "serve-ray.log"
     cmd = [
         sys.executable, "-m", "api.process.main", "serve-ray", "--model", str(tiny_model_dir), "--served-name", "tiny",
@@ -42,9 +42,9 @@ def serve_ray(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[subprocess
         "--replica-cpus", "0.5", "--drain-timeout", str(DRAIN_S), "--host", "127.0.0.1", "--port", str(port),
         "--state-dir", str(tmp_path / "state"), "--log-level", "info",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         yield proc, f"http://127.0.0.1:{port}", log_path
     finally:

@@ -11,9 +11,7 @@ from collections import Counter
 import httpx
 import trio
 
-from tests.cluster.conftest import Deployer
-
-REPLICA = "x-switchyard-replica"
+from tests.support.cluster import REPLICA, Deployer
 
 
 def ab(name: str, a: int) -> dict:

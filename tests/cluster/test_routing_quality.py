@@ -3,7 +3,7 @@ prompt tokens are served from the replicas' prefix caches with the prefix router
 ingress replicas, which read the prompt) than with power of two choices (on the direct
 topology: Ray's proxy calls the replicas, api/cluster/deploy.py).
 
-The caches are small on purpose (tests.conftest.tiny_config: 256 blocks of 4 tokens per
+The caches are small on purpose (tests.support.servers.tiny_config: 256 blocks of 4 tokens per
 replica): 12 tenants' system prompts do not all fit in one replica's cache, but half of them
 do. Power of two sends every tenant everywhere, so each replica churns through all of them;
 the prefix router keeps each tenant on one replica. The figures are printed.
@@ -15,7 +15,7 @@ import httpx
 import trio
 
 from ops.harness.prefix_mix import HitRate, requests
-from tests.cluster.conftest import Cluster, Deployer
+from tests.support.cluster import Cluster, Deployer
 
 TENANTS, COUNT, SYSTEM_WORDS, CONCURRENCY = 12, 96, 10, 2  # c=4 measured 12-21 points apart, c=2 about 20
 

@@ -19,22 +19,19 @@ from ray import serve
 
 # The cases the relay passes (test_basic_serving.py) and one node passes (the openai SDK's),
 # here through the direct topology: they take this module's `cluster`.
-from tests.api.test_openai_client import (  # noqa: F401
+from tests.support.cluster import REPLICA, Cluster, Deployer, kill_mid_stream_and_recover
+from tests.support.cluster_cases import (  # noqa: F401
+    test_disconnect_frees_the_replicas_blocks,
+    test_sse_arrives_incrementally_and_ends_with_done,
+    test_two_replicas_both_serve,
+)
+from tests.support.openai_cases import (  # noqa: F401
     test_bad_input_gets_400_naming_the_field,
     test_chat_non_streaming,
     test_chat_streaming_matches_non_streaming,
     test_completions_streaming_and_not,
 )
-from tests.cluster.conftest import Cluster, Deployer
-from tests.cluster.test_basic_serving import (  # noqa: F401
-    client,
-    test_disconnect_frees_the_replicas_blocks,
-    test_sse_arrives_incrementally_and_ends_with_done,
-    test_two_replicas_both_serve,
-)
-from tests.cluster.test_failover import kill_mid_stream_and_recover
 
-REPLICA = "x-switchyard-replica"
 INGRESS = "x-switchyard-ingress"
 
 

@@ -9,10 +9,9 @@ from collections import Counter
 import httpx
 import trio
 
-from tests.cluster.conftest import Deployer
+from tests.support.cluster import REPLICA, Deployer
 
 LIMIT = 12
-REPLICA = "x-switchyard-replica"
 
 
 async def test_a_keys_limit_holds_across_replicas(deployer: Deployer) -> None:

@@ -5,7 +5,7 @@ held gets a clean error, never a hang; `[cluster.autoscaling]` reaches Ray Serve
 replica and ingress processes log at the command's level.
 
 The stuck step is injected from the test side, in the replica's own process, by a Ray
-worker_process_setup_hook (tests/cluster/stuck_step.py). Runs last in the tier (file names):
+worker_process_setup_hook (tests/support/stuck_step.py). Runs last in the tier (file names):
 its deployment (the default shape, autoscaled 2..2, the hook in the replicas) is its own.
 """
 
@@ -23,9 +23,8 @@ from ray import serve
 from ray.util import list_named_actors
 
 from api.cluster.deploy import APP_NAME, INGRESS_DEPLOYMENT, REPLICA_DEPLOYMENT
-from tests.cluster.conftest import Cluster, Deployer
-from tests.cluster.stuck_step import runtime_env
-from tests.cluster.test_failover import fail_mid_stream, replica_actor, whole_again
+from tests.support.cluster import Cluster, Deployer, fail_mid_stream, replica_actor, whole_again
+from tests.support.stuck_step import runtime_env
 
 STEP_DEADLINE_S = 1.5  # the runtime's --step-deadline, per model
 # Non-default values, so reading them back shows they came from here; min = max keeps the

@@ -9,8 +9,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from functools import partial
-from typing import Any
 
 import openai
 import pytest
@@ -19,11 +17,11 @@ import trio
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from actors.build import build_engine
-from runtime.config import RuntimeConfig
 from runtime.model_store import resolve_model
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
-from tests.conftest import Server, start_server
+from tests.support.servers import Server, default_config, start_server
+from tests.support.waiting import in_thread
 
 pytestmark = pytest.mark.slow
 
@@ -43,12 +41,6 @@ NUM_NEW = 24
 @pytest.fixture(scope="module")
 def model_dir():  # type: ignore[no-untyped-def]
     return resolve_model(None)[1]
-
-
-def default_config(**overrides: Any) -> RuntimeConfig:
-    settings: dict[str, Any] = dict(model=None, port=0, dtype="float32", kv_cache_gib=0.25, max_num_batched_tokens=64, drain_timeout=5.0)
-    settings.update(overrides)
-    return RuntimeConfig(**settings)
 
 
 async def test_greedy_matches_transformers_on_default_model(model_dir) -> None:  # type: ignore[no-untyped-def]
@@ -96,10 +88,6 @@ async def real_server() -> AsyncIterator[Server]:
 def client(real_server: Server) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=real_server.openai_url, api_key="unused", max_retries=0, timeout=120) as c:
         yield c
-
-
-async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return await trio.to_thread.run_sync(partial(fn, *args, **kwargs))
 
 
 async def test_openai_client_chat_and_completions_on_default_model(client: openai.OpenAI) -> None:

@@ -31,8 +31,7 @@ import trio
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from runtime.model_store import resolve_model
-from tests.conftest import Server, start_server
-from tests.e2e.test_default_model import default_config
+from tests.support.servers import Server, default_config, start_server
 
 pytestmark = pytest.mark.slow
 

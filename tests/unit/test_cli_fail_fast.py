@@ -14,7 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT
+
 # main() with the given argv; whatever happens, stdout then says which heavy modules loaded.
 RUN_CLI = """
 import sys

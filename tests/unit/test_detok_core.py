@@ -7,7 +7,7 @@ import random
 import pytest
 
 from actors.detok_core import IncrementalDetokenizer
-from tests.unit.tiny_tokenizer import EOS, build_tiny_tokenizer, byte_token_ids
+from tests.support.tiny_tokenizer import EOS, build_tiny_tokenizer, byte_token_ids
 
 TEXTS = [
     "hello world",

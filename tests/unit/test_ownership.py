@@ -23,8 +23,8 @@ import actors.runners.request_state
 import actors.sequence
 import runtime.messages
 import runtime.request
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("api", "runtime", "actors")
 STATE_CLASSES = {
     "Prompt": runtime.request.Prompt,

@@ -16,7 +16,7 @@ import pytest
 from actors.step_cost import MIN_STEPS, OUTLIER_RUN, PromptTokens, StepCostModel
 from api.process.flags import parse_args
 from runtime.config import RuntimeConfig
-from tests.unit.test_sched_core import Driver, assert_drained, make_core, prompt_of
+from tests.support.sched_driver import Driver, assert_drained, make_core, prompt_of
 
 BASE, PER_ROW, PER_TOKEN = 0.050, 0.0015, 0.001
 CALIBRATION_SHAPES = [(1, 0), (32, 0), (0, 256), (1, 256), (32, 128)]  # the runner's timed start-up steps (actors/runners/calibration.py)

@@ -10,7 +10,7 @@ hundred per step from Python, ~10 us each), not by the GPU's arithmetic. A graph
 all in one launch. A replay runs the captured kernels on the captured addresses and shapes,
 so everything that changes between steps (tokens, block tables, lengths) is copied into
 buffers the graph reads, and nothing in the step may depend on a value at capture time: no
-host sync, no data-dependent shape (`tests/actors/test_native_cuda_graphs.py` traces the step
+host sync, no data-dependent shape (`tests/engine/test_native_cuda_graphs.py` traces the step
 with dynamo and finds no op whose value or shape depends on tensor data).
 
 Attention: inside the graph each sequence's block table expands to its cache rows, the new

@@ -43,7 +43,7 @@ def people_schema(min_items: int) -> dict[str, Any]:
 
 def patch_grammar(min_lines: int) -> str:
     """A patch adding one file of `min_lines` to 2*`min_lines` lines (the patch format of
-    tests/responses/test_guided_default_model.py, with a long repetition)."""
+    tests/e2e/test_guided_default_model.py, with a long repetition)."""
     return (
         f'start: "*** Begin Patch" LF "*** Add File: " PATH LF line~{min_lines}..{2 * min_lines} "*** End Patch"\n'
         'line: "+" TEXT LF\n'

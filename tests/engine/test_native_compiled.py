@@ -1,0 +1,89 @@
+"""The compiled native path (`--compile`): the one-row decode graph is compiled at warm-up,
+then no step compiles again.
+
+Prefill chunks beside decodes and decode at several batch sizes run eager; a single sequence
+decoding alone runs the graph as its context grows. None of it may compile (torch._dynamo's
+error_on_recompile turns any recompile into an error), and all of it must give the eager
+path's greedy tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from actors.runners.torch_runner import TorchRunner
+from runtime.messages import NewRequest, ScheduledSeq, StepPlan
+from runtime.sampling import SamplingParams
+from tests.support import ROOT
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
+
+
+def _run(runner: TorchRunner) -> list[dict[str, int]]:
+    """Prompts of 5 and 9 tokens, a one-token prompt joining later, 12 steps; then "a" alone."""
+    tables = {"a": list(range(0, 8)), "b": list(range(8, 16)), "c": list(range(16, 24))}
+    prompts = {"a": [5, 6, 7, 8, 9], "b": list(range(20, 29)), "c": [40]}
+    history: dict[str, list[int]] = {k: list(v) for k, v in prompts.items()}
+    out = []
+    for step in range(18):
+        seqs, new = [], []
+        for rid in ("a",) if step >= 12 else ("a", "b", "c") if step >= 3 else ("a", "b"):
+            fresh = len(history[rid]) == len(prompts[rid])
+            tokens = history[rid] if fresh else history[rid][-1:]
+            start = 0 if fresh else len(history[rid]) - 1
+            seqs.append(ScheduledSeq(request_id=rid, token_ids=list(tokens), start_pos=start, block_table=tables[rid], sample=True, sampling=GREEDY, seed=0))
+            if fresh:
+                new.append(NewRequest(request_id=rid, prompt_token_ids=tuple(prompts[rid])))
+        result = runner.execute(StepPlan(step_id=step, seqs=tuple(seqs), new_requests=tuple(new)))
+        for rid, token in result.sampled.items():
+            history[rid].append(token)
+        out.append(result.sampled)
+    return out
+
+
+def test_compiled_steps_never_recompile_and_match_eager(tiny_model_dir: Path) -> None:
+    kwargs = dict(dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
+    eager = TorchRunner(tiny_model_dir, **kwargs)
+    eager.load()
+    compiled = TorchRunner(tiny_model_dir, compile=True, **kwargs)
+    assert compiled.load().impl == "native+compiled"
+    compiled.warmup()
+    assert compiled.model.decode_graph.ready  # compiled by the warm-up, before any request
+    torch._dynamo.config.error_on_recompile = True
+    try:
+        got = _run(compiled)
+    finally:
+        torch._dynamo.config.error_on_recompile = False
+    assert got == _run(eager)
+
+
+_CACHE_DIR_PROBE = """
+import os, sys, torch
+seen = []
+def fake_compile(fn, **kwargs):  # what torch.compile does first: import inductor
+    seen.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+    import torch._inductor.config  # noqa: F401
+    return fn
+torch.compile = fake_compile
+from actors.runners.torch_runner import TorchRunner
+TorchRunner(sys.argv[1], dtype="float32", num_kv_blocks=8, block_size=4, num_threads=1, compile=True).load()
+print(seen[0], os.environ["TORCHINDUCTOR_CACHE_DIR"])
+"""
+
+
+def test_inductor_cache_lives_under_home_not_tmp(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A restart loads compiled kernels from ~/.cache/switchyard/inductor: the directory is set
+    before the first torch.compile, since importing inductor pins its /tmp default."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env["HOME"] = str(tmp_path)
+    env["PYTHONPATH"] = str(ROOT)
+    out = subprocess.run([sys.executable, "-c", _CACHE_DIR_PROBE, str(tiny_model_dir)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    expected = str(tmp_path / ".cache" / "switchyard" / "inductor")
+    assert out.stdout.split()[-2:] == [expected, expected]

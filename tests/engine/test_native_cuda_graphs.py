@@ -1,0 +1,185 @@
+"""The bucketed decode step that CUDA graphs capture (actors/runners/native/cuda_graphs.py),
+checked on the CPU: CI has no GPU, so these run the same static function over the same static
+buffers without capture.
+
+- its logits and its cache writes equal the eager native step's, with pad rows in the bucket;
+- it has no host sync and no data-dependent shape (what a capture needs), shown by dynamo's
+  trace of it;
+- greedy output through the real runtime with every decode step bucketed, eight staggered
+  concurrent requests with preemption, is token-identical to transformers' `generate`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+from transformers import AutoModelForCausalLM
+
+from actors.runners.native import cuda_graphs
+from actors.runners.native.cuda_graphs import BucketedDecode, DecodeBatch, batch_bucket, decode_step, length_buckets
+from actors.runners.torch_runner import TorchRunner
+from tests.support.equivalence import SHAPES, make_prompts, reference, run_engine
+from tests.support.tiny_model import build_tiny_decoder
+
+BLOCK = 4
+
+
+def test_buckets_cover_every_batch_and_length_up_to_the_limits() -> None:
+    assert [batch_bucket(b) for b in (1, 2, 3, 5, 17, 33, 256)] == [1, 2, 4, 8, 24, 48, 256]
+    assert batch_bucket(257) is None  # runs eager
+    assert length_buckets(8192, 16) == [256, 512, 1024, 2048, 4096, 8192]
+    assert length_buckets(1000, 16) == [256, 512, 1008]  # the last bucket holds max_len, in whole blocks
+    assert length_buckets(100, 16) == [112]
+
+
+def _runner(model_dir: Path, **settings: object) -> TorchRunner:
+    runner = TorchRunner(model_dir, dtype="float32", num_kv_blocks=64, block_size=BLOCK, num_threads=1, max_model_len=300, **settings)
+    runner.load()
+    return runner
+
+
+def _step(runner: TorchRunner, seqs: list[tuple[int, int]], tables: list[list[int]], ids: list[int]) -> torch.Tensor:
+    assert runner.model is not None
+    ends = [sum(n for _, n in seqs[: i + 1]) - 1 for i in range(len(seqs))]  # each sequence's last row
+    with torch.inference_mode():
+        step, positions = runner.model.build_step(seqs, tables, BLOCK, runner.k_cache, runner.v_cache)
+        keep = torch.tensor(ends, device=runner.device)
+        return runner.model.forward(torch.tensor(ids, device=runner.device), positions, step, keep, runner.k_cache, runner.v_cache).float()
+
+
+@pytest.mark.parametrize("shape", ["qwen2-gqa-biases", "qwen3-qk-norm-tied"])
+def test_bucketed_decode_matches_the_eager_step_with_pad_rows(shape: str, tmp_path: Path) -> None:
+    family, overrides = SHAPES[shape]
+    model_dir = build_tiny_decoder(tmp_path, family, **overrides)
+    eager, bucketed = _runner(model_dir), _runner(model_dir, cuda_graphs=True)
+    assert bucketed.model is not None and bucketed.model.impl == "native+buckets" and eager.model.impl == "native"
+    graphs = bucketed.model.bucketed
+    assert graphs is not None
+    gen = torch.Generator().manual_seed(0)
+    lengths = [3, 9, 6, 14, 5]  # prompts; contexts then grow across block boundaries
+    tables = [list(range(i * 12, (i + 1) * 12)) for i in range(len(lengths))]
+    prompts = [torch.randint(3, 300, (n,), generator=gen).tolist() for n in lengths]
+    seqs = [(0, n) for n in lengths]
+    flat = [t for p in prompts for t in p]
+    for runner in (eager, bucketed):  # the prompts: a prefill step, eager on both
+        last = _step(runner, seqs, tables, flat)
+    tokens = last.argmax(-1).tolist()
+    done = list(lengths)
+    # decode steps of 5 (bucket 8), then 3 (bucket 4), then 1 sequence: pads in every bucket but 1
+    for live in [[0, 1, 2, 3, 4]] * 3 + [[1, 3, 4]] * 3 + [[3]] * 2:
+        step_seqs = [(done[i], 1) for i in live]
+        step_tables = [tables[i] for i in live]
+        ids = [tokens[i] for i in live]
+        plan = bucketed.model.build_step(step_seqs, step_tables, BLOCK, bucketed.k_cache, bucketed.v_cache)[0]
+        assert isinstance(plan, DecodeBatch) and plan.batch == batch_bucket(len(live)) and plan.length == 256
+        want = _step(eager, step_seqs, step_tables, ids)
+        got = _step(bucketed, step_seqs, step_tables, ids)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        for i, row in zip(live, want.argmax(-1).tolist()):
+            tokens[i] = row
+            done[i] += 1
+    assert sorted(graphs.runs) == [(1, 256), (4, 256), (8, 256)]  # one run per bucket, reused
+    for got_cache, want_cache in zip(bucketed.k_cache + bucketed.v_cache, eager.k_cache + eager.v_cache, strict=True):
+        torch.testing.assert_close(got_cache, want_cache, rtol=1e-5, atol=1e-5)  # pads wrote nothing else
+
+
+def test_mixed_steps_and_oversized_batches_stay_eager(tiny_model_dir: Path) -> None:
+    runner = _runner(tiny_model_dir, cuda_graphs=True)
+    assert runner.model is not None and runner.model.bucketed is not None
+    build = runner.model.build_step
+    assert not isinstance(build([(0, 3), (5, 1)], [[0, 1], [2, 3]], BLOCK, runner.k_cache, runner.v_cache)[0], DecodeBatch)
+    many = [(4, 1)] * 257
+    assert not isinstance(build(many, [[0, 1]] * 257, BLOCK, runner.k_cache, runner.v_cache)[0], DecodeBatch)
+    assert runner.model.bucketed.plan([(299, 1)], [list(range(75))]) is not None  # max_model_len 300: the last bucket
+    # Off unless asked for on a CPU, and never with batch invariance (it buckets decodes its own way).
+    assert _runner(tiny_model_dir).model.bucketed is None  # type: ignore[union-attr]
+    assert _runner(tiny_model_dir, cuda_graphs=True, batch_invariant=True).model.bucketed is None  # type: ignore[union-attr]
+
+
+def _data_dependent_ops(fn: object, *args: object) -> list[str]:
+    """The ops of `fn`'s one dynamo graph whose value or shape depends on tensor data (a scalar
+    read back to the host, a boolean-mask index, `nonzero`): each is a host sync on a GPU."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep(gm: torch.fx.GraphModule, example_inputs: object) -> object:
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, fullgraph=True, backend=keep, dynamic=False)(*args)  # type: ignore[call-overload]
+    return [node.format_node() for gm in graphs for node in gm.graph.nodes if free_unbacked_symbols(node.meta.get("example_value"))]
+
+
+def test_the_bucketed_step_has_no_host_sync_or_data_dependent_shape(tiny_model_dir: Path) -> None:
+    """What a CUDA graph capture needs, shown on a CPU through dynamo's trace of the step (a
+    graph break fails fullgraph; a data-dependent op leaves an unbacked symbol, as the
+    controls on the last lines show)."""
+    runner = _runner(tiny_model_dir, cuda_graphs=True)
+    assert runner.model is not None and runner.model.bucketed is not None
+    graphs: BucketedDecode = runner.model.bucketed
+    lens = torch.tensor([5, 9, 9, 9])
+    tables = torch.arange(4 * 64).view(4, 64) % runner.k_cache[0].shape[1] // BLOCK
+    ids = torch.tensor([7, 8, 9, 9])
+    with torch.inference_mode():
+        assert _data_dependent_ops(decode_step, graphs.model, ids, lens, tables, runner.k_cache, runner.v_cache, BLOCK) == []
+    x = torch.randn(8)
+    assert _data_dependent_ops(lambda x: x * x.sum().item(), x)
+    assert _data_dependent_ops(lambda x: x[x > 0].sum(), x)
+    assert _data_dependent_ops(lambda x: x.nonzero().float().sum(), x)
+
+
+def test_capture_all_prepares_every_batch_bucket_up_to_max_num_seqs(tiny_model_dir: Path) -> None:
+    runner = _runner(tiny_model_dir, cuda_graphs=True, max_num_seqs=6)
+    assert runner.model is not None and runner.model.bucketed is not None
+    graphs = runner.model.bucketed
+    assert graphs.batches == (1, 2, 4, 8)  # 6 sequences at most: nothing past the bucket holding them
+    with torch.inference_mode():
+        graphs.capture_all(runner.k_cache, runner.v_cache)
+    assert sorted(graphs.runs) == [(1, 256), (2, 256), (4, 256), (8, 256)]
+    assert graphs.plan([(3, 1)] * 9, [[0]] * 9) is None  # past max_num_seqs: eager
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none)")
+@pytest.mark.parametrize("device", ["cuda:0", "cuda:1"])
+def test_on_a_gpu_replays_match_the_eager_step_without_host_syncs(tiny_model_dir: Path, device: str) -> None:
+    """The captured path itself: two different steps in one bucket (a stale replay would repeat
+    the first), a replay with sync debugging raising on any host sync, and a device other than
+    the current one (the capture must land there)."""
+    if int(device.split(":")[1]) >= torch.cuda.device_count():
+        pytest.skip(f"no {device}")
+    eager, graphed = _runner(tiny_model_dir, device=device, cuda_graphs=False), _runner(tiny_model_dir, device=device)
+    assert graphed.model is not None and graphed.model.impl == "native+cudagraphs"
+    tables = [list(range(i * 12, (i + 1) * 12)) for i in range(3)]
+    for runner in (eager, graphed):
+        _step(runner, [(0, 5)] * 3, tables, list(range(3, 18)))
+    for pos, ids in ((5, [4, 5, 6]), (6, [7, 8, 9])):
+        want = _step(eager, [(pos, 1)] * 3, tables, ids)
+        got = _step(graphed, [(pos, 1)] * 3, tables, ids)
+        torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-3, atol=1e-3)
+    replay = graphed.model.bucketed.runs[(4, 256)]  # type: ignore[union-attr]
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        replay()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize(device)
+
+
+async def test_greedy_matches_generate_with_every_decode_step_bucketed(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    replays: list[int] = []
+    inner = cuda_graphs.BucketedDecode.__call__
+
+    def counted(self: BucketedDecode, *args: object, **kwargs: object) -> torch.Tensor:
+        replays.append(1)
+        return inner(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cuda_graphs.BucketedDecode, "__call__", counted)
+    prompts = make_prompts(AutoModelForCausalLM.from_pretrained(tiny_model_dir).config.vocab_size)
+    expected = reference(tiny_model_dir, prompts)
+    got, stats = await run_engine(tiny_model_dir, prompts, num_kv_blocks=40, max_num_batched_tokens=16, cuda_graphs=True)
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g == e, f"prompt {i} (len {len(prompts[i])}) diverged"
+    assert replays and stats["preemptions"] > 0 and stats["kv_blocks_used"] == 0

@@ -1,0 +1,119 @@
+"""The serve-ray ingress's routing hashes (api/cluster/ingress.py, PromptHasher) are the chain
+the replica's prefix cache computes for the same request, for a request with tools too.
+
+The replica side is real: the whole single-node stack on its trio thread (api/cluster/host.py,
+what a replica runs), serving the request; its block manager's cached hashes are then read.
+Both kinds of chat template: one that renders `tools` itself (the tools go in as a template
+kwarg) and one that does not (the tools become a system block). Before the ingress built the
+replica's own Prompt, it rendered the bare messages, whose chain leaves the cache's at the
+first block the tools change: the control below. No Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.cluster.host import TrioHost
+from api.cluster.ingress import PromptHasher
+from api.http.platform.config import PlatformConfig
+from runtime.prefix_hash import block_hashes
+from tests.support.servers import host_request, tiny_config
+
+SCHEMA = {"type": "object", "properties": {"unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["unit"], "additionalProperties": False}
+TOOL = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.", "parameters": SCHEMA}}
+MESSAGES = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "What is the weather in Paris today?"}]
+# The tiny template, plus the tools as a system turn of its own, rendered by the template.
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(params=["template renders tools", "tools as a system block"])
+def model_dir(request: pytest.FixtureRequest, long_model_dir: Path, tmp_path: Path) -> Path:
+    if request.param == "tools as a system block":
+        return long_model_dir
+    copy = Path(shutil.copytree(long_model_dir, tmp_path / "tools-template"))
+    (copy / "chat_template.jinja").write_text(TOOLS_TEMPLATE)
+    return copy
+
+
+def cached_hashes(host: TrioHost) -> set[int]:
+    runtime = next(iter(host.models))
+    return set(runtime.scheduler.core.blocks.hash_to_block)
+
+
+def serve_once(config: Any, tmp_path: Path, path: str, body: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
+    """The replica's answer to one request, and the hashes its prefix cache then holds."""
+
+    async def serve() -> tuple[dict[str, Any], set[int]]:
+        host = TrioHost([config], PlatformConfig(state_dir=str(tmp_path / "state")))
+        await host.wait_ready()
+        try:
+            messages = [m async for batch in host.stream(host_request(path, body)) for m in batch]
+            assert messages[0]["status"] == 200, messages
+            answer = json.loads(b"".join(m.get("body", b"") for m in messages[1:]))
+            return answer, await host.call(cached_hashes, host)
+        finally:
+            await asyncio.to_thread(host.stop, 0)
+
+    return asyncio.run(serve())
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", {"type": "function", "function": {"name": "get_weather"}}])
+def test_routing_hash_of_a_tool_request_is_the_replica_cache_chain(model_dir: Path, tmp_path: Path, tool_choice: Any) -> None:
+    config = tiny_config(model_dir, max_num_batched_tokens=512)
+    body = {"model": "tiny", "messages": MESSAGES, "tools": [TOOL], "tool_choice": tool_choice, "max_tokens": 2, "chat_template_kwargs": {"unused_flag": True}}
+    hashes = PromptHasher([config]).hashes(body)
+    answer, cached = serve_once(config, tmp_path, "/v1/chat/completions", body)
+    prompt_blocks = answer["usage"]["prompt_tokens"] // config.block_size
+    assert len(hashes) == prompt_blocks > 8  # every full block of the prompt, the tools' included
+    assert set(hashes) <= cached
+
+    # The control: the bare messages, as the ingress rendered them before.
+    tokenizer = PromptHasher([config])._default[0]  # type: ignore[index]
+    bare = tokenizer.encode(tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True), add_special_tokens=False)
+    assert block_hashes(bare, config.block_size)[-1] not in cached
+
+
+def test_request_struct_keeps_only_openai_fields() -> None:
+    """An Azure body's extra fields (the replica checks them) do not stop the hashing."""
+    from api.cluster.ingress import request_prompt
+
+    found = request_prompt({"messages": MESSAGES, "tools": [TOOL], "extra_azure_field": 1}, template_tools=True)
+    assert found is not None and found[0].chat_template_kwargs["tools"][0]["function"]["name"] == "get_weather"
+    assert request_prompt({"input": "a Responses body"}, template_tools=False) is None
+
+
+RESPONSES_TOOL = {"type": "function", "name": "get_weather", "description": "The weather in a city.", "parameters": SCHEMA}
+RESPONSES_INPUT = [
+    {"role": "user", "content": [{"type": "input_text", "text": "What is the weather in Paris today?"}]},
+    {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"unit": "c"}'},
+    {"type": "function_call_output", "call_id": "call_1", "output": "18 C and sunny"},
+    {"role": "user", "content": "And tomorrow?"},
+]
+
+
+@pytest.mark.parametrize("input_", [RESPONSES_INPUT, "What is the weather in Paris today?"], ids=["items", "string"])
+def test_routing_hash_of_a_responses_request_is_the_replica_cache_chain(model_dir: Path, tmp_path: Path, input_: Any) -> None:
+    """/v1/responses: `input` (a string or items, tool calls and their outputs included),
+    `instructions` and `tools` become the replica's prompt as the Responses route builds it."""
+    config = tiny_config(model_dir, max_num_batched_tokens=512)
+    body = {"model": "tiny", "input": input_, "instructions": "You answer briefly.", "tools": [RESPONSES_TOOL], "max_output_tokens": 2}
+    hashes = PromptHasher([config]).hashes(body, responses=True)
+    answer, cached = serve_once(config, tmp_path, "/v1/responses", body)
+    assert answer["object"] == "response", answer
+    assert len(hashes) == answer["usage"]["input_tokens"] // config.block_size > 8
+    assert set(hashes) <= cached
+    # The ingress takes a body for a Responses one by its route: an embeddings body has `input` too.
+    hasher, raw = PromptHasher([config]), json.dumps(body).encode()
+    hint = hasher.hint({"method": "POST", "path": "/v1/responses", "headers": []}, raw)
+    assert hint is not None and hint.block_hashes == hashes
+    assert hasher.hint({"method": "POST", "path": "/v1/embeddings", "headers": []}, raw) is None

@@ -1,0 +1,145 @@
+"""Servers for tests: the whole stack on a loopback socket, in the test's own trio loop.
+
+`start_server` runs everything for real — the engine's actors, the torch runner on its
+dedicated thread, Quart-Trio on Hypercorn bound to 127.0.0.1:0 — so tests talk to it over a
+socket and can still look inside the engine afterwards. `start_runtime_server` hosts any
+engine (usually `fakes.fake_runtime`) the same way. `platform_server` gives the platform
+settings (API keys, limits, state dir) through the environment, as the CLI's fallback reads
+them; its state dir is always the test's own, never the user's model store.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from runtime.config import RuntimeConfig
+
+
+@dataclass
+class Server:
+    base_url: str
+    runtime: object
+    config: RuntimeConfig
+    stop: trio.Event
+    runtimes: list[object] = field(default_factory=list)  # runtime first, then the extra models
+
+    @property
+    def openai_url(self) -> str:
+        return self.base_url + "/v1"
+
+
+def tiny_config(model_dir: Path, **overrides: object) -> RuntimeConfig:
+    settings: dict[str, object] = dict(
+        model=str(model_dir),
+        served_name="tiny",
+        port=0,
+        dtype="float32",
+        num_kv_blocks=256,
+        block_size=4,
+        max_num_batched_tokens=32,
+        num_threads=1,
+        drain_timeout=5.0,
+    )
+    settings.update(overrides)
+    return RuntimeConfig(**settings)  # type: ignore[arg-type]
+
+
+def default_config(**overrides: Any) -> RuntimeConfig:
+    """The embedded default model (SmolLM2-135M-Instruct), float32 unless overridden."""
+    settings: dict[str, Any] = dict(model=None, port=0, dtype="float32", kv_cache_gib=0.25, max_num_batched_tokens=64, drain_timeout=5.0)
+    settings.update(overrides)
+    return RuntimeConfig(**settings)
+
+
+async def start_server(nursery: trio.Nursery, config: RuntimeConfig, *extra: RuntimeConfig) -> Server:
+    from actors.build import build_engine
+    from api.process.server import serve_runtime
+
+    runtimes: list[object] = []
+    stop = trio.Event()
+
+    def factory(cfg: RuntimeConfig) -> object:
+        runtimes.append(build_engine(cfg))
+        return runtimes[-1]
+
+    binds = await nursery.start(partial(serve_runtime, config, factory, stop.wait, extra_models=extra))
+    return Server(base_url=binds[0], runtime=runtimes[0], config=config, stop=stop, runtimes=runtimes)
+
+
+async def start_runtime_server(nursery: trio.Nursery, runtime: Any, config: RuntimeConfig | None = None) -> Server:
+    """Any engine behind the real `serve_runtime`, on 127.0.0.1:0, in the test's nursery."""
+    from api.process.server import serve_runtime
+
+    config = config or runtime.config
+    stop = trio.Event()
+    binds = await nursery.start(serve_runtime, config, lambda cfg: runtime, stop.wait)
+    return Server(base_url=binds[0], runtime=runtime, config=config, stop=stop)
+
+
+KEY = "sk-test-platform-0123456789"
+OTHER_KEY = "sk-test-platform-other-key"
+
+
+@asynccontextmanager
+async def platform_server(
+    model_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    state_dir: Path,
+    *,
+    names: tuple[str, ...] = ("tiny",),
+    keys: tuple[str, ...] = (),
+    rpm: int | None = None,
+    tpm: int | None = None,
+) -> AsyncIterator[Server]:
+    monkeypatch.setenv("SWITCHYARD_STATE_DIR", str(state_dir))
+    monkeypatch.setenv("SWITCHYARD_API_KEYS", ",".join(keys))
+    for name, value in (("SWITCHYARD_RATE_LIMIT_RPM", rpm), ("SWITCHYARD_RATE_LIMIT_TPM", tpm)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, str(value))
+    configs = [tiny_config(model_dir, served_name=name) for name in names]
+    async with trio.open_nursery() as nursery:
+        server = await start_server(nursery, *configs)
+        try:
+            yield server
+        finally:
+            server.stop.set()
+
+
+def auth(key: str = KEY) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def platform_client(server: Server, key: str | None = None, timeout: float = 60) -> httpx.AsyncClient:
+    """An httpx client on `server`, with `key` as its bearer token when given."""
+    headers = auth(key) if key else {}
+    return httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def host_request(path: str, body: dict) -> Any:
+    """A POST of `body` to `path` as a serve-ray replica hands it to its host (api/cluster/host.py)."""
+    from api.cluster.host import HttpRequest
+
+    scope = {
+        "type": "http", "http_version": "1.1", "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+        "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1), "server": ("x", 80),
+    }  # fmt: skip
+    return HttpRequest(scope, json.dumps(body).encode())
