@@ -177,14 +177,17 @@ class Runtime:
             )
         )
 
-    async def drain(self, timeout: float) -> None:
-        """Stop admitting; wait up to `timeout` for live requests; abort the rest."""
+    async def drain(self, timeout: float) -> int:
+        """Stop admitting; wait up to `timeout` for live requests; abort the rest and return
+        how many that was (after the fact no one can count them: they are no longer live)."""
         self.accepting = False
         with trio.move_on_after(timeout):
             while self.requests:
                 await trio.sleep(0.05)
-        for request_id in list(self.requests):
+        live = list(self.requests)
+        for request_id in live:
             self.abort(request_id, AbortReason.SHUTDOWN)
+        return len(live)
 
     def stop(self, deadline: float = 10.0) -> None:
         """Close the actors in pipeline order: the tokenizer's inbox closes (it ends), the
