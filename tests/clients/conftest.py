@@ -80,6 +80,29 @@ def script(monkeypatch: pytest.MonkeyPatch, text: str, step: int = 3, finish: Fi
     return s
 
 
+class Turns(Script):
+    """A script per request, in order (the last one repeats): an agent's tool call, then its
+    answer once the tool's result is back. `calls` holds each request's (prompt, sampling), so
+    a test can read what the client sent back (the tool's result in the prompt)."""
+
+    def __init__(self, texts: list[str], step: int = 3) -> None:
+        super().__init__([])
+        self.texts = texts
+        self.step = step
+
+    def __call__(self, runtime: Any, prompts: list[Any], sampling: Any, n: int = 1) -> Any:
+        text = self.texts[min(len(self.calls), len(self.texts) - 1)]
+        self.pieces = [text[i : i + self.step] for i in range(0, len(text), self.step)]
+        return super().__call__(runtime, prompts, sampling, n)
+
+
+def turns(monkeypatch: pytest.MonkeyPatch, texts: list[str], step: int = 3) -> Turns:
+    s = Turns(texts, step)
+    monkeypatch.setattr(api.openai.responses, "Generation", s)
+    monkeypatch.setattr(api.openai.chat, "Generation", s)
+    return s
+
+
 @pytest.fixture(scope="session")
 def long_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model with room for a tools block in its prompt."""
