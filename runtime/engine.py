@@ -1,9 +1,8 @@
 """`Runtime`: the actor pipeline for one served model, and the door requests come in by.
 
-Owns: the memory channels, starting the actors in one nursery (executor first: the model's
-limits size everything else), admission control, `submit()`, the shutdown order, and the
-tokenizer's services to the API (`encode`, `decode`: served by the tokenizer actor, off the
-event loop).
+Owns: the memory channels, starting the actors in one nursery (executor first: the model's limits size
+everything else), admission control, `submit()`, the shutdown order, and the tokenizer's services to the
+API (`encode`, `decode`: served by the tokenizer actor, off the event loop).
 
     HTTP handler ──submit()──▶ tokenizer ──▶ scheduler ⇄ executor (device thread)
                                                 │
@@ -178,14 +177,12 @@ class Runtime:
         )
 
     async def drain(self, timeout: float) -> int:
-        """Stop admitting; wait up to `timeout` for live requests; abort the rest and return
-        how many that was (after the fact no one can count them: they are no longer live)."""
+        """Stop admitting; wait up to `timeout` for live requests; abort the rest: how many."""
         self.accepting = False
         with trio.move_on_after(timeout):
             while self.requests:
                 await trio.sleep(0.05)
-        live = list(self.requests)
-        for request_id in live:
+        for request_id in (live := list(self.requests)):
             self.abort(request_id, AbortReason.SHUTDOWN)
         return len(live)
 
