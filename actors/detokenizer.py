@@ -155,7 +155,7 @@ class DetokenizerActor:
 
     def _fail(self, state: DecodeState, message: str) -> None:
         self._forget(state)
-        state.start.mailbox.fail(RequestFailed(message))
+        state.start.mailbox.fail(RequestFailed(message, usage=self._usage(state)))
         log.warning("request_failed", request_id=state.request_id, error=message)
 
     def _log_finish(self, state: DecodeState, finish: FinishReason, now: float) -> None:

@@ -1,9 +1,8 @@
 """`Engine`: the actor pipeline for one served model, and the door requests come in by.
 
-Owns: the memory channels, starting the actors in one nursery (executor first: the model's
-limits size everything else), admission control, `submit()`, the shutdown order, and the
-tokenizer's services to the API (`encode`, `decode`: served by the tokenizer actor, off the
-event loop).
+Owns: the memory channels, starting the actors in one nursery (executor first: the model's limits size
+everything else), admission control, `submit()`, the shutdown order, and the tokenizer's services to the
+API (`encode`, `decode`: served by the tokenizer actor, off the event loop).
 
     HTTP handler ──submit()──▶ tokenizer ──▶ scheduler ⇄ executor (device thread)
                                                 │
@@ -184,14 +183,15 @@ class Engine:
             )
         )
 
-    async def drain(self, timeout: float) -> None:
-        """Stop admitting; wait up to `timeout` for live requests; abort the rest."""
+    async def drain(self, timeout: float) -> int:
+        """Stop admitting; wait up to `timeout` for live requests; abort the rest: how many."""
         self.accepting = False
         with trio.move_on_after(timeout):
             while self.requests:
                 await trio.sleep(0.05)
-        for request_id in list(self.requests):
+        for request_id in (live := list(self.requests)):
             self.abort(request_id, AbortReason.SHUTDOWN)
+        return len(live)
 
     def stop(self, deadline: float = 10.0) -> None:
         """Close the actors in pipeline order: the tokenizer's inbox closes (it ends), the

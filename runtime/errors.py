@@ -63,3 +63,7 @@ class RequestFailed(ServingError):
     status = 500
     type = "server_error"
     code = "request_failed"
+
+    def __init__(self, message: str, usage: object = None) -> None:
+        super().__init__(message)
+        self.usage = usage  # runtime.messages.Usage, where the engine counted the tokens so far

@@ -46,10 +46,17 @@ class ModelRegistry:
                 await nursery.start(runtime.run)
             task_status.started(self)
 
-    async def drain(self, timeout: float) -> None:
+    async def drain(self, timeout: float) -> int:
+        """Drain every runtime at once (`Runtime.drain`); how many requests were aborted."""
+        aborted: list[int] = []
+
+        async def one(runtime: Runtime) -> None:
+            aborted.append(await runtime.drain(timeout))
+
         async with trio.open_nursery() as nursery:
             for runtime in self._by_name.values():
-                nursery.start_soon(runtime.drain, timeout)
+                nursery.start_soon(one, runtime)
+        return sum(aborted)
 
     def stop(self) -> None:
         for runtime in self._by_name.values():

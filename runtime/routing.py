@@ -29,6 +29,12 @@ load (counting this request) plus `slack`, and its KV cache is below `max_kv_usa
 the larger of this router's own count of the replica's ongoing requests (exact, immediate, but
 blind to other ingress replicas) and the replica's own live-request figure (global but up to
 one stats period old).
+
+- `InFlight`: that own count, taken at routing time. Ray's queue-length cache, which it used
+  to be, rises only once a request is sent and is then overwritten by the replica's own
+  figure, which does not yet count the requests on their way to it; a burst of concurrent
+  requests was routed against stale zeros, so the bound never bit and all of them went to the
+  one preferred replica.
 """
 
 from __future__ import annotations
@@ -36,8 +42,9 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 DEFAULT_TABLE_BLOCKS = 1 << 16
@@ -107,6 +114,42 @@ class PrefixTable:
     def forget(self, replica_id: str) -> None:
         for h in [h for h, r in self._owner.items() if r == replica_id]:
             del self._owner[h]
+
+
+class InFlight:
+    """One router's requests per replica, counted from the moment it ranks a replica first for
+    them (`reserve`), moved to the replica the request was actually sent to (`confirm`), and
+    released when the request ends (`release`). A reservation never confirmed (the request was
+    cancelled before it was sent, which no callback reports) lapses after `unconfirmed_s`."""
+
+    def __init__(self, unconfirmed_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.unconfirmed_s = unconfirmed_s
+        self.clock = clock
+        self._where: dict[str, tuple[str, float | None]] = {}  # request -> (replica, reserved at; None: confirmed)
+
+    def reserve(self, request_id: str, replica_id: str) -> None:
+        self._where[request_id] = (replica_id, self.clock())
+
+    def confirm(self, request_id: str, replica_id: str) -> None:
+        self._where[request_id] = (replica_id, None)
+
+    def release(self, request_id: str, replica_id: str) -> None:
+        """The request ended on `replica_id` (a retry placed elsewhere since is kept)."""
+        if self._where.get(request_id, ("", None))[0] == replica_id:
+            del self._where[request_id]
+
+    def forget(self, replica_id: str) -> None:
+        for request_id in [r for r, (replica, _) in self._where.items() if replica == replica_id]:
+            del self._where[request_id]
+
+    def counts(self) -> dict[str, int]:
+        stale = self.clock() - self.unconfirmed_s
+        for request_id in [r for r, (_, at) in self._where.items() if at is not None and at < stale]:
+            del self._where[request_id]
+        out: dict[str, int] = {}
+        for replica, _ in self._where.values():
+            out[replica] = out.get(replica, 0) + 1
+        return out
 
 
 @dataclass

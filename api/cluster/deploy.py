@@ -133,13 +133,21 @@ def run(spec: ClusterSpec, host: str, port: int, address: str | None) -> None:
     # "local", not None: None would join a cluster `ray start` left running on this host.
     if address is None:  # the instance's processes inherit it: Ray's HTTP proxy loads the guard
         os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)
-    ray.init(address=address or "local", ignore_reinit_error=True, **({"include_dashboard": False} if address is None else {}))
+    # A local instance gets the CPUs the settings were fitted to (cli.fit_local), so Ray and
+    # the sizing count the same machine.
+    local: dict[str, Any] = {}
+    if address is None:
+        local = {"include_dashboard": False, **({"num_cpus": spec.local["cpus"]} if spec.local else {})}
+    ray.init(address=address or "local", ignore_reinit_error=True, **local)
     stop = _StopSignal()  # after ray.init, which installs its own SIGTERM handler (sys.exit)
     try:
         with stop.interrupting():  # a signal while Serve deploys (minutes for a big model) stops it
             deploy(spec, host, port)
         settings = spec.settings
-        log.info("serve_ray_ready", url=f"http://{host}:{port}", replicas=settings.autoscaling or settings.replicas, router=settings.router, **topology(spec))
+        log.info(
+            "serve_ray_ready", url=f"http://{host}:{port}", replicas=settings.autoscaling or settings.replicas, router=settings.router,
+            replica_cpus=settings.replica_cpus, ingress_cpus=None if settings.direct else settings.ingress_cpus, local_ray=spec.local, **topology(spec),
+        )
         stop.wait()
     except _Interrupted:
         pass

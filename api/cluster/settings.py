@@ -10,7 +10,9 @@ The `[cluster]` table (every key optional):
     replica_cpus = 1.0           Ray CPUs reserved per model replica (fractions allowed); leave
                                  each node a core beyond its replicas' for Ray's own processes
                                  (docs/scaling-out.md, "Sizing": the hop then costs 5-7% of throughput;
-                                 with every core given to torch, ~20%)
+                                 with every core given to torch, ~20%). On a local Ray instance
+                                 whatever of replica_cpus and ingress_cpus is left to its
+                                 default is lowered to fit this machine's CPUs (`fit_local`)
     ingress_cpus = 0.5           ... per ingress replica
     replica_gpus = 0.0           Ray GPUs per model replica
     router = "prefix"            "prefix" (runtime/routing.py) or "pow2" (Ray's power of two)
@@ -152,6 +154,52 @@ def check_autoscaling(table: Any, source: str) -> None:
         raise ClusterConfigError(f"{source}: [cluster.autoscaling] {problems}") from None
 
 
+# What a reservation is rounded down to when serve-ray sizes it, and the least it will size.
+CPU_STEP = 0.01
+
+
+def fit_local(settings: ClusterSettings, cpus: int, given: set[str]) -> dict[str, Any]:
+    """Fit the deployment to a local Ray instance of `cpus` CPUs: Ray never schedules what
+    does not fit, so serve-ray would wait forever. Lowers whichever of replica_cpus and
+    ingress_cpus is not in `given` (the [cluster] keys and flags the user set) to fit; raises
+    ClusterConfigError naming the flags and numbers when what was given can never fit.
+    Returns what the ready line reports: the instance's CPUs, and what was lowered."""
+    count = int(settings.autoscaling.get("max_replicas", 1)) if settings.autoscaling else settings.replicas
+    ingress = 0 if settings.direct else settings.ingress_replicas
+    replica, front = settings.replica_cpus, settings.ingress_cpus
+    asked = count * replica + ingress * front
+    report: dict[str, Any] = {"cpus": cpus}
+    if asked <= cpus + 1e-9:
+        return report
+    fixed = count * replica * ("replica_cpus" in given) + ingress * front * ("ingress_cpus" in given)
+    free = asked - fixed  # what sizing may lower
+    if fixed > cpus + 1e-9 or free == 0:
+        raise ClusterConfigError(f"{_asked(settings, count, ingress)} = {asked:g} Ray CPUs, but this machine's local Ray instance has {cpus}; {_advice(given)}")
+    scale = (cpus - fixed) / free
+    lowered = {}
+    if "replica_cpus" not in given:
+        lowered["replica_cpus"] = settings.replica_cpus = _floor(replica * scale)
+    if "ingress_cpus" not in given and ingress:
+        lowered["ingress_cpus"] = settings.ingress_cpus = _floor(front * scale)
+    if any(v < CPU_STEP for v in lowered.values()):
+        raise ClusterConfigError(f"{_asked(settings, count, ingress)}: too many replicas for this machine's {cpus} CPUs; lower --replicas")
+    return {**report, "lowered_to_fit": lowered}
+
+
+def _asked(settings: ClusterSettings, count: int, ingress: int) -> str:
+    text = f"{'max_replicas' if settings.autoscaling else '--replicas'} {count} x --replica-cpus {settings.replica_cpus:g}"
+    return text + (f" + --ingress-replicas {ingress} x ingress_cpus {settings.ingress_cpus:g}" if ingress else "")
+
+
+def _advice(given: set[str]) -> str:
+    flags = [f for f, key in (("--replica-cpus", "replica_cpus"), ("[cluster] ingress_cpus", "ingress_cpus")) if key in given]
+    return f"lower {' or '.join(flags) or '--replicas'}, or join a larger cluster with --address"
+
+
+def _floor(value: float) -> float:
+    return round(int(value / CPU_STEP + 1e-9) * CPU_STEP, 2)
+
+
 @dataclass
 class ClusterSpec:
     """Everything a replica needs, shipped to it by Ray (picklable)."""
@@ -159,6 +207,9 @@ class ClusterSpec:
     models: list[Any]  # runtime.config.RuntimeConfig, one per served model
     platform: Any  # api.http.platform.config.PlatformConfig
     settings: ClusterSettings = field(default_factory=ClusterSettings)
+    # A local Ray instance: the CPUs it is started with (`fit_local` sized the settings to
+    # them) and what fitting lowered; None when joining a cluster.
+    local: dict[str, Any] | None = None
 
     @property
     def log_level(self) -> str:

@@ -61,11 +61,11 @@ async def serve_runtime(
             # drain deadline (a second signal cuts it short), 3. abort the rest: each gets a
             # clean error (an SSE error event, or a 503 body).
             log.info("shutting_down", live_requests=_live(models), drain_timeout=config.drain_timeout)
+            aborted = 0
             with trio.CancelScope() as drain_scope:
                 http.start_soon(_cancel_when, force, drain_scope)
-                await models.drain(config.drain_timeout)
-            aborted = _live(models)
-            await models.drain(0)
+                aborted = await models.drain(config.drain_timeout)  # aborts those past the deadline
+            aborted += await models.drain(0)  # and those a second signal left (none otherwise)
             log.info("drained", aborted=aborted)
             # 4. hypercorn closes its listeners and idle connections, and waits (up to its
             # graceful_timeout) for open responses, the aborted ones' error events included.

@@ -24,9 +24,9 @@ import httpx
 import pytest
 
 from tests.support import ROOT
+from tests.support.cluster import log_tail, wait_ready
 from tests.support.servers import free_port
 
-READY_TIMEOUT_S = 180.0  # Ray's start, Serve's, a replica importing torch: ~20 s alone here
 STOP_BOUND_S = 30.0  # generous for a busy machine; the old stop took 46 s
 DRAIN_S = 2.0
 STREAM = {"model": "tiny", "prompt": "Paged attention keeps keys", "max_tokens": 400, "stream": True, "ignore_eos": True}
@@ -51,18 +51,6 @@ def serve_ray(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[subprocess
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # the driver, in its own session, follows (parent-death signal)
             proc.wait(10)
-
-
-def wait_ready(proc: subprocess.Popen[bytes], log_path: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while b"serve_ray_ready" not in log_path.read_bytes():
-        assert proc.poll() is None, f"serve-ray exited {proc.returncode} before it was ready:\n{log_tail(log_path)}"
-        assert time.monotonic() < deadline, f"serve-ray not ready after {READY_TIMEOUT_S:.0f}s:\n{log_tail(log_path)}"
-        time.sleep(0.5)
-
-
-def log_tail(path: Path) -> str:
-    return path.read_bytes()[-4000:].decode("utf-8", "replace")
 
 
 def refuses(url: str) -> bool:

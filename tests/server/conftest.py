@@ -44,6 +44,14 @@ def long_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_decoder(tmp_path_factory.mktemp("tiny-long"), "llama", perturb_norms=False, max_position_embeddings=2048)
 
 
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BERT embedding model (tests/support/tiny_bert.py)."""
+    from tests.support.tiny_bert import build_tiny_bert
+
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
 @pytest.fixture
 async def http(server: Server) -> AsyncIterator[httpx.AsyncClient]:
     """A plain httpx client on `server`."""

@@ -9,6 +9,8 @@ stream and the deployment whole again afterwards, on either topology.
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -171,3 +173,19 @@ async def fail_mid_stream(http: httpx.AsyncClient, session: str, fault: Callable
     assert '"code":"replica_failed"' in events[-2], events[-2]
     assert len(events) < 100, "the stream ran to its end: the fault did not land mid-stream"
     return victim
+
+
+# serve-ray as a command (its own process): ready once its log says so.
+READY_TIMEOUT_S = 180.0  # Ray's start, Serve's, a replica importing torch: ~20 s alone here
+
+
+def wait_ready(proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while b"serve_ray_ready" not in log_path.read_bytes():
+        assert proc.poll() is None, f"serve-ray exited {proc.returncode} before it was ready:\n{log_tail(log_path)}"
+        assert time.monotonic() < deadline, f"serve-ray not ready after {READY_TIMEOUT_S:.0f}s:\n{log_tail(log_path)}"
+        time.sleep(0.5)
+
+
+def log_tail(path: Path) -> str:
+    return path.read_bytes()[-4000:].decode("utf-8", "replace")

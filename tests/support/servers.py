@@ -89,6 +89,14 @@ async def start_runtime_server(nursery: trio.Nursery, runtime: Any, config: Runt
 
 KEY = "sk-test-platform-0123456789"
 OTHER_KEY = "sk-test-platform-other-key"
+# A Databricks serving endpoint over two served models with a 70/30 traffic split.
+AB = {
+    "name": "ab-test",
+    "config": {
+        "served_entities": [{"name": "a", "entity_name": "tiny-a"}, {"name": "b", "entity_name": "tiny-b"}],
+        "traffic_config": {"routes": [{"served_model_name": "a", "traffic_percentage": 70}, {"served_model_name": "b", "traffic_percentage": 30}]},
+    },
+}
 
 
 @asynccontextmanager

@@ -8,6 +8,12 @@ Owns:
   served model. The response names
   the entity in the `served-model-name` header (what databricks-sdk reads into
   `QueryEndpointResponse.served_model_name`), and its `model` field is the served model;
+- `POST /serving-endpoints/chat/completions`, `/serving-endpoints/completions` and
+  `/serving-endpoints/embeddings`: Databricks' OpenAI-compatible paths, where the body's
+  `model` names the endpoint, so that an OpenAI client with `base_url` set to
+  `{host}/serving-endpoints` (databricks-sdk's `get_open_ai_client`, gateways' Databricks
+  providers) reaches it. The same invocation: traffic split, header, error shape; the path,
+  not the body's shape, says which request format it is;
 - `/api/2.0/serving-endpoints` create, list, get, `PUT .../{name}/config` and delete, with
   Databricks' JSON (ServingEndpointDetailed; state READY / NOT_UPDATING, since changes apply
   at once);
@@ -19,7 +25,7 @@ api/http/databricks/store.py. Imports quart, msgspec, api.http.shared, api.http.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -34,6 +40,8 @@ from runtime.errors import InvalidRequest, ModelNotFound
 from runtime.registry import ModelRegistry
 
 TABULAR_FIELDS = ("dataframe_records", "dataframe_split", "instances", "inputs")
+# Databricks' OpenAI-compatible paths: request format -> route name (api/http/routes.py).
+OPENAI_COMPATIBLE = {"chat": "databricks_chat_completions", "completions": "databricks_completions", "embeddings": "databricks_embeddings"}
 
 
 # -- invocations ------------------------------------------------------------------------------
@@ -58,14 +66,34 @@ def _handler(handlers: Mapping[str, Handler], task: str, fields: dict[str, Any],
     raise InvalidRequest(f"Endpoint {endpoint!r} serves {kind}: send `messages` (chat) or `prompt` (completions).", param=param)
 
 
-async def invoke(endpoints: ServingEndpoints, models: ModelRegistry, handlers: Mapping[str, Handler], name: str, body: bytes) -> Response:
+def _fixed_handler(handlers: Mapping[str, Handler], task: str, kind: str, endpoint: str) -> Handler:
+    """The request format an OpenAI-compatible path names, if the endpoint serves it."""
+    if (task == "embed") != (kind == "embeddings"):
+        path = "embeddings" if task == "embed" else "chat/completions"
+        raise InvalidRequest(f"Endpoint {endpoint!r} serves {TASKS.get(task, task)}: send it to /serving-endpoints/{path}.", param="model")
+    return handlers[kind]
+
+
+async def invoke(
+    endpoints: ServingEndpoints, models: ModelRegistry, handlers: Mapping[str, Handler], name: str, body: bytes,
+    kind: str | None = None, fields: dict[str, Any] | None = None,
+) -> Response:
+    """One invocation of endpoint `name`; `kind`: the request format the path named (the
+    OpenAI-compatible paths), else the body's shape decides; `fields`: the body, if decoded."""
     entity = endpoints.route(name)
     note_model(entity.model)
-    handler = _handler(handlers, _task_of(models, entity.model), decode_object(body), name)
+    task = _task_of(models, entity.model)
+    fields = decode_object(body) if fields is None else fields
+    handler = _fixed_handler(handlers, task, kind, name) if kind is not None else _handler(handlers, task, fields, name)
     req: msgspec.Struct = msgspec.structs.replace(decode(body, handler.schema), model=entity.model)
     response = await handler.respond(models, req)
     response.headers["served-model-name"] = entity.name
     return response
+
+
+def _endpoint_named(schema: type) -> type:
+    """`schema` as the OpenAI-compatible paths document it: `model` (the endpoint) required."""
+    return msgspec.defstruct(f"Databricks{schema.__name__}", [("model", str)], bases=(schema,), kw_only=True)
 
 
 def _task_of(models: ModelRegistry, name: str) -> str:
@@ -129,6 +157,17 @@ def register(
     async def invocations(name: str) -> Response:
         return await invoke(endpoints, models, handlers, name, await read_body())
 
+    def openai_compatible(kind: str) -> Callable[[], Awaitable[Response]]:
+        async def view() -> Response:
+            body = await read_body()
+            fields = decode_object(body)
+            name = fields.get("model")
+            if not isinstance(name, str) or not name:
+                raise InvalidRequest("`model` names the serving endpoint on this path; it is required.", param="model")
+            return await invoke(endpoints, models, handlers, name, body, kind, fields)
+
+        return view
+
     async def create_endpoint() -> Response:
         endpoint = await endpoints.create(decode(await read_body(), CreateEndpointRequest))
         return json_response(endpoint_json(endpoints, endpoint))
@@ -148,6 +187,8 @@ def register(
         return json_response({})
 
     bind(app, "invocations", invocations, tuple(handlers[k].schema for k in ("chat", "completions", "embeddings") if k in handlers))
+    for kind, route in OPENAI_COMPATIBLE.items():
+        bind(app, route, openai_compatible(kind), _endpoint_named(handlers[kind].schema))
     bind(app, "create_endpoint", create_endpoint, CreateEndpointRequest)
     bind(app, "list_endpoints", list_endpoints)
     bind(app, "get_endpoint", get_endpoint)

@@ -47,6 +47,9 @@ REFUSED = {
     "service_tier": "Service tiers are not selectable on this server.",
     "previous_response_id": "Responses are not stored, so previous_response_id cannot be resolved; send the whole conversation in input.",
 }
+# Values of a refused field that ask for what this server does anyway: `store: false` (nothing
+# is stored either way), which coding agents send on every call.
+HARMLESS = {"store": False}
 LOGPROBS = "message.output_text.logprobs"
 INCLUDABLE = {
     LOGPROBS,
@@ -95,7 +98,8 @@ def responses_params(req: ResponsesRequest, template_tools: bool = False) -> Res
 
 def _refuse(req: ResponsesRequest) -> None:
     for name, why in REFUSED.items():
-        if getattr(req, name) is not None:
+        value = getattr(req, name)
+        if value is not None and not (name in HARMLESS and value is HARMLESS[name]):
             raise InvalidRequest(why, param=name, code="unsupported_parameter")
     if req.prompt is not None:
         # Seed 001 lists `prompt` ("a reference to a prompt template and its variables") among

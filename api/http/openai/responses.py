@@ -57,10 +57,13 @@ def register(app: Quart, models: ModelRegistry) -> None:
             gen = exc
         response = {"id": new_id("resp"), "object": "response", "created_at": int(time.time()), "model": runtime.served_name, **params.echo}
         output = _Output(ResponsesEventBuilder(response), params.toolset, runtime.tokenizer if params.logprobs else None, output_prefix(params.sampling))
+        # Usage goes in every final Response, streamed or not: OpenAI's does, its SDK has no way
+        # to ask for it, and agent frameworks read it there (stream_options.include_usage,
+        # which the Databricks reference lists, is accepted and changes nothing).
+        events = _events(gen, output)
         if req.stream:
-            include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return sse.response(_sse(_events(gen, output, include_usage)))
-        async for _ in _events(gen, output, include_usage=True):
+            return sse.response(_sse(events))
+        async for _ in events:
             pass
         return json_response(output.builder.response)
 
@@ -81,7 +84,7 @@ async def _sse(events: AsyncGenerator[Event]) -> AsyncIterator[bytes]:
             yield sse.event(name, payload)
 
 
-async def _events(gen: Generation | RequestFailed, output: _Output, include_usage: bool) -> AsyncGenerator[Event]:
+async def _events(gen: Generation | RequestFailed, output: _Output) -> AsyncGenerator[Event]:
     """Every event of the Response, first to last; an engine failure ends it as failed."""
     for event in output.builder.start():
         yield event
@@ -93,7 +96,7 @@ async def _events(gen: Generation | RequestFailed, output: _Output, include_usag
         async for _, delta in gen.deltas():
             events = output.feed(delta.text, delta.logprobs)
             if delta.finish_reason is not None:
-                events += output.finish(delta.finish_reason, delta.usage if include_usage else None)
+                events += output.finish(delta.finish_reason, delta.usage)
             for event in events:
                 yield event
     except Exception as exc:  # the engine failed this request mid-way: say so, then end
@@ -135,7 +138,7 @@ class _Output:
     def finish(self, reason: FinishReason | None, usage: Usage | None) -> list[Event]:
         events = self._apply(self.parser.finish()) if self.parser is not None else []
         if reason is FinishReason.ABORT:
-            return events + self.builder.fail("The request was aborted.")
+            return events + self.builder.fail("The request was aborted.", usage=usage_json(usage))
         # LENGTH is max_output_tokens or, without it, the end of the context window; the SDK's
         # IncompleteDetails.reason has "max_output_tokens" for both (the output limit then is
         # the room the prompt left), and no other value that fits.
@@ -143,7 +146,9 @@ class _Output:
         return events + self.builder.finish(status, usage_json(usage), "max_output_tokens")
 
     def fail(self, exc: BaseException) -> list[Event]:
-        return self.builder.fail(str(exc) or type(exc).__name__)
+        """The engine's failure; with its usage where it counted one (`RequestFailed.usage`)."""
+        usage = exc.usage if isinstance(exc, RequestFailed) and isinstance(exc.usage, Usage) else None
+        return self.builder.fail(str(exc) or type(exc).__name__, usage=usage_json(usage))
 
     def _text(self, text: str, start: int) -> list[Event]:
         if not text:

@@ -66,8 +66,11 @@ class ResponsesEventBuilder:
         events.append(self._response_event(f"response.{status}"))
         return events
 
-    def fail(self, message: str, code: str = "server_error", type_: str = "server_error", param: str | None = None) -> list[Event]:
-        """The request failed mid-way: an error event, then response.failed.
+    def fail(
+        self, message: str, code: str = "server_error", type_: str = "server_error", param: str | None = None, usage: dict[str, Any] | None = None
+    ) -> list[Event]:
+        """The request failed mid-way: an error event, then response.failed (with the usage so
+        far, where it is known).
 
         `code` must be one of the SDK's `ResponseError.code` values ("server_error" for any
         failure inside the engine)."""
@@ -75,6 +78,7 @@ class ResponsesEventBuilder:
         events.append(self._event("error", code=code, message=message, param=param))
         self.response["status"] = "failed"
         self.response["error"] = {"type": type_, "code": code, "message": message, "param": param}
+        self.response["usage"] = usage
         self.response["completed_at"] = None
         events.append(self._response_event("response.failed"))
         return events

@@ -190,10 +190,17 @@ class AuthMiddleware:
                 await self._reject(send, scope, 401, "Missing or invalid API key: send `Authorization: Bearer <key>`.")
                 return
             who = f"key#{index + 1}"
-        if scope["type"] == "http" and self.admission is not None and self.admission.overloaded(scope):
-            log.info("shed", path=path)
-            await self.admission.refuse(scope, receive, send)
+        if scope["type"] == "http" and self.admission is not None:
+            if self.admission.overloaded(scope):  # the access line records it (status 429)
+                await self.admission.refuse(scope, receive, send)
+                return
+            with self.admission.entering(scope):
+                await self._admitted(scope, receive, send, who)
             return
+        await self._admitted(scope, receive, send, who)
+
+    async def _admitted(self, scope: Any, receive: Any, send: Any, who: str | None) -> None:
+        """Past the key check and load shedding: rate limits, then the app."""
         if not self.limiter.enabled or scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -58,6 +58,12 @@ def new_request_id() -> str:
     return f"{_prefix}{next(_counter):08x}"
 
 
+def current_request_id() -> str | None:
+    """The id of the request being served here (the engine's too: `Runtime.open` adopts it)."""
+    info = _current.get()
+    return info.request_id if info is not None else None
+
+
 def note_route(rule: str | None) -> None:
     info = _current.get()
     if info is not None:

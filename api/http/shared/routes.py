@@ -53,6 +53,10 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route("azure_model_info", "GET", "/info", "azure", model_header="azureml-model-deployment", query=("api-version", AZURE_API_VERSIONS)),
     Route("invocations", "POST", "/serving-endpoints/<name>/invocations", "databricks", runs="endpoint"),
+    # Databricks' OpenAI-compatible paths: the body's `model` names the endpoint.
+    Route("databricks_chat_completions", "POST", "/serving-endpoints/chat/completions", "databricks", runs="endpoint"),
+    Route("databricks_completions", "POST", "/serving-endpoints/completions", "databricks", runs="endpoint"),
+    Route("databricks_embeddings", "POST", "/serving-endpoints/embeddings", "databricks", runs="endpoint"),
     Route("create_endpoint", "POST", "/api/2.0/serving-endpoints", "databricks"),
     Route("list_endpoints", "GET", "/api/2.0/serving-endpoints", "databricks"),
     Route("get_endpoint", "GET", "/api/2.0/serving-endpoints/<name>", "databricks"),

@@ -14,18 +14,9 @@ import pytest
 import trio
 
 from api.http.databricks.endpoints import Endpoint, ServedEntity
-from tests.support.servers import platform_client, platform_server
+from tests.support.servers import AB, platform_client, platform_server
 
 CHAT = {"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 2}
-AB = {
-    "name": "ab-test",
-    "config": {
-        "served_entities": [{"name": "a", "entity_name": "tiny-a"}, {"name": "b", "entity_name": "tiny-b"}],
-        "traffic_config": {"routes": [{"served_model_name": "a", "traffic_percentage": 70}, {"served_model_name": "b", "traffic_percentage": 30}]},
-    },
-}
-
-
 def within_binomial(count: int, n: int, p: float, sigmas: float = 4.5) -> bool:
     return abs(count - n * p) <= sigmas * math.sqrt(n * p * (1 - p))
 

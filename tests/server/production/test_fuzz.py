@@ -54,6 +54,7 @@ DELETED = tuple(f"del-{i}" for i in range(20))
 CREATED = tuple(f"new-{i}" for i in range(10))
 ENTITY_NAMES = ("a", "b", SERVED, EMBEDDER, "new-0")
 AZURE_VERSION = "api-version=2024-04-01-preview"
+DATABRICKS_OPENAI = ("/serving-endpoints/chat/completions", "/serving-endpoints/completions", "/serving-endpoints/embeddings")
 # Chat bodies favour a well-formed conversation and Responses a text input (2 draws in 3, like
 # `model`): a generated `messages` list is almost never valid (roles without content,
 # tool_choice without tools), and the test must not depend on luck to reach the engine on
@@ -202,6 +203,9 @@ def body_strategy(schema: st.SearchStrategy[Any] | None) -> st.SearchStrategy[by
 def _overrides(path: str) -> dict[str, st.SearchStrategy[Any]]:
     if path == "/v1/embeddings":
         return {"model": st.just(EMBEDDER)}
+    if path in DATABRICKS_OPENAI:  # Databricks' OpenAI-compatible paths: `model` names an endpoint
+        endpoints = (EMBEDDER, "emb") if path.endswith("/embeddings") else (SERVED, "ab")
+        return {"model": st.sampled_from(endpoints), "messages": VALID_MESSAGES, "input": st.text(min_size=1, max_size=20)}
     if path.startswith("/api/2.0/"):
         served = st.sampled_from([SERVED, EMBEDDER])
         return {"entity_name": served, "model_name": served, "name": st.sampled_from(CREATED + ENTITY_NAMES),
@@ -295,6 +299,8 @@ def generate_requests(doc: dict[str, Any]) -> list[Request]:
 def route_of(path: str) -> str:
     """The document's path template of a concrete path (for the per-route tallies)."""
     bare = path.split("?", 1)[0]
+    if bare in DATABRICKS_OPENAI:
+        return bare
     if bare.startswith("/serving-endpoints/"):
         return "/serving-endpoints/{name}/invocations"
     if bare.startswith("/api/2.0/serving-endpoints/"):
@@ -322,16 +328,9 @@ def first_check_refusal(request: Request, status: int, text: str) -> bool:
     path = request.path.split("?", 1)[0]
     if status == 400 and "api-version" in text:
         return True
-    if status == 404 and "RESOURCE_DOES_NOT_EXIST" in text and (path.startswith("/serving-endpoints/") or path.endswith("/config")):
+    if status == 404 and "RESOURCE_DOES_NOT_EXIST" in text and (path.endswith("/invocations") or path.endswith("/config")):
         return True
     return False
-
-
-@pytest.fixture(scope="module")
-def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.support.tiny_bert import build_tiny_bert
-
-    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
 async def test_fuzz_every_route_from_the_openapi_document(tiny_model_dir: Path, tiny_bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -380,7 +379,7 @@ async def test_fuzz_every_route_from_the_openapi_document(tiny_model_dir: Path, 
             assert not refused_first, refused_first[:5]
             # Valid bodies reached the engines on every generation route, not only errors.
             generation = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings",
-                          "/chat/completions", "/serving-endpoints/{name}/invocations")
+                          "/chat/completions", "/serving-endpoints/{name}/invocations", *DATABRICKS_OPENAI)
             for route in generation:
                 assert statuses[(route, 200)] >= 1, (route, sorted((s, n) for (p, s), n in statuses.items() if p == route))
             assert sum(statuses[(route, 200)] for route in generation) >= 100, statuses

@@ -76,14 +76,6 @@ async def test_streaming_events_match_non_streaming(client: openai.OpenAI) -> No
     assert events[0].response.id == final.id and events[0].response.status == "in_progress"
 
 
-async def test_streaming_usage_only_when_asked(client: openai.OpenAI) -> None:
-    def stream() -> list[Any]:
-        return list(client.responses.create(model="tiny", input="x", max_output_tokens=4, stream=True))
-
-    events = await in_thread(stream)
-    assert events[-1].response.usage is None
-
-
 async def test_multi_turn_with_tool_outputs(client: openai.OpenAI) -> None:
     tools = [
         {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},

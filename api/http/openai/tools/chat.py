@@ -18,17 +18,23 @@ def chat_tool_call(call: ToolCall) -> dict[str, Any]:
 
 
 def chat_message_parts(text: str, toolset: ToolSet, prefix: str = "") -> tuple[str | None, list[dict[str, Any]]]:
-    """A whole output → (content, tool_calls); content is None when only calls were made.
-    `prefix`: the output's start that the prompt held (`Guide.prefix`)."""
+    """A whole output → (content, tool_calls); content is None when only calls were made, or
+    could be (a forcing tool_choice allows no text). `prefix`: the output's start that the
+    prompt held (`Guide.prefix`)."""
     parser = ToolCallParser(toolset, prefix)
     events = parser.feed(text) + parser.finish()
     content = "".join(e[1] for e in events if e[0] == "text")
     calls = [chat_tool_call(c) for c in parser.calls]
-    return (content or None) if calls else content, calls
+    return (content or None) if calls or toolset.forcing else content, calls
 
 
 class ChatDeltas:
-    """Streamed output → Chat `delta` objects: `content`, or `tool_calls` entries by index."""
+    """Streamed output → Chat `delta` objects: `content`, or `tool_calls` entries by index.
+
+    As OpenAI streams them: a call's first entry has its id, type, name and empty arguments
+    (input), each later one its index and the next fragment only, so a client that
+    concatenates the fragments gets the arguments once. Every delta is a new dict built from
+    the event's frozen call."""
 
     def __init__(self, toolset: ToolSet, prefix: str = "") -> None:
         self.parser = ToolCallParser(toolset, prefix)

@@ -42,7 +42,7 @@ def tool_guide(toolset: ToolSet, text_guide: Guide | None) -> Guide | None:
     rules.append('swy_call: "<tool_call" swy_after')
     rules.append(f"swy_more: {_more_calls(toolset)}")
     prefix = ""
-    if toolset.choice == "required" or toolset.forced is not None:
+    if toolset.forcing:
         prefix = forced_prefix(tools)
         rules.append("swy_first: " + " | ".join(_rest(head, len(prefix), i) for i, head in enumerate(heads)))
         start = "start: swy_first swy_more"

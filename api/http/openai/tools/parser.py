@@ -3,6 +3,11 @@
 Owns: `ToolCallParser` (text and calls out of streamed output, holding back only what may
 still turn out to be a call's start or end), `ToolCall` and its events. Imports
 api.http.openai.tools.spec and runtime.
+
+A `ToolCall` is frozen: each event carries the call as it stood when the event was made, so a
+"start" event shows no arguments even when the same `feed` went on to read some (the first
+streamed Chat delta carries `"arguments": ""`, and only the "delta" events carry fragments;
+a shared, growing call once sent its first fragment twice).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import json
 import re
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from api.http.openai.tools.spec import CLOSE, OPEN, ToolSet, as_object
@@ -28,7 +33,7 @@ def new_call_id() -> str:
     return "call_" + secrets.token_hex(12)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ToolCall:
     kind: str  # "function" | "custom"
     name: str
@@ -57,12 +62,17 @@ class ToolCallParser:
     `prefix`: the start of the output that the prompt already holds (a forced call's opening,
     `Guide.prefix`): read as if the model had written it, before anything fed. Text positions
     count from the first character fed.
+
+    Under a forcing tool_choice (`required`, a named tool) there is no text at all: what is not
+    a call (a second call cut by max_tokens before its name, `<tool_`, say) is dropped, never
+    shown as the assistant's answer. A call cut after its name stays an incomplete call.
     """
 
     def __init__(self, toolset: ToolSet, prefix: str = "") -> None:
         self.toolset = toolset
         self.calls: list[ToolCall] = []
         self._names = {t.name for t in toolset.callable()}
+        self._no_text = toolset.forcing
         self._buf = prefix  # always a suffix of the prefix and everything fed
         self._fed = 0  # characters fed so far
         self._state = "text"  # text | header | raw | hermes | args | tail
@@ -97,7 +107,7 @@ class ToolCallParser:
         elif self._call is not None:
             if self._state in ("raw", "args") and buf:
                 self._delta(events, buf)
-            self._call.complete = self._state == "tail"  # only the closing tag is missing
+            self._set(replace(self._call, complete=self._state == "tail"))  # only the closing tag is missing
             if self._hold:
                 events.append(("delta", self._call, self._call.text))
             events.append(("done", self._call))
@@ -109,6 +119,8 @@ class ToolCallParser:
         the end, whitespace after calls). Returns how many characters of `text` it used."""
         lead = len(text) - len(text.lstrip()) if self._after_call else 0
         body = text[lead:]
+        if self._no_text:
+            return len(text)
         if not body or (final and self.calls and not body.strip()):
             return len(text) if final else lead
         events.append(("text", body, start + lead))
@@ -233,9 +245,13 @@ class ToolCallParser:
         self.calls.append(self._call)
         events.append(("start", self._call))
 
+    def _set(self, call: ToolCall) -> None:
+        """The call being read is now `call` (a new snapshot; events keep the ones they had)."""
+        self._call = self.calls[-1] = call
+
     def _delta(self, events: list[Event], text: str) -> None:
         assert self._call is not None
-        self._call.text += text
+        self._set(replace(self._call, text=self._call.text + text))
         if not self._hold:
             events.append(("delta", self._call, text))
 
@@ -247,9 +263,9 @@ class ToolCallParser:
             if isinstance(value, dict) and isinstance(value.get("input"), str):
                 value = value["input"]
             if isinstance(value, str):
-                call.text = value
+                call = replace(call, text=value)
             events.append(("delta", call, call.text))
-        call.complete = True
+        self._set(call := replace(call, complete=True))
         events.append(("done", call))
         self._call = None
         self._after_call = True
@@ -271,11 +287,10 @@ class ToolCallParser:
         events = []
         self._start(events, name, named=False)
         self._hold = False
-        call = self._call
-        assert call is not None
-        text = arguments if isinstance(arguments, str) and call.kind == "custom" else json.dumps(arguments)
+        assert self._call is not None
+        text = arguments if isinstance(arguments, str) and self._call.kind == "custom" else json.dumps(arguments)
         self._delta(events, text)
-        call.complete = complete
+        self._set(call := replace(self._call, complete=complete))
         events.append(("done", call))
         self._call = None
         self._after_call = True

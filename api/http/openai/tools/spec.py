@@ -43,6 +43,11 @@ class ToolSet:
     parallel: bool = True
     max_calls: int | None = None  # Responses' max_tool_calls: the grammar allows no more
 
+    @property
+    def forcing(self) -> bool:
+        """tool_choice leaves the model no answer but calls (`required` or a named tool)."""
+        return self.choice == "required" or self.forced is not None
+
     def get(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
 
