@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install serve serve-ray test test-fast check bench clean
+.PHONY: install serve serve-ray test test-fast check bench gpu-check gpu-wheels clean
 
 install: $(STAMP)
 
@@ -37,6 +37,15 @@ test-fast: install
 
 bench: install
 	$(BIN)/python -m ops.bench.run $(ARGS)
+
+# The GPU check (ops/gpu/README.md). On a CPU, its dry run: `make gpu-check ARGS=--dry-run`
+# (about 90 s); on a GPU machine the device call runs ops/gpu/check.sh itself, with the folder
+# `make gpu-wheels` prepares here carried beside the tree. OUT: where its results go.
+gpu-check: install
+	PYTHON=$(BIN)/python bash ops/gpu/check.sh --out $(or $(OUT),/tmp/switchyard-gpu-check) $(ARGS)
+
+gpu-wheels: install
+	PYTHON=$(BIN)/python bash ops/gpu/wheels.sh $(ARGS)
 
 # The converted models stay in ~/.cache/switchyard/models (or $SWITCHYARD_MODEL_STORE): delete it by hand to convert again.
 clean:

@@ -2,8 +2,10 @@
 
 The tests sit on one axis, by what they run: unit/ (code on its own), engine/ (the engine
 in-process), server/ (the real app on a loopback socket), cluster/ (Ray Serve), e2e/ (the
-real default model), checks/ (static checks). Each tier's own fixtures are in its conftest.py;
-the helpers they are built from are in tests/support/.
+real default model, and ops/gpu/check.sh's CPU dry run), checks/ (static checks). Each tier's
+own fixtures are in its conftest.py; the helpers they are built from are in tests/support/.
+The device the tiny models run on is tests/support/device.py's: the CPU unless
+SWITCHYARD_TEST_DEVICE names a CUDA device.
 """
 
 from __future__ import annotations
@@ -12,6 +14,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.device import ENV, on_gpu, suite_device
+
+
+def pytest_report_header() -> str:
+    return f"switchyard test device: {suite_device()} ({ENV})"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A CUDA test device torch cannot see ends the run at once, with one line: every engine
+    test would otherwise fail on its own."""
+    if on_gpu():
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.exit(f"{ENV}={suite_device()} but torch {torch.__version__} sees no CUDA device", returncode=4)
 
 
 @pytest.fixture(scope="session")

@@ -27,17 +27,17 @@ from runtime.sampling import SamplingParams
 
 
 def pick_device(requested: str | None) -> torch.device:
-    if requested and requested != "auto":
-        return torch.device(requested)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """The device asked for ("auto"/None: CUDA when torch sees it, else the CPU), a CUDA device
+    always with its index: `torch.cuda.set_device` (the runner's load) refuses a bare "cuda"."""
+    device = torch.device(requested if requested and requested != "auto" else "cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def device_key(requested: str | None) -> str:
     """The device as one name for every way of asking for it: "auto", "cuda" -> "cuda:0"."""
-    device = pick_device(requested)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return str(device)
+    return str(pick_device(requested))
 
 
 def pick_dtype(requested: str | None, device: torch.device) -> torch.dtype:

@@ -1,6 +1,6 @@
 """Which of two model-path variants is faster, on a machine others share? An interleaved A/B.
 
-python -m ops.bench.step_ab --variants native,native+int4,transformers [--batches 1,4,32] [--steps 24] [--prefill]
+python -m ops.bench.step_ab --variants native,native+int4,transformers [--batches 1,4,32] [--steps 24] [--prefill] [--device cuda]
 
 Loads every variant (ops.harness.native_step's `impl[+compile][+int8|+int4]`, `-nosmooth` to
 load it without actors/runners/native/smoothing.py) in one process,
@@ -10,6 +10,8 @@ variant 1, variant 2, ..., variant 1, ... so load from other processes hits all 
 work does not inflate; with more threads in wall time. Prints each variant's median step and
 its speed relative to the first variant. With --prefill the timed step is the prefill itself
 (B fresh 128-token prompts in one packed step, repeated), not the decode steps after it.
+On CUDA (the default where torch sees one; --device picks) steps are timed in wall time, each
+ending with a synchronize: `native` replays CUDA graphs there, `native+nographs` runs eager.
 """
 
 from __future__ import annotations
@@ -26,14 +28,21 @@ from ops.harness.prompts import build_prompt_ids, default_model_dir
 from ops.harness.results import cpu_model
 
 
-def run(model_dir: str, variants: list[str], batches: list[int], steps: int, threads: int, prefill: bool = False) -> dict[str, Any]:
+def run(
+    model_dir: str, variants: list[str], batches: list[int], steps: int, threads: int, prefill: bool = False, device: str | None = None
+) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(threads)
-    clock = time.process_time if threads == 1 and not torch.cuda.is_available() else time.perf_counter
     ids = build_prompt_ids(model_dir, 128)
-    runners = {v: ns.build_runner(model_dir, v, "bfloat16", max(batches), len(ids), steps + 8, threads) for v in variants}
-    out: dict[str, Any] = {"cpu": cpu_model(), "gpu": ns.torch_gpu(), "threads": threads, "clock": clock.__name__, "timed": "prefill" if prefill else "decode", "batches": {}}
+    runners = {v: ns.build_runner(model_dir, v, "bfloat16", max(batches), len(ids), steps + 8, threads, device) for v in variants}
+    on_cuda = runners[variants[0]][0].device.type == "cuda"
+    clock = time.process_time if threads == 1 and not on_cuda else time.perf_counter
+    out: dict[str, Any] = {
+        "cpu": cpu_model(), "gpu": ns.torch_gpu() if on_cuda else None, "device": str(runners[variants[0]][0].device), "model_dir": model_dir,
+        "impls": {v: r.model.impl for v, (r, _) in runners.items()}, "threads": threads, "clock": clock.__name__, "steps": steps,
+        "timed": "prefill" if prefill else "decode", "batches": {},
+    }  # fmt: skip
     with torch.inference_mode():
         for b in batches:
             per_seq = runners[variants[0]][1]
@@ -63,9 +72,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--prefill", action="store_true", help="time the prefill step (B prompts of 128 tokens), not decode")
     p.add_argument("--model", default=None)
+    p.add_argument("--device", default=None, help="cuda, cpu, cuda:1, ... (default: cuda when torch sees one, else cpu)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    result = run(args.model or str(default_model_dir()), args.variants.split(","), args.batches, args.steps, args.threads, args.prefill)
+    result = run(args.model or str(default_model_dir()), args.variants.split(","), args.batches, args.steps, args.threads, args.prefill, args.device)
     if args.out:
         with open(args.out, "w") as f:
             f.write(json.dumps(result, indent=2) + "\n")

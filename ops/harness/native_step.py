@@ -10,8 +10,9 @@ Variants, `impl[+compile][+int8|+int4][+buckets|+nographs][-nosmooth]`:
   transformers             the transformers path (paged attention through the interface)
   ...-nosmooth             a quantized variant loaded without smoothing (before/after figures)
 
-The device is the runner's default: CUDA when torch sees one, else the CPU. On CUDA each step
-ends with a synchronize, so a time covers the GPU's work, not only its launch.
+The device is the runner's default (CUDA when torch sees one, else the CPU) unless a driver
+names one (`step_ab --device`). On CUDA each step ends with a synchronize, so a time covers the
+GPU's work, not only its launch.
 """
 
 from __future__ import annotations
@@ -50,19 +51,24 @@ def variant_options(variant: str) -> tuple[str, dict[str, Any]]:
     return parts[0], options
 
 
-def build_runner(model_dir: str, variant: str, dtype: str, max_batch: int, prompt_tokens: int, steps: int, threads: int) -> tuple[Any, int]:
-    """A loaded TorchRunner for `variant` with KV blocks for `max_batch` rows of `prompt_tokens`
-    plus `steps`, and the blocks per row."""
+def build_runner(
+    model_dir: str, variant: str, dtype: str, max_batch: int, prompt_tokens: int, steps: int, threads: int, device: str | None = None
+) -> tuple[Any, int]:
+    """A loaded TorchRunner for `variant` on `device` (None: the runner's default) with KV blocks
+    for `max_batch` rows of `prompt_tokens` plus `steps`, and the blocks per row."""
     from actors.runners.torch_runner import TorchRunner
 
     variant, context = loading(variant)
     impl, options = variant_options(variant)
     per_seq = -(-(prompt_tokens + steps + 8) // BLOCK)
     runner = TorchRunner(
-        Path(model_dir), dtype=dtype, num_kv_blocks=per_seq * max_batch + 4, block_size=BLOCK, num_threads=threads, model_impl=impl, **options
+        Path(model_dir), device=device, dtype=dtype, num_kv_blocks=per_seq * max_batch + 4, block_size=BLOCK, num_threads=threads, model_impl=impl, **options
     )
     with context:
         runner.load()
+    bucketed = getattr(runner.model, "bucketed", None)
+    if bucketed is not None and bucketed.capture:  # every batch bucket's CUDA graph now, as the server's warm-up does, never in a timed step
+        bucketed.capture_all(runner.k_cache, runner.v_cache)
     return runner, per_seq
 
 

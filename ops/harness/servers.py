@@ -8,7 +8,9 @@ The subprocess runs in its own process group (processes.ServerProcess: hub and t
 off), is waited on (bounded) until GET /health = 200, and is stopped on exit (SIGTERM, SIGKILL
 after `term_timeout`). Serving-endpoint definitions go to a state directory of the run's own
 (beside the log), so a benchmark neither reads nor writes the model store's database. It runs
-this checkout's code, not whichever one the shared venv's editable install points at.
+this checkout's code, not whichever one the shared venv's editable install points at; where
+the interpreter has no `switchyard` script beside it (a GPU machine's image, the package not
+installed: ops/gpu/check.sh), it runs `python -m api.process.main` from the checkout instead.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ def server_dtype_from_log(text: str, served_name: str | None = None) -> str | No
     return found[0][1] if found else None
 
 
+def switchyard_command() -> list[str]:
+    """The `switchyard` command: the script beside this interpreter, else its module."""
+    script = VENV_BIN / "switchyard"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "api.process.main"]
+
+
 @dataclass
 class RunningServer:
     base_url: str
@@ -74,7 +82,7 @@ def switchyard_server(
     port = free_port()
     state_dir = log_path.parent / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [str(VENV_BIN / "switchyard"), command, "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(state_dir), *server_args]
+    cmd = [*switchyard_command(), command, "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(state_dir), *server_args]
     print(f"[switchyard] starting: {' '.join(cmd)} (log {log_path})", file=sys.stderr, flush=True)
     path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     process = ServerProcess("switchyard", cmd, log_path, env={"PYTHONPATH": path}, cwd=str(REPO_ROOT))

@@ -1,7 +1,7 @@
 """The workshop's import contracts (pyproject.toml, the `ops:` contracts and the one that keeps
 the shipped packages off ops) each break when a violating import is planted in a copy:
 - a driver imports another driver;
-- the harness imports a driver, or a load tool imports a driver;
+- the harness imports a driver, or a load tool or the GPU check imports a driver;
 - an import cycle inside ops (here inside one driver's package);
 - a shipped package imports ops."""
 
@@ -17,6 +17,7 @@ PLANTED = [
     pytest.param({"ops/bench/overhead.py": "import ops.bench.guided"}, "ops: each driver imports only the harness", id="driver-imports-driver"),
     pytest.param({"ops/harness/load.py": "import ops.bench.overhead"}, "ops: the drivers and the load tools over the harness", id="harness-imports-driver"),
     pytest.param({"ops/load/soak.py": "import ops.bench.peers"}, "ops: the drivers and the load tools over the harness", id="load-tool-imports-driver"),
+    pytest.param({"ops/gpu/report.py": "import ops.bench.step_ab"}, "ops: the drivers and the load tools over the harness", id="gpu-check-imports-driver"),
     pytest.param({"ops/bench/run/sections.py": "import ops.bench.run.report"}, "ops: no import cycles", id="cycle"),
     pytest.param({"runtime/sampling.py": "import ops.harness.stats"}, "The shipped packages never import the workshop", id="runtime-imports-ops"),
 ]

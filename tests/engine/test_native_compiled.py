@@ -4,7 +4,8 @@ then no step compiles again.
 Prefill chunks beside decodes and decode at several batch sizes run eager; a single sequence
 decoding alone runs the graph as its context grows. None of it may compile (torch._dynamo's
 error_on_recompile turns any recompile into an error), and all of it must give the eager
-path's greedy tokens.
+path's greedy tokens. On the CPU whatever SWITCHYARD_TEST_DEVICE says: on CUDA the
+decode steps are CUDA graphs and --compile stands aside.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _run(runner: TorchRunner) -> list[dict[str, int]]:
 
 
 def test_compiled_steps_never_recompile_and_match_eager(tiny_model_dir: Path) -> None:
-    kwargs = dict(dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
+    kwargs = dict(device="cpu", dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
     eager = TorchRunner(tiny_model_dir, **kwargs)
     eager.load()
     compiled = TorchRunner(tiny_model_dir, compile=True, **kwargs)
@@ -68,7 +69,7 @@ def fake_compile(fn, **kwargs):  # what torch.compile does first: import inducto
     return fn
 torch.compile = fake_compile
 from actors.runners.torch_runner import TorchRunner
-TorchRunner(sys.argv[1], dtype="float32", num_kv_blocks=8, block_size=4, num_threads=1, compile=True).load()
+TorchRunner(sys.argv[1], device="cpu", dtype="float32", num_kv_blocks=8, block_size=4, num_threads=1, compile=True).load()
 print(seen[0], os.environ["TORCHINDUCTOR_CACHE_DIR"])
 """
 
@@ -82,7 +83,7 @@ def test_inductor_cache_lives_under_home_not_tmp(tiny_model_dir: Path, tmp_path:
 
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     env["HOME"] = str(tmp_path)
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # and any packages beside it (ops/gpu/check.sh's)
     out = subprocess.run([sys.executable, "-c", _CACHE_DIR_PROBE, str(tiny_model_dir)], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     expected = str(tmp_path / ".cache" / "switchyard" / "inductor")

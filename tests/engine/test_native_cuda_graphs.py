@@ -1,6 +1,8 @@
 """The bucketed decode step that CUDA graphs capture (actors/runners/native/cuda_graphs.py),
 checked on the CPU: CI has no GPU, so these run the same static function over the same static
-buffers without capture.
+buffers without capture. With SWITCHYARD_TEST_DEVICE=cuda (ops/gpu/check.sh) the comparisons
+with the eager step, the warm-up captures and the engine's greedy run capture and replay real
+graphs instead; the planning rules and dynamo's trace stay on the CPU.
 
 - its logits and its cache writes equal the eager native step's, with pad rows in the bucket;
 - it has no host sync and no data-dependent shape (what a capture needs), shown by dynamo's
@@ -21,6 +23,7 @@ from transformers import AutoModelForCausalLM
 from actors.runners.native import cuda_graphs
 from actors.runners.native.cuda_graphs import BucketedDecode, DecodeBatch, batch_bucket, decode_step, length_buckets
 from actors.runners.torch_runner import TorchRunner
+from tests.support.device import on_gpu, suite_device
 from tests.support.equivalence import SHAPES, make_prompts, reference, run_engine
 from tests.support.tiny_model import build_tiny_decoder
 
@@ -35,7 +38,11 @@ def test_buckets_cover_every_batch_and_length_up_to_the_limits() -> None:
     assert length_buckets(100, 16) == [112]
 
 
+BUCKETED = "native+cudagraphs" if on_gpu() else "native+buckets"  # captured on a GPU, not on a CPU
+
+
 def _runner(model_dir: Path, **settings: object) -> TorchRunner:
+    settings = {"device": suite_device(), **settings}
     runner = TorchRunner(model_dir, dtype="float32", num_kv_blocks=64, block_size=BLOCK, num_threads=1, max_model_len=300, **settings)
     runner.load()
     return runner
@@ -54,8 +61,8 @@ def _step(runner: TorchRunner, seqs: list[tuple[int, int]], tables: list[list[in
 def test_bucketed_decode_matches_the_eager_step_with_pad_rows(shape: str, tmp_path: Path) -> None:
     family, overrides = SHAPES[shape]
     model_dir = build_tiny_decoder(tmp_path, family, **overrides)
-    eager, bucketed = _runner(model_dir), _runner(model_dir, cuda_graphs=True)
-    assert bucketed.model is not None and bucketed.model.impl == "native+buckets" and eager.model.impl == "native"
+    eager, bucketed = _runner(model_dir, cuda_graphs=False), _runner(model_dir, cuda_graphs=True)
+    assert bucketed.model is not None and bucketed.model.impl == BUCKETED and eager.model.impl == "native"
     graphs = bucketed.model.bucketed
     assert graphs is not None
     gen = torch.Generator().manual_seed(0)
@@ -87,7 +94,7 @@ def test_bucketed_decode_matches_the_eager_step_with_pad_rows(shape: str, tmp_pa
 
 
 def test_mixed_steps_and_oversized_batches_stay_eager(tiny_model_dir: Path) -> None:
-    runner = _runner(tiny_model_dir, cuda_graphs=True)
+    runner = _runner(tiny_model_dir, cuda_graphs=True, device="cpu")  # planning rules, and the CPU's defaults
     assert runner.model is not None and runner.model.bucketed is not None
     build = runner.model.build_step
     assert not isinstance(build([(0, 3), (5, 1)], [[0, 1], [2, 3]], BLOCK, runner.k_cache, runner.v_cache)[0], DecodeBatch)
@@ -95,8 +102,8 @@ def test_mixed_steps_and_oversized_batches_stay_eager(tiny_model_dir: Path) -> N
     assert not isinstance(build(many, [[0, 1]] * 257, BLOCK, runner.k_cache, runner.v_cache)[0], DecodeBatch)
     assert runner.model.bucketed.plan([(299, 1)], [list(range(75))]) is not None  # max_model_len 300: the last bucket
     # Off unless asked for on a CPU, and never with batch invariance (it buckets decodes its own way).
-    assert _runner(tiny_model_dir).model.bucketed is None  # type: ignore[union-attr]
-    assert _runner(tiny_model_dir, cuda_graphs=True, batch_invariant=True).model.bucketed is None  # type: ignore[union-attr]
+    assert _runner(tiny_model_dir, device="cpu").model.bucketed is None  # type: ignore[union-attr]
+    assert _runner(tiny_model_dir, cuda_graphs=True, batch_invariant=True, device="cpu").model.bucketed is None  # type: ignore[union-attr]
 
 
 def _data_dependent_ops(fn: object, *args: object) -> list[str]:
@@ -117,7 +124,7 @@ def test_the_bucketed_step_has_no_host_sync_or_data_dependent_shape(tiny_model_d
     """What a CUDA graph capture needs, shown on a CPU through dynamo's trace of the step (a
     graph break fails fullgraph; a data-dependent op leaves an unbacked symbol, as the
     controls on the last lines show)."""
-    runner = _runner(tiny_model_dir, cuda_graphs=True)
+    runner = _runner(tiny_model_dir, cuda_graphs=True, device="cpu")  # dynamo traces the CPU step: CI's stand-in for a capture
     assert runner.model is not None and runner.model.bucketed is not None
     graphs: BucketedDecode = runner.model.bucketed
     lens = torch.tensor([5, 9, 9, 9])

@@ -1,6 +1,7 @@
 """The one-row decode graph (actors/runners/native/decode_graph.py): compiled once at warm-up,
 then a single stream's decode steps run it, never recompile as the context grows across
-blocks, write the cache exactly as the eager step does and give the eager step's logits."""
+blocks, write the cache exactly as the eager step does and give the eager step's logits.
+On the CPU whatever SWITCHYARD_TEST_DEVICE says: on CUDA the decode steps are CUDA graphs instead."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _decode(runner: TorchRunner, prompt: list[int], steps: int) -> tuple[list[to
 
 
 def _runners(model_dir: Path, **settings: object) -> tuple[TorchRunner, TorchRunner]:
-    kwargs = dict(num_kv_blocks=32, block_size=BLOCK, num_threads=1, **settings)
+    kwargs = dict(device="cpu", num_kv_blocks=32, block_size=BLOCK, num_threads=1, **settings)
     eager = TorchRunner(model_dir, **kwargs)
     eager.load()
     compiled = TorchRunner(model_dir, compile=True, **kwargs)

@@ -3,6 +3,7 @@
 Logits of packed steps (fresh prefill chunks, continued chunks over cached keys, decode tokens
 side by side) against transformers' own forward of each whole sequence; and greedy output
 through the real runtime, eight concurrent staggered requests, token-identical to `generate`.
+On the suite's device (tests/support/device.py): on a GPU the decode steps replay CUDA graphs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from transformers import AutoModelForCausalLM
 
 from actors.runners.native.config import check, load_hf_config
 from actors.runners.torch_runner import TorchRunner
+from tests.support.device import on_gpu, suite_device
 from tests.support.equivalence import SHAPES, make_prompts, reference, run_engine
 from tests.support.tiny_model import build_tiny_decoder
 
@@ -28,9 +30,9 @@ def shaped_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 def _packed_logits(model_dir: Path, sequences: list[list[int]], splits: list[list[int]]) -> list[torch.Tensor]:
     """Run each sequence through the native runner in the given chunk sizes, all sequences in
     the same steps; every position's logits, per sequence."""
-    runner = TorchRunner(model_dir, dtype="float32", num_kv_blocks=128, block_size=4, num_threads=1, model_impl="native")
+    runner = TorchRunner(model_dir, device=suite_device(), dtype="float32", num_kv_blocks=128, block_size=4, num_threads=1, model_impl="native")
     runner.load()
-    assert runner.model is not None and runner.model.impl == "native"
+    assert runner.model is not None and runner.model.impl == ("native+cudagraphs" if on_gpu() else "native")
     tables = [list(range(i * 24, (i + 1) * 24)) for i in range(len(sequences))]
     done = [0] * len(sequences)
     out: list[list[torch.Tensor]] = [[] for _ in sequences]
@@ -38,9 +40,9 @@ def _packed_logits(model_dir: Path, sequences: list[list[int]], splits: list[lis
         active = [i for i in range(len(sequences)) if step < len(splits[i]) and splits[i][step] > 0]  # 0: sits this step out
         seqs = [(done[i], splits[i][step]) for i in active]
         step_meta, positions = runner.model.build_step(seqs, [tables[i] for i in active], 4, runner.k_cache, runner.v_cache)
-        ids = torch.tensor([t for i in active for t in sequences[i][done[i] : done[i] + splits[i][step]]])
+        ids = torch.tensor([t for i in active for t in sequences[i][done[i] : done[i] + splits[i][step]]], device=runner.device)
         with torch.inference_mode():
-            logits = runner.model.forward(ids, positions, step_meta, torch.arange(len(ids)), runner.k_cache, runner.v_cache)
+            logits = runner.model.forward(ids, positions, step_meta, torch.arange(len(ids), device=runner.device), runner.k_cache, runner.v_cache).cpu()
         cursor = 0
         for i in active:
             n = splits[i][step]
@@ -80,7 +82,7 @@ async def test_native_greedy_matches_generate_under_concurrency(name: str, tmp_p
 def test_unsupported_shapes_fall_back_with_a_reason(tmp_path: Path) -> None:
     model_dir = build_tiny_decoder(tmp_path, "mistral", sliding_window=16)
     assert check(load_hf_config(model_dir)) == "sliding-window attention"
-    runner = TorchRunner(model_dir, dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
+    runner = TorchRunner(model_dir, device=suite_device(), dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
     assert runner.load().impl == "transformers"
     with pytest.raises(ValueError, match="sliding-window"):
-        TorchRunner(model_dir, dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1, model_impl="native").load()
+        TorchRunner(model_dir, device=suite_device(), dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1, model_impl="native").load()

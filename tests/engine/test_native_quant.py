@@ -1,6 +1,7 @@
 """--quantization int8 / int4 on the native path: the weight-only kernels run for steps of few
 rows, the int8 GEMM (activations quantized per row) past the row limit; both stay close to the
-dense model, and no dense copy of the weights stays loaded."""
+dense model, and no dense copy of the weights stays loaded.
+On the CPU whatever SWITCHYARD_TEST_DEVICE says: the kernels are aten's CPU ones."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def _logits(runner: TorchRunner, rows: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("scheme", ["int8", "int4"])
 def test_each_row_count_runs_its_kernel_and_stays_close_to_dense(tiny_model_dir: Path, scheme: str) -> None:
-    kwargs = dict(dtype="bfloat16", num_kv_blocks=32, block_size=4, num_threads=1)
+    kwargs = dict(device="cpu", dtype="bfloat16", num_kv_blocks=32, block_size=4, num_threads=1)
     dense = TorchRunner(tiny_model_dir, **kwargs)
     dense.load()
     quantized = TorchRunner(tiny_model_dir, quantization=scheme, **kwargs)
@@ -59,7 +60,7 @@ def test_each_row_count_runs_its_kernel_and_stays_close_to_dense(tiny_model_dir:
 )
 def test_quantization_settings_that_cannot_run_are_refused_at_load(tiny_model_dir: Path, settings: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        TorchRunner(tiny_model_dir, num_kv_blocks=32, block_size=4, **settings).load()
+        TorchRunner(tiny_model_dir, device="cpu", num_kv_blocks=32, block_size=4, **settings).load()
 
 
 def test_kernels_compute_the_dequantized_product() -> None:
@@ -108,7 +109,7 @@ def test_int8_gemm_is_the_product_of_the_row_quantized_activations() -> None:
 @pytest.mark.parametrize("family", ["qwen2", "qwen3"])  # GQA with q/k/v biases, untied; GQA with q/k norms, tied
 def test_folded_smoothing_leaves_the_dense_model_unchanged(tmp_path: Path, family: str) -> None:
     model_dir = build_tiny_decoder(tmp_path, family)
-    kwargs = dict(dtype="bfloat16", num_kv_blocks=32, block_size=4, num_threads=1)
+    kwargs = dict(device="cpu", dtype="bfloat16", num_kv_blocks=32, block_size=4, num_threads=1)
     runner = TorchRunner(model_dir, **kwargs)
     runner.load()
     assert runner.model is not None
@@ -148,7 +149,7 @@ def _with_outlier_channel(model_dir: Path, out: Path, channel: int = 5, factor: 
 @pytest.mark.parametrize("scheme", ["int8", "int4"])
 def test_smoothing_brings_the_int8_gemm_closer_to_dense_with_an_outlier_channel(tiny_model_dir: Path, tmp_path: Path, scheme: str) -> None:
     model_dir = _with_outlier_channel(tiny_model_dir, tmp_path / "outlier")
-    kwargs = dict(dtype="bfloat16", num_kv_blocks=32, block_size=4, num_threads=1)
+    kwargs = dict(device="cpu", dtype="bfloat16", num_kv_blocks=32, block_size=4, num_threads=1)
     dense = TorchRunner(model_dir, **kwargs)
     dense.load()
     rows = quant.MAX_ROWS[{"int8": 8, "int4": 4}[scheme]] + 8  # past the limit: the int8 GEMM

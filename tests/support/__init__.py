@@ -6,6 +6,8 @@ files, built from these helpers.
 
 - `tiny_model`: a tiny random-weight Llama-family decoder and its byte-level BPE tokenizer,
   written to disk in-process (`build_tiny_llama`, `build_tiny_decoder`, `build_tokenizer`);
+- `device`: `suite_device()`, the engine tier's device (`SWITCHYARD_TEST_DEVICE`: the CPU unless
+  it names a CUDA device; ops/gpu/check.sh sets it on a GPU machine);
 - `tiny_bert`: a tiny sentence-transformers encoder on the same tokenizer corpus;
 - `tiny_tokenizer`: a pure-Python byte tokenizer for the detokenizer's core;
 - `fakes`: `FakeRunner` (scripted tokens, latency, failures) and `fake_runtime`, an engine on it;

@@ -24,6 +24,7 @@ import pytest
 import trio
 
 from runtime.config import RuntimeConfig
+from tests.support.device import suite_device
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Server:
 def tiny_config(model_dir: Path, **overrides: object) -> RuntimeConfig:
     settings: dict[str, object] = dict(
         model=str(model_dir),
+        device=suite_device(),  # the CPU unless SWITCHYARD_TEST_DEVICE says otherwise
         served_name="tiny",
         port=0,
         dtype="float32",
@@ -57,7 +59,7 @@ def tiny_config(model_dir: Path, **overrides: object) -> RuntimeConfig:
 
 def default_config(**overrides: Any) -> RuntimeConfig:
     """The embedded default model (SmolLM2-135M-Instruct), float32 unless overridden."""
-    settings: dict[str, Any] = dict(model=None, port=0, dtype="float32", kv_cache_gib=0.25, max_num_batched_tokens=64, drain_timeout=5.0)
+    settings: dict[str, Any] = dict(model=None, device=suite_device(), port=0, dtype="float32", kv_cache_gib=0.25, max_num_batched_tokens=64, drain_timeout=5.0)
     settings.update(overrides)
     return RuntimeConfig(**settings)
 

@@ -17,7 +17,7 @@ import pytest
 
 from ops.harness.load import RequestResult, Target, closed_loop, one_request, run_level
 
-# (module, the function that takes argv): every entry point in ops/bench and ops/load.
+# (module, the function that takes argv): every entry point in ops/bench, ops/gpu and ops/load.
 ENTRY_POINTS = [
     ("ops.bench.run.cli", "main"),
     ("ops.bench.overhead", "main"),
@@ -33,6 +33,10 @@ ENTRY_POINTS = [
     ("ops.bench.shared_prefill", "parse_args"),
     ("ops.bench.ray_serve", "main"),
     ("ops.bench.ray_cpu_split", "main"),
+    ("ops.gpu.preflight", "main"),
+    ("ops.gpu.models", "main"),
+    ("ops.gpu.bandwidth", "main"),
+    ("ops.gpu.report", "main"),
     ("ops.load.overload", "cli"),
     ("ops.load.soak", "main"),
 ]
