@@ -142,6 +142,8 @@ class DetokenizerActor:
     def _count_tokens(self, state: DecodeState, item: TokenDelta, now: float) -> None:
         n = len(item.token_ids)
         state.num_output_tokens += n
+        state.num_draft_tokens += item.num_draft_tokens
+        state.num_accepted_tokens += item.num_accepted_tokens
         since = state.last_token_time if state.last_token_time is not None else state.start.scheduled_time
         wait_us = int((now - since) * 1e6)
         state.batch_sizes.extend([item.batch_size] * n)
@@ -172,6 +174,7 @@ class DetokenizerActor:
             time_to_first_token_s=round(first - start.arrival_time, 6),
             total_time_s=round(now - start.arrival_time, 6),
             finish_reason=finish.value,
+            **({"spec_draft_tokens": state.num_draft_tokens, "spec_accepted_tokens": state.num_accepted_tokens} if state.num_draft_tokens else {}),
         )
         for callback in self.on_finish:
             callback(state, finish, now)

@@ -180,6 +180,7 @@ class Engine:
                 step_samples=info.step_samples,
                 max_model_len=self.max_model_len,
                 eos_token_ids=self.eos_token_ids,
+                num_spec_tokens=cfg.num_spec_tokens if cfg.spec_decoding == "ngram" else 0,
             )
         )
 
@@ -234,6 +235,7 @@ class Engine:
                 cfg.max_num_batched_tokens,
                 cfg.max_num_batched_tokens_embed,
                 cfg.step_stretch,
+                cfg.spec_decoding,
             ]
             self._fingerprint = "fp_" + hashlib.sha256(repr(source).encode()).hexdigest()[:12]
         return self._fingerprint

@@ -9,6 +9,8 @@ core's lists, so the device thread never reads what the core goes on writing.
 
 from __future__ import annotations
 
+import msgspec
+
 from actors.sequence import Sequence
 from runtime.messages import PENDING_TOKEN, ForkedSeq, NewRequest, ScheduledSeq, StepPlan
 
@@ -23,11 +25,12 @@ class PlanBuilder:
         self.reserved_copies: list[tuple[int, int]] = []  # reserved while planning this step
         self._due_copies: list[tuple[int, int]] = []  # reserved by the previous one: run now
 
-    def seq(self, seq: Sequence, num_new: int, forks: tuple[ForkedSeq, ...] | None = None) -> ScheduledSeq:
-        """`seq`'s next `num_new` tokens, from its computed position."""
+    def seq(self, seq: Sequence, num_new: int, forks: tuple[ForkedSeq, ...] | None = None, draft: list[int] | None = None) -> ScheduledSeq:
+        """`seq`'s next `num_new` tokens, from its computed position, and a draft to verify."""
         start = seq.num_computed_tokens
         end = start + num_new
-        return self._scheduled(seq, seq.token_ids[start:end], start, forks)
+        scheduled = self._scheduled(seq, seq.token_ids[start:end] + (draft or []), start, forks)
+        return msgspec.structs.replace(scheduled, num_draft_tokens=len(draft)) if draft else scheduled
 
     def ahead(self, seq: Sequence) -> ScheduledSeq:
         """`seq`'s decode after the step in flight: it feeds the token that step is sampling,
@@ -35,7 +38,7 @@ class PlanBuilder:
         return self._scheduled(seq, [PENDING_TOKEN], seq.num_tokens, None)
 
     def _scheduled(self, seq: Sequence, tokens: list[int], start: int, forks: tuple[ForkedSeq, ...] | None) -> ScheduledSeq:
-        end = start + len(tokens)
+        end = start + len(tokens)  # a draft's positions included: its blocks are reserved too
         return ScheduledSeq(
             request_id=seq.request_id,
             token_ids=tokens,

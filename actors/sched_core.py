@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import deque
 
 from actors.blocks import BlockManager
+from actors.drafting import Drafter, attach_drafts
 from actors.lookahead import plan_ahead
 from actors.plans import PlanBuilder
 from actors.sequence import SchedulerConfig, SeqStatus, Sequence
@@ -49,6 +50,7 @@ class SchedulerCore:
         # cache still serves it every full block.
         self.forks: dict[str, list[Sequence]] = {}
         self.plans = PlanBuilder(config.block_size)
+        self.drafter = Drafter(config.num_spec_tokens) if config.num_spec_tokens > 0 else None
         self._step_times = (0.0, 0.0)  # (started, finished) of the step update() is applying
         self.num_prefill_tokens = 0  # prompt tokens computed (not served from cache), lifetime
         self.num_preemptions = 0
@@ -131,7 +133,7 @@ class SchedulerCore:
 
         if not scheduled:
             return None
-        return self._make_plan(scheduled)
+        return self._make_plan(scheduled, attach_drafts(self, self.drafter, scheduled) if self.drafter is not None else {})
 
     def schedule_ahead(self, in_flight: StepPlan) -> StepPlan | None:
         """The next step, planned while `in_flight` runs, when it can be (actors/lookahead.py)."""
@@ -164,9 +166,11 @@ class SchedulerCore:
                     self._fail(self.requests.get(fork.request_id), result.error, outputs)
                 self._fail(seq, result.error, outputs)
                 continue
-            if len(item.token_ids) > 1 or item.start_pos < seq.num_prompt_tokens:
-                self.num_prefill_tokens += len(item.token_ids)
-            seq.num_computed_tokens += len(item.token_ids)
+            fed = len(item.token_ids) - item.num_draft_tokens  # a draft's tokens count once kept
+            if fed > 1 or item.start_pos < seq.num_prompt_tokens:
+                self.num_prefill_tokens += fed
+            kept = item.token_ids[fed:][: result.accepted.get(seq.request_id, 0)]
+            seq.num_computed_tokens += fed + len(kept)
             self.blocks.commit_full_blocks(seq, seq.num_computed_tokens)
             logprobs = result.logprobs.get(seq.request_id)
             sampled_logprob = None
@@ -182,22 +186,32 @@ class SchedulerCore:
             if seq.request_id in result.failed:
                 self._fail(seq, result.failed[seq.request_id], outputs)
                 continue
-            self._append_token(seq, result.sampled[seq.request_id], batch_size, sampled_logprob, outputs)
+            if self.drafter is not None and item.num_draft_tokens:
+                self.drafter.record(seq.request_id, item.num_draft_tokens, len(kept))
+            self._append_token(seq, [*kept, result.sampled[seq.request_id]], batch_size, sampled_logprob, outputs, (item.num_draft_tokens, len(kept)))
         return outputs
 
     def _append_token(
-        self, seq: Sequence, token: int, batch_size: int, logprob: Logprob | None, outputs: list[TokenDelta]
+        self, seq: Sequence, tokens: list[int], batch_size: int, logprob: Logprob | None, outputs: list[TokenDelta], spec: tuple[int, int] = (0, 0)
     ) -> None:
-        seq.token_ids.append(token)
-        finish, stop_token = self._check_finish(seq, token)
-        if finish is not None:
-            self.running.remove(seq)
-            self._finish(seq)
+        """The step's new tokens for `seq` (a kept draft's, then the sampled one), up to the first
+        that finishes it."""
+        finish, stop_token, taken = None, None, []
+        for token in tokens:
+            seq.token_ids.append(token)
+            taken.append(token)
+            finish, stop_token = seq.finish_reason(token, self.config.eos_token_ids, self.config.max_model_len)
+            if finish is not None:
+                self.running.remove(seq)
+                self._finish(seq)
+                break
         started, finished = self._step_times
         outputs.append(
             TokenDelta(
                 request_id=seq.request_id,
-                token_ids=[token],
+                token_ids=taken,
+                num_draft_tokens=spec[0],
+                num_accepted_tokens=spec[1],
                 finish_reason=finish,
                 stop_token_id=stop_token,
                 batch_size=batch_size,
@@ -251,7 +265,7 @@ class SchedulerCore:
             self.running.append(child)
             entries = result.logprobs.get(child.request_id)
             logprob = entries[-1] if entries and child.sampling.logprobs is not None else None
-            self._append_token(child, result.sampled[child.request_id], batch_size, logprob, outputs)
+            self._append_token(child, [result.sampled[child.request_id]], batch_size, logprob, outputs)
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -330,24 +344,16 @@ class SchedulerCore:
         self._release(seq)
         seq.status = SeqStatus.FINISHED
         del self.requests[seq.request_id]
+        if self.drafter is not None:
+            self.drafter.forget(seq.request_id)
         self.plans.freed.append(seq.request_id)
 
-    def _check_finish(self, seq: Sequence, token: int) -> tuple[FinishReason | None, int | None]:
-        params = seq.sampling
-        if token in params.stop_token_ids:
-            return FinishReason.STOP, token
-        if not params.ignore_eos and token in self.config.eos_token_ids:
-            return FinishReason.STOP, None
-        if seq.num_output_tokens >= seq.max_tokens or seq.num_tokens >= self.config.max_model_len:
-            return FinishReason.LENGTH, None
-        return None, None
-
-    def _make_plan(self, scheduled: list[tuple[Sequence, int]]) -> StepPlan:
+    def _make_plan(self, scheduled: list[tuple[Sequence, int]], drafts: dict[str, list[int]]) -> StepPlan:
         seqs, introduced = [], []
         for seq, num_new in scheduled:
             sample = seq.num_computed_tokens + num_new == seq.num_tokens
             forks = self._plan_forks(seq) if sample and seq.num_output_tokens == 0 else None
-            seqs.append(self.plans.seq(seq, num_new, forks))
+            seqs.append(self.plans.seq(seq, num_new, forks, drafts.get(seq.request_id)))
             introduced += [seq, *(self.requests[f.request_id] for f in forks or ())]
         return self.plans.plan(seqs, introduced)
 
@@ -382,4 +388,6 @@ class SchedulerCore:
             "prefix_hits": self.blocks.num_prefix_hits,
             "prefill_tokens": self.num_prefill_tokens,
             "preemptions": self.num_preemptions,
+            "spec_draft_tokens": self.drafter.num_drafted if self.drafter is not None else 0,
+            "spec_accepted_tokens": self.drafter.num_accepted if self.drafter is not None else 0,
         }

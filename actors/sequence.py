@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.messages import Logprob, RegisterRequest, TokenizedRequest
+from runtime.messages import FinishReason, Logprob, RegisterRequest, TokenizedRequest
 from runtime.sampling import SamplingParams
 
 
@@ -92,6 +92,17 @@ class Sequence:
         self.ready_time = finished
         return max(0, int(wait * 1e6))
 
+    def finish_reason(self, token: int, eos_token_ids: frozenset[int], max_model_len: int) -> tuple[FinishReason | None, int | None]:
+        """Whether `token`, just appended, ends the request: (why, the stop token id that did)."""
+        params = self.sampling
+        if token in params.stop_token_ids:
+            return FinishReason.STOP, token
+        if not params.ignore_eos and token in eos_token_ids:
+            return FinishReason.STOP, None
+        if self.num_output_tokens >= self.max_tokens or self.num_tokens >= max_model_len:
+            return FinishReason.LENGTH, None
+        return None, None
+
     def take_register(self, now: float) -> RegisterRequest | None:
         """The detokenizer's registration, the first time it is asked for; None after."""
         if self.registered:
@@ -120,4 +131,5 @@ class SchedulerConfig:
     # x its decodes' own time, as measured by actors/step_cost.py. None: the token budget only.
     step_stretch: float | None = None
     step_samples: tuple[tuple[int, int, float], ...] = ()  # the runner's timed start-up steps, to seed it
+    num_spec_tokens: int = 0  # speculative decoding: the most draft tokens a request verifies in a step (0: off)
     eos_token_ids: frozenset[int] = frozenset()

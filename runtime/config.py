@@ -55,6 +55,10 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # Plan a decode-only step while the one before it runs (actors/lookahead.py), so the device
     # goes from step to step without waiting for the event loop.
     async_scheduling: bool = False
+    # Speculative decoding: "ngram" drafts from each request's own tokens (actors/drafting.py),
+    # at most `num_spec_tokens` a step, verified in the packed step; "off": none.
+    spec_decoding: str = "off"
+    num_spec_tokens: int = 4
     host: str = "127.0.0.1"
     port: int = 8000
     drain_timeout: float = 30.0

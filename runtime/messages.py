@@ -104,6 +104,10 @@ class ScheduledSeq(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     seed: int
     num_prompt_tokens: int = 0
     forks: tuple[ForkedSeq, ...] | None = None  # siblings sampled from this seq's row (sample is set)
+    # Speculative decoding: the last `num_draft_tokens` of token_ids are a draft. The runner
+    # samples every one of their positions and keeps the draft while it equals what it sampled
+    # (StepResult.accepted); `sampled` is then the token after the last kept one.
+    num_draft_tokens: int = 0
 
 
 # A token id the scheduler has not learned yet because the step that samples it is in flight
@@ -162,6 +166,7 @@ class StepResult(msgspec.Struct, kw_only=True, frozen=True):
     # Requests that failed on their own (their grammar state broke, their sampling raised);
     # the rest of the step stands. request id -> message.
     failed: dict[str, str] = {}
+    accepted: dict[str, int] = {}  # per request that drafted: how many draft tokens it kept
     error: str | None = None  # the whole step failed
     elapsed: float = 0.0
 
@@ -198,6 +203,8 @@ class TokenDelta(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     prompt_logprobs: list[Logprob] | None = None
     embedding: list[float] | None = None
     register: RegisterRequest | None = None  # on the request's first delta only
+    num_draft_tokens: int = 0  # speculative decoding: draft tokens verified in this step...
+    num_accepted_tokens: int = 0  # ...and how many of them were kept (they lead token_ids)
 
 
 class StepOutputs(msgspec.Struct, kw_only=True, frozen=True):

@@ -149,6 +149,8 @@ class _RuntimeCollector(Collector):
             "prefix_queries": CounterMetricFamily("switchyard_prefix_cache_queries", "Full prompt blocks looked up in the prefix cache.", labels=["model"]),
             "prefix_hits": CounterMetricFamily("switchyard_prefix_cache_hits", "Full prompt blocks found in the prefix cache.", labels=["model"]),
             "preemptions": CounterMetricFamily("switchyard_preemptions", "Requests preempted (blocks freed, recomputed later).", labels=["model"]),
+            "spec_draft_tokens": CounterMetricFamily("switchyard_spec_draft_tokens", "Speculative decoding: draft tokens verified.", labels=["model"]),
+            "spec_accepted_tokens": CounterMetricFamily("switchyard_spec_accepted_tokens", "Speculative decoding: draft tokens kept.", labels=["model"]),
             "steps": CounterMetricFamily("switchyard_steps", "Device steps run.", labels=["model"]),
         }
         vllm = _vllm_families()

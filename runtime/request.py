@@ -12,7 +12,7 @@ Owners (each owner is one actor; these are its modules):
 
     edge         api/
     engine       actors/engine.py
-    core         actors/sched_core.py actors/plans.py actors/lookahead.py actors/blocks.py actors/sequence.py actors/embed_core.py
+    core         actors/sched_core.py actors/plans.py actors/lookahead.py actors/drafting.py actors/blocks.py actors/sequence.py actors/embed_core.py
     runner       actors/runners/
     detokenizer  actors/detokenizer.py
 
@@ -71,6 +71,8 @@ Field                                Owner        How the others learn of it
     DecodeState.batch_sizes          detokenizer  Usage.batch_size
     DecodeState.queue_wait_us        detokenizer  Usage.queue_wait_time
     DecodeState.token_wait_us        detokenizer  on_finish hooks (metrics)
+    DecodeState.num_draft_tokens     detokenizer  the request_finished log line (TokenDelta.num_draft_tokens summed)
+    DecodeState.num_accepted_tokens  detokenizer  the request_finished log line (TokenDelta.num_accepted_tokens summed)
 
 Life cycle: the engine creates a `RequestContext` in `open()` and keeps it in
 `Engine.requests` (its own dict: only the engine adds or removes entries) until the request
@@ -138,6 +140,9 @@ class DecodeState:
     # Per token, µs since the previous token reached the detokenizer ([0]: since scheduling);
     # the inter-token latency metric reads it.
     token_wait_us: list[int] = field(default_factory=list)
+    # Speculative decoding: draft tokens verified for it, and kept (its finish log line says).
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
     @property
     def request_id(self) -> str:

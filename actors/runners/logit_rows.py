@@ -25,8 +25,13 @@ class Draw:
     seq: ScheduledSeq  # whose logits and sampling parameters
     row: int  # its row in the kept logits
     seed: int
-    state: RequestState  # its history and grammar matcher, aligned to `position`
+    state: RequestState  # its history and grammar matcher, aligned to the first draw's position
     position: int  # the index of the token being generated
+    # A verify row of a draft (speculative decoding): the draft tokens before this row's position
+    # (its penalties count them) and, unless it is the row after the whole draft, the draft
+    # token this row checks. A plain draw has neither.
+    prefix: tuple[int, ...] = ()
+    checks: int | None = None
 
     @property
     def matcher(self) -> Any:
@@ -56,8 +61,10 @@ class LogitRows:
                 rows.prompt_rows[i] = (len(rows.index), len(s.token_ids))
                 rows.index.extend(range(cursor, end))
             elif s.sample:
-                rows.index.append(end - 1)
-            if s.sample:
+                rows.index.extend(range(end - 1 - s.num_draft_tokens, end))  # a draft's verify rows too
+            if s.sample and s.num_draft_tokens:
+                rows.draws += _verify_draws(s, len(rows.index) - 1 - s.num_draft_tokens, states)
+            elif s.sample:
                 row, position = len(rows.index) - 1, s.start_pos + len(s.token_ids)
                 rows.draws.append(Draw(s.request_id, s, row, s.seed, states.align(s.request_id, position), position))
                 for fork in s.forks or ():
@@ -113,3 +120,16 @@ class LogitRows:
             top = tops.get((j, width), [])
             out.setdefault(request_id, []).append(Logprob(token_id=token, logprob=value, top=top))
         return out
+
+
+def _verify_draws(s: ScheduledSeq, first_row: int, states: RequestStates) -> list[Draw]:
+    """One draw per verify row of `s`'s draft: row j samples the token after the fed tokens and
+    the draft's first j, exactly as the step-by-step loop would sample that position."""
+    k = s.num_draft_tokens
+    draft = tuple(s.token_ids[len(s.token_ids) - k :])
+    position = s.start_pos + len(s.token_ids) - k
+    state = states.align(s.request_id, position)
+    return [
+        Draw(s.request_id, s, first_row + j, s.seed, state, position + j, prefix=draft[:j], checks=draft[j] if j < k else None)
+        for j in range(k + 1)
+    ]

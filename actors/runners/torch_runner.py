@@ -230,11 +230,12 @@ class TorchRunner:
         logprobs = torch.log_softmax(all_logits[logprob_rows], dim=-1) if logprob_rows else None
         sampled: dict[str, int] = {}
         failed: dict[str, str] = {}
+        kept: dict[str, int] = {}
         if rows.draws:
             allowed, broken = self._allowed(guided, bitmask, masks.result()) if masks is not None else (None, {})
-            sampled, failed = self._sample(all_logits, rows.draws, guided, allowed, broken)
+            sampled, failed, kept = self._sample(all_logits, rows.draws, guided, allowed, broken)
         collected = rows.collect_logprobs(seqs, self.requests, logprobs, sampled) if logprobs is not None else {}
-        return StepResult(step_id=plan.step_id, sampled=sampled, failed=failed, logprobs=collected, elapsed=time.perf_counter() - started)
+        return StepResult(step_id=plan.step_id, sampled=sampled, failed=failed, accepted=kept, logprobs=collected, elapsed=time.perf_counter() - started)
 
     def _sample(
         self,
@@ -243,8 +244,9 @@ class TorchRunner:
         guided: list[tuple[int, Any]],
         allowed: torch.Tensor | None,
         broken: dict[int, str],
-    ) -> tuple[dict[str, int], dict[str, str]]:
-        """One token per draw, batched; a request whose part raises fails alone.
+    ) -> tuple[dict[str, int], dict[str, str], dict[str, int]]:
+        """One token per draw, batched; a request whose part raises fails alone. Also, per request
+        that drafted, how many draft tokens it keeps (the sampled token then follows them).
 
         The batched path runs first. If it raises, each draw is redone on its own and only the
         draws that raise again fail, so one request's bad state never fails its step.
@@ -263,9 +265,16 @@ class TorchRunner:
                     failed.setdefault(draws[i].request_id, f"sampling failed: {type(exc).__name__}: {exc}")
                     tokens.append(None)
         sampled: dict[str, int] = {}
+        kept: dict[str, int] = {}
         for draw, token in zip(draws, tokens):
-            if token is None or draw.request_id in failed:
+            if token is None or draw.request_id in failed or draw.request_id in sampled:
                 continue
+            if draw.checks is not None:  # a verify row: the draft stands while it is what was sampled
+                if token == draw.checks:
+                    kept[draw.request_id] = kept.get(draw.request_id, 0) + 1
+                    draw.state.history.append(token)
+                    continue
+                kept.setdefault(draw.request_id, 0)
             if draw.matcher is not None:
                 try:
                     accepted = draw.matcher.consume_token(token)
@@ -277,7 +286,7 @@ class TorchRunner:
                     continue
             draw.state.history.append(token)
             sampled[draw.request_id] = token
-        return sampled, failed
+        return sampled, failed, kept
 
     def _sample_rows(
         self,
@@ -296,7 +305,7 @@ class TorchRunner:
             sub = [draws[which[j]] for j in penalized]
             logits[penalized] = apply_penalties(
                 logits[penalized],
-                [(d.state.history, d.state.num_prompt_tokens) for d in sub],
+                [([*d.state.history, *d.prefix], d.state.num_prompt_tokens) for d in sub],
                 [d.seq.sampling.presence_penalty for d in sub],
                 [d.seq.sampling.frequency_penalty for d in sub],
                 [d.seq.sampling.repetition_penalty for d in sub],

@@ -87,6 +87,8 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the native path's single-stream decode step at start-up (minutes the first time on a small CPU, inductor's disk cache after; default off)")
     p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_const", const=False, default=None, help="on a GPU, run decode steps eager instead of replaying one captured CUDA graph per batch and key-length bucket (native path; default: graphs on CUDA)")
     p.add_argument("--async-scheduling", action="store_true", help="plan each decode-only step while the one before it runs, so the device never waits for the event loop between them (default off)")
+    p.add_argument("--spec-decoding", default=DEFAULTS.spec_decoding, choices=["off", "ngram"], help="speculative decoding: ngram drafts each request's next tokens from its own prompt and output and verifies them in the same step (default %(default)s)")
+    p.add_argument("--num-spec-tokens", type=int, default=DEFAULTS.num_spec_tokens, help="the most draft tokens a request verifies in one step; how many it drafts follows the step cost fit and its acceptance (default %(default)s)")
     p.add_argument("--quantization", default=None, choices=["int8", "int4"], help="quantized linears on the native path: weight-only kernels for steps of up to 4 rows, an int8 GEMM with per-row quantized activations past that (default: off)")
     platform_config.add_arguments(p)
 

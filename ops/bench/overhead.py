@@ -177,6 +177,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--requests-per-slot", type=int, default=2, help="requests per round = this * concurrency (ops.bench.run's default is 2)")
     p.add_argument("--server-args", default="--dtype bfloat16", help="`switchyard serve` arguments, one shell-quoted string")
+    p.add_argument("--prompt-mode", default="unique", choices=["unique", "grounded"], help="unique texts, or grounded: each answer copies its prompt (speculative decoding's case)")
     p.add_argument("--compare-args", default=None, help="a second server's `switchyard serve` arguments: each round runs its level too (A/B)")
     p.add_argument("--bare-variant", default="native", help="the ops.bench.bare_native variant that runs the server's kernels, e.g. native+int8")
     p.add_argument("--bare-dtype", default="bfloat16", help="the bare step's dtype: the server's (--server-args' --dtype)")
@@ -195,10 +196,10 @@ def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
     per_round = args.concurrency * args.requests_per_slot
     arg_sets = [args.server_args] + ([args.compare_args] if args.compare_args else [])
-    prompts = build_prompts(args.model, len(arg_sets) * (args.rounds * per_round + WARMUP_REQUESTS), PROMPT_TOKENS, "unique")
+    prompts = build_prompts(args.model, len(arg_sets) * (args.rounds * per_round + WARMUP_REQUESTS), PROMPT_TOKENS, args.prompt_mode)
     result: dict[str, Any] = {
         "concurrency": args.concurrency, "requests_per_slot": args.requests_per_slot, "server_args": args.server_args,
-        "compare_args": args.compare_args, "bare_variant": args.bare_variant, "threads": args.threads, "cpu": cpu_model(), "rounds": [],
+        "compare_args": args.compare_args, "prompt_mode": args.prompt_mode, "bare_variant": args.bare_variant, "threads": args.threads, "cpu": cpu_model(), "rounds": [],
     }  # fmt: skip
     with ExitStack() as stack:
         servers, own_prompts = [], []

@@ -9,6 +9,8 @@ builders below verify that and raise if they cannot hit the count exactly. Two m
   ("Request 00042."), still exactly N tokens. The header differs in the first tokens, so no
   block of one request's prompt matches another's and every request pays a full prefill, as
   the bare-forward baseline does.
+- "grounded": a unique passage, then the start of its copy, so the answer quotes the prompt
+  (speculative decoding's n-gram drafts catch that).
 
 Embedding texts: distinct English sentences, one or two per input, built from fixed word lists
 with a seeded RNG, the same for a given seed (the server benchmark and the bare loop send the
@@ -91,9 +93,22 @@ def build_prompts(model_dir: str | Path, count: int, n_tokens: int = PROMPT_TOKE
     tok = load_tokenizer(str(model_dir))
     if mode == "fixed":
         return [_fit(tok, "", n_tokens)] * count
+    if mode == "grounded":
+        return [_grounded(tok, f"Request {i:05d}. ", n_tokens) for i in range(count)]
     if mode != "unique":
-        raise ValueError(f"prompt mode must be 'fixed' or 'unique', not {mode!r}")
+        raise ValueError(f"prompt mode must be 'fixed', 'unique' or 'grounded', not {mode!r}")
     return [_fit(tok, f"Request {i:05d}. ", n_tokens) for i in range(count)]
+
+
+def _grounded(tok: Any, head: str, n_tokens: int) -> str:
+    """A passage, then the start of its copy: the answer quotes its prompt (what speculative
+    decoding's n-gram drafts are for), still exactly `n_tokens` ids and unique per request."""
+    tail = "\n\nThe same passage again, word for word:\n" + head
+    for passage_tokens in range(n_tokens - 12, n_tokens // 2, -1):
+        text = _fit(tok, head, passage_tokens) + tail
+        if len(_encode(tok, text)) == n_tokens:
+            return text
+    raise ValueError(f"could not build a grounded prompt of exactly {n_tokens} tokens")
 
 
 def build_prompt_ids(model_dir: str | Path, n_tokens: int = PROMPT_TOKENS) -> list[int]:

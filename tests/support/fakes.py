@@ -77,14 +77,22 @@ class FakeRunner:
             self.num_failed += 1
             raise InjectedFailure(f"injected device failure in step {plan.step_id}")
         self.requests.apply(plan)
-        sampled = {}
+        sampled, accepted = {}, {}
         for seq in plan.seqs:
             if seq.sample:
                 fed = self.requests.input_ids(seq)  # a pending token (async scheduling) from the history
-                state = self.requests.align(seq.request_id, seq.start_pos + len(fed))
-                sampled[seq.request_id] = self.next_token(fed, seq.start_pos)
-                state.history.append(sampled[seq.request_id])
-        return StepResult(step_id=plan.step_id, sampled=sampled)
+                base = len(fed) - seq.num_draft_tokens  # a draft (speculative decoding) is verified
+                state = self.requests.align(seq.request_id, seq.start_pos + base)
+                token, kept = self.next_token(fed[:base], seq.start_pos), 0
+                while kept < seq.num_draft_tokens and token == fed[base + kept]:  # as the torch runner keeps a draft
+                    state.history.append(token)
+                    kept += 1
+                    token = self.next_token([token], seq.start_pos + base + kept - 1)
+                sampled[seq.request_id] = token
+                state.history.append(token)
+                if seq.num_draft_tokens:
+                    accepted[seq.request_id] = kept
+        return StepResult(step_id=plan.step_id, sampled=sampled, accepted=accepted)
 
     def next_token(self, token_ids: list[int], start_pos: int) -> int:
         span = self.vocab_size - self.first_token

@@ -1,0 +1,108 @@
+"""Speculative decoding on the pure core: n-gram drafts (actors/drafting.py) and their verification.
+
+A simulated device verifies a draft as the runners do: it samples each verify row as the
+step-by-step loop would sample that position (here a pure function of request and position)
+and keeps the draft while it matches. Every request must get exactly the tokens it gets with
+drafting off, across EOS, max_tokens, preemption and an abort, in fewer steps when its text
+repeats itself, and every block must come back.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+from actors.drafting import Drafter, NgramIndex
+from actors.sched_core import SchedulerConfig, SchedulerCore
+from actors.step_cost import StepCostModel
+from runtime.messages import StepPlan, StepResult, TokenizedRequest
+from runtime.sampling import SamplingParams
+
+EOS = 2
+
+
+def cyclic_token(request_id: str, position: int) -> int:
+    """Text that repeats with a period of 5 (what n-gram drafts catch); EOS for "e*" at 40."""
+    if request_id.startswith("e") and position == 40:
+        return EOS
+    return 100 + (position % 5) * 3 + len(request_id)
+
+
+def make_core(num_spec_tokens: int, num_blocks: int = 128) -> SchedulerCore:
+    return SchedulerCore(SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_seqs=8, max_num_batched_tokens=64, eos_token_ids=frozenset({EOS}), num_spec_tokens=num_spec_tokens))
+
+
+def verify(plan: StepPlan) -> StepResult:
+    sampled, accepted = {}, {}
+    for s in plan.seqs:
+        if not s.sample:
+            continue
+        base = len(s.token_ids) - s.num_draft_tokens
+        position, kept = s.start_pos + base, 0
+        token = cyclic_token(s.request_id, position)
+        while kept < s.num_draft_tokens and token == s.token_ids[base + kept]:
+            kept += 1
+            token = cyclic_token(s.request_id, position + kept)
+        sampled[s.request_id] = token
+        if s.num_draft_tokens:
+            accepted[s.request_id] = kept
+    return StepResult(step_id=plan.step_id, sampled=sampled, accepted=accepted)
+
+
+def run(core: SchedulerCore, requests: list[tuple[str, list[int], int]], abort_at: dict[int, str]) -> tuple[dict[str, list[int]], int]:
+    for rid, prompt, max_tokens in requests:
+        core.add(TokenizedRequest(request_id=rid, prompt_token_ids=prompt, sampling=SamplingParams(), max_tokens=max_tokens, seed=0, arrival_time=0.0))
+    outputs: dict[str, list[int]] = defaultdict(list)
+    steps = 0
+    while core.has_work:
+        if steps in abort_at:
+            core.abort(abort_at[steps])
+        plan = core.schedule()
+        assert plan is not None
+        steps += 1
+        for delta in core.update(plan, verify(plan)):
+            outputs[delta.request_id].extend(delta.token_ids)
+    return dict(outputs), steps
+
+
+def test_drafts_never_change_a_token_and_save_steps_on_repeating_text() -> None:
+    rng = random.Random(5)
+    requests = [(f"{'e' if i % 2 else 'r'}{i}", [rng.randrange(10, 60) for _ in range(rng.randrange(3, 20))], rng.randrange(8, 60)) for i in range(6)]
+    plain, plain_steps = run(make_core(0), requests, {})
+    core = make_core(4)
+    drafted, steps = run(core, requests, {})
+    assert drafted == plain
+    assert steps < plain_steps * 0.6, (steps, plain_steps)
+    stats = core.statistics()
+    assert stats["spec_accepted_tokens"] > 0 and stats["kv_blocks_used"] == 0
+    # A request that leaves mid-way gets the start of what it would have got.
+    left, _ = run(make_core(4), requests, {5: "r0"})
+    assert left["r0"] == plain["r0"][: len(left["r0"])] and {r: t for r, t in left.items() if r != "r0"} == {r: t for r, t in plain.items() if r != "r0"}
+
+
+def test_under_block_pressure_drafts_give_way_and_tokens_stay_the_same() -> None:
+    requests = [(f"r{i}", list(range(10, 22)), 40) for i in range(4)]
+    plain, _ = run(make_core(0, num_blocks=24), requests, {})
+    core = make_core(4, num_blocks=24)
+    drafted, _ = run(core, requests, {})
+    assert drafted == plain and core.num_preemptions > 0 and core.blocks.num_used_blocks == 0
+
+
+def test_the_index_finds_the_latest_earlier_occurrence() -> None:
+    index = NgramIndex()
+    tokens = [1, 2, 3, 9, 1, 2, 3, 7, 8, 1, 2, 3]
+    assert index.propose(tokens, 3) == [7, 8, 1]  # after the latest earlier "1 2 3"
+    tokens += [7, 8]
+    assert index.propose(tokens, 2) == [1, 2]  # "3 7 8" seen once before: what followed it
+    assert NgramIndex().propose([5, 6, 7], 4) == []
+
+
+def test_drafting_turns_itself_off_where_a_token_costs_a_row() -> None:
+    drafter = Drafter(max_tokens=4)
+    cheap_tokens = StepCostModel(((1, 0, 0.050), (32, 0, 0.120), (0, 256, 0.200), (1, 256, 0.205), (32, 128, 0.190)))
+    assert drafter.worth(cheap_tokens, 1, "a") > 0  # one stream: a verify token is nearly free
+    dear_tokens = StepCostModel(((1, 0, 0.010), (32, 0, 0.320), (0, 256, 2.56), (1, 256, 2.57), (32, 128, 1.60)))
+    assert drafter.worth(dear_tokens, 32, "a") == 0  # compute-bound: a token costs a row
+    for _ in range(10):
+        drafter.record("a", 4, 0)  # nothing ever accepted
+    assert drafter.worth(cheap_tokens, 1, "a") == 0
