@@ -4,8 +4,8 @@ Owns: error_behavior "truncate" (keep the prompt's tail, leaving room for the ou
 max_tokens, or a quarter of the context, at most 256, when it is unset), the
 context_length_exceeded errors (naming the field the client sent), and max_tokens unset
 meaning the rest of the context. Pure: the tokenizer actor applies it to every request, and
-beam search (api/http/openai/beam.py), whose requests never go through the actor whole, to its prompts.
-Imports runtime.errors only.
+beam search (api/http/openai/completions/beam.py), whose requests never go through the actor
+whole, to its prompts. Imports runtime.errors only.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Owns: `JSON_OPTIONS`, closing object schemas to undeclared keys (`closed_objects`), and turning a `Guide` (or a JSON schema) into llguidance grammar text.
 Pure: no tokenizer, no torch, no trio, so both sides use it: the API edge checks and inlines
-schemas with it (api/http/openai/grammars.py), and the tokenizer actor's compiler
+schemas with it (api/http/openai/common/grammars.py), and the tokenizer actor's compiler
 (actors/guidance.py) compiles exactly the same text into matchers. Imports llguidance and
 runtime.
 """

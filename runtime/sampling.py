@@ -1,6 +1,7 @@
 """Internal, already-validated generation parameters.
 
-Owns: `SamplingParams`, the one shape every API surface is reduced to by `api/http/openai/params.py`.
+Owns: `SamplingParams`, the one shape every API surface is reduced to, by each OpenAI endpoint's
+params.py (api/http/openai/chat/, completions/, responses/).
 Actors trust it and never re-validate. Imports msgspec only.
 """
 

@@ -128,8 +128,9 @@ def deploy(spec: ClusterSpec, host: str, port: int) -> Any:
 def run(spec: ClusterSpec, host: str, port: int, address: str | None) -> None:
     import ray
 
-    # A local instance without the dashboard: its processes took ~5% of a core here, which
-    # on a small machine comes out of the model's steps. A cluster one joins keeps its own.
+    # A local instance without the dashboard: its processes take a share of a core (docs/
+    # performance.md, Ray's "Earlier runs on a shared machine"), which on a small machine
+    # comes out of the model's steps. A cluster one joins keeps its own.
     # "local", not None: None would join a cluster `ray start` left running on this host.
     if address is None:  # the instance's processes inherit it: Ray's HTTP proxy loads the guard
         os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)

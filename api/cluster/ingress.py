@@ -31,10 +31,12 @@ import msgspec
 from api.cluster.edge import lifespan, read_body, relay
 from api.cluster.host import HttpRequest, portable_scope
 from api.cluster.settings import ClusterSpec
-from api.http.openai.params import chat_params, completion_params
-from api.http.openai.params_responses import responses_params
-from api.http.openai.schemas import ChatCompletionRequest, CompletionRequest
-from api.http.openai.schemas_responses import ResponsesRequest
+from api.http.openai.chat.params import chat_params
+from api.http.openai.chat.request import ChatCompletionRequest
+from api.http.openai.completions.params import completion_params
+from api.http.openai.completions.request import CompletionRequest
+from api.http.openai.responses.params import responses_params
+from api.http.openai.responses.request import ResponsesRequest
 from api.http.openai.tools.parser import output_prefix
 from api.http.openai.tools.prompt import template_takes_tools
 from api.http.shared.routes import match
@@ -55,9 +57,10 @@ RESPONSES_ROUTE = "create_response"  # api/http/shared/routes.py: its body is ha
 
 class PromptHasher:
     """Prompt -> KV block chain hashes, as the replica's cache will compute them: the body
-    becomes the replica's own `Prompt` (api/http/openai/params.py: the chat template's kwargs and
-    tools, a forced tool call's output start) and is encoded by the replica's own code
-    (runtime/prompt_encoding.py), so routing and caching agree on every block."""
+    becomes the replica's own `Prompt` (each endpoint's params.py under api/http/openai/: the
+    chat template's kwargs and tools, a forced tool call's output start) and is encoded by the
+    replica's own code (runtime/prompt_encoding.py), so routing and caching agree on every
+    block."""
 
     def __init__(self, models: list[Any]) -> None:
         from transformers import AutoTokenizer

@@ -55,7 +55,7 @@ ROUTERS = ("prefix", "pow2")
 TOPOLOGIES = ("auto", "direct", "relay")
 DEFAULT_DRAIN_S = 30.0  # runtime.config.RuntimeConfig.drain_timeout's default
 # After the drain: the runtimes' actors closing and the device thread joined (a step in flight
-# finishes first; a step is at most ~150 ms on this CPU, far more on a slow device).
+# finishes first; a step is a fraction of a second on a CPU, far more on a slow device).
 ACTORS_STOP_S = 10.0
 
 

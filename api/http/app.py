@@ -1,7 +1,8 @@
 """`create_app(models, platform_config)`: the Quart-Trio application, composed.
 
-Owns: the app's configuration (no response timeout: a long stream must never be cut,
-ANCHORS E2), and putting the pieces together, the one place that knows them all:
+Owns: the app's configuration (no response timeout: a long stream must never be cut, and
+Quart's default RESPONSE_TIMEOUT of 60 s ends any longer stream with a clean EOF, as if it were
+done), and putting the pieces together, the one place that knows them all:
 - the surfaces (api/http/openai, api/http/azure, api/http/databricks) bind their views to the route table
   (api/http/shared/routes.py) and register their error shapes (api/http/shared/errors.py); Azure ML and
   Databricks answer in the OpenAI formats they are handed here, so no surface imports another;

@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     except platform_config.ConfigError as exc:  # e.g. an [[endpoints]] table naming no served model
         raise SystemExit(f"switchyard: {exc}") from None
     # Clean stop: every response is sent and the device threads are joined. Skip interpreter
-    # finalization, which with torch and models loaded takes seconds (measured 3-8 s here)
-    # and would eat into an orchestrator's grace period after the drain deadline.
+    # finalization, which with torch and models loaded takes seconds and would eat into an
+    # orchestrator's grace period after the drain deadline.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

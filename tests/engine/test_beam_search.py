@@ -10,7 +10,7 @@ import trio
 from transformers import AutoModelForCausalLM
 
 from actors.build import build_engine
-from api.http.openai.beam import beam_search
+from api.http.openai.completions.beam import beam_search
 from tests.support.servers import tiny_config
 
 

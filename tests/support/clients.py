@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 import pytest
 import trio
 
-import api.http.openai.chat
-import api.http.openai.responses
+import api.http.openai.chat.view
+import api.http.openai.responses.view
 from runtime.messages import FinishReason
 from tests.support.scripted import Script
 
@@ -74,8 +74,8 @@ def script(monkeypatch: pytest.MonkeyPatch, text: str, step: int = 3, finish: Fi
     """Every Chat and Responses request (Databricks' and Azure's included) "generates" `text`
     in pieces of `step` characters."""
     s = Script([text[i : i + step] for i in range(0, len(text), step)], finish, fail_at=fail_at)
-    monkeypatch.setattr(api.http.openai.responses, "Generation", s)
-    monkeypatch.setattr(api.http.openai.chat, "Generation", s)
+    monkeypatch.setattr(api.http.openai.responses.view, "Generation", s)
+    monkeypatch.setattr(api.http.openai.chat.view, "Generation", s)
     return s
 
 
@@ -97,6 +97,6 @@ class Turns(Script):
 
 def turns(monkeypatch: pytest.MonkeyPatch, texts: list[str], step: int = 3) -> Turns:
     s = Turns(texts, step)
-    monkeypatch.setattr(api.http.openai.responses, "Generation", s)
-    monkeypatch.setattr(api.http.openai.chat, "Generation", s)
+    monkeypatch.setattr(api.http.openai.responses.view, "Generation", s)
+    monkeypatch.setattr(api.http.openai.chat.view, "Generation", s)
     return s

@@ -1,4 +1,4 @@
-"""A stand-in for `api.http.openai.streaming.Generation` that "generates" a script, and a grammar check.
+"""A stand-in for `api.http.openai.common.generation.Generation` that "generates" a script, and a grammar check.
 
 Routes build their `Generation` from the module-level name, so a test can swap it in with
 monkeypatch and drive the real route, the real SSE framing and the real openai SDK with
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from api.http.openai.streaming import Collected
+from api.http.openai.common.generation import Collected
 from runtime.errors import RequestFailed
 from runtime.messages import FinishReason, Logprob, TextDelta, Usage
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from actors.guidance import GuideCompiler
-from api.http.openai.grammars import format_guide
+from api.http.openai.common.grammars import format_guide
 from api.http.openai.tools.grammar import tool_guide
 from api.http.openai.tools.validate import build_toolset
 

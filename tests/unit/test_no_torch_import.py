@@ -20,8 +20,10 @@ PURE_MODULES = [
     "runtime.request",
     "actors.blocks",
     "actors.detok_core",
-    "api.http.openai.params",
-    "api.http.openai.schemas",
+    "api.http.openai.chat.params",
+    "api.http.openai.chat.request",
+    "api.http.openai.completions.params",
+    "api.http.openai.completions.request",
 ]
 
 _PROBE = """

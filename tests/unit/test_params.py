@@ -1,4 +1,4 @@
-"""Request validation: msgspec decoding (api.http.openai.schemas) then cross-field rules (api.http.openai.params).
+"""Request validation: msgspec decoding (the request structs: api.http.openai.chat.request, api.http.openai.completions.request) then cross-field rules (api.http.openai.chat.params, api.http.openai.completions.params).
 
 Every rejection must name the offending field in `InvalidRequest.param`, the OpenAI error's
 `param`, whichever stage catches it.
@@ -11,8 +11,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from api.http.openai.params import chat_params, completion_params, split_prompt
-from api.http.openai.schemas import ChatCompletionRequest, CompletionRequest
+from api.http.openai.chat.params import chat_params
+from api.http.openai.chat.request import ChatCompletionRequest
+from api.http.openai.completions.params import completion_params, split_prompt
+from api.http.openai.completions.request import CompletionRequest
 from api.http.shared.body import from_decode_error
 from runtime.errors import InvalidRequest
 from runtime.sampling import SamplingParams

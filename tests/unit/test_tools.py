@@ -1,4 +1,4 @@
-"""api/http/openai/tools/ and api/http/openai/grammars.py on their own: the parser, the grammars, the prompt.
+"""api/http/openai/tools/ and api/http/openai/common/grammars.py on their own: the parser, the grammars, the prompt.
 
 Grammars are checked the way the engine will use them: compiled by llguidance against a real
 (tiny) tokenizer, then fed token ids. Embedded Lark grammars are checked against the `lark`
@@ -13,10 +13,11 @@ from typing import Any
 import lark
 import llguidance
 import llguidance.hf
+import msgspec
 import pytest
 
-from api.http.openai.grammars import format_guide, namespace_lark
-from api.http.openai.tools.chat import chat_message_parts
+from api.http.openai.chat.tool_calls import chat_message_parts
+from api.http.openai.common.grammars import format_guide, namespace_lark
 from api.http.openai.tools.grammar import tool_guide
 from api.http.openai.tools.parser import ToolCallParser
 from api.http.openai.tools.prompt import render_conversation, template_takes_tools
@@ -111,7 +112,7 @@ def test_chat_message_parts() -> None:
     toolset = build_toolset([WEATHER], "auto", True)
     assert toolset is not None
     content, calls = chat_message_parts(format_call("function", "get_weather", '{"city":"Oslo"}'), toolset)
-    assert content is None and calls[0]["function"] == {"name": "get_weather", "arguments": '{"city":"Oslo"}'}
+    assert content is None and msgspec.to_builtins(calls[0])["function"] == {"name": "get_weather", "arguments": '{"city":"Oslo"}'}
     assert chat_message_parts("no call", toolset) == ("no call", [])
 
 
@@ -419,16 +420,16 @@ def test_the_prompt_shows_json_the_way_the_grammar_forces_it(tokenizer: Any, ll_
 
 
 def test_schema_validation_is_cached_by_schema_text(monkeypatch: pytest.MonkeyPatch) -> None:
-    import api.http.openai.grammars
+    import api.http.openai.common.grammars
 
     calls: list[str] = []
-    real = api.http.openai.grammars.json_schema_grammar
+    real = api.http.openai.common.grammars.json_schema_grammar
 
     def counting(schema: Any) -> str:
         calls.append(schema)
         return real(schema)
 
-    monkeypatch.setattr(api.http.openai.grammars, "json_schema_grammar", counting)
+    monkeypatch.setattr(api.http.openai.common.grammars, "json_schema_grammar", counting)
     schema = {"type": "object", "properties": {"unique_to_this_test": {"type": "string"}}}
     for _ in range(3):
         build_toolset([{"type": "function", "name": "f", "parameters": schema}], None, None)
@@ -440,7 +441,7 @@ def test_tool_outputs_reach_a_tool_capable_template(tokenizer: Any) -> None:
     """function_call_output and custom_tool_call_output, through input_messages and the
     template path, end up in the encoded prompt (the fallback path: test_responses_wire.py)."""
     from actors.tokenizer import encode_prompt
-    from api.http.openai.params_responses import input_messages
+    from api.http.openai.responses.input import input_messages
     from runtime.request import Prompt
 
     items = [

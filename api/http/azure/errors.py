@@ -1,4 +1,5 @@
-"""The Azure ML error shape (seed 003): {"error", "message", "status"}, plus "code" and
+"""The Azure ML error shape (Azure Machine Learning chat completions): {"error", "message",
+"status"}, plus "code" and
 "detail": [{"loc", "value"}] on a 422, and the `x-ms-error-code` header on every error.
 
 Owns: `AzureErrors`, the shape registered for the Azure surface, which also claims every
@@ -34,8 +35,8 @@ class AzureErrorDetail(msgspec.Struct):
 
 
 class AzureError(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """Seed 003's UnauthorizedError / NotFoundError / TooManyRequestsError, and
-    UnprocessableContentError (with `code` and `detail`)."""
+    """Azure ML chat completions' UnauthorizedError / NotFoundError / TooManyRequestsError,
+    and UnprocessableContentError (with `code` and `detail`)."""
 
     error: str
     message: str
@@ -87,7 +88,7 @@ class AzureErrors(ErrorShape):
         return body, {"x-ms-error-code": code}
 
     def not_found(self, method: str, path: str) -> str:
-        # seed 003: "route not supported by the model"
+        # Azure ML chat completions: "route not supported by the model"
         return f"The route {method} {path} is not supported by this deployment; its routes are POST /chat/completions and GET /info."
 
 

@@ -1,8 +1,8 @@
-"""Azure Machine Learning chat completions (seed 003): POST /chat/completions?api-version=...
+"""Azure Machine Learning chat completions: POST /chat/completions?api-version=...
 
 Owns the Azure surface's routes, over the chat format `register` is handed (the OpenAI
 surface's chat handler, from create_app: surfaces never import each other):
-- `api-version` is required and must be one Azure names (the seed's, and the
+- `api-version` is required and must be one Azure names (its reference's, and the
   azure-ai-inference SDK's default); anything else is a 400 naming it;
 - the `extra-parameters` header decides what happens to body fields outside Azure's request
   table (`AZURE_FIELDS`):
@@ -16,10 +16,10 @@ surface's chat handler, from create_app: surfaces never import each other):
       the model, so it is ignored, and the names (never the values) are logged
       (`extra_parameters_ignored`);
 - `azureml-model-deployment` picks the served model (else the body's `model`, else the
-  default chat model); a model that cannot chat (an embedder) is a 404 NotFoundError, as the
-  seed's "route not supported by the model";
+  default chat model); a model that cannot chat (an embedder) is a 404 NotFoundError, as
+  Azure's reference has it: "route not supported by the model";
 - text content parts are read, image parts are refused as 422 on a text-only model;
-- every error is the seed's body (api/http/azure/errors.py), also for errors raised outside
+- every error is Azure's body (api/http/azure/errors.py), also for errors raised outside
   these views (401, 429, shed requests, unknown routes, wrong methods).
 GET /info (the SDK's get_model_info) describes the chosen model. Imports quart, api.http.shared,
 api.http.azure and runtime.
@@ -43,7 +43,8 @@ from runtime.registry import ModelRegistry
 
 log = get_logger("azure")
 
-# CreateChatCompletionRequest in seed 003, plus `model`, which Azure's SDKs send.
+# CreateChatCompletionRequest in Azure ML's chat completions, plus `model`, which Azure's SDKs
+# send.
 AZURE_FIELDS = frozenset(
     {"messages", "frequency_penalty", "max_tokens", "presence_penalty", "response_format", "seed", "stop",
      "stream", "temperature", "tool_choice", "tools", "top_p", "model"}

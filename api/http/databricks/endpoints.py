@@ -339,7 +339,7 @@ class ServingEndpoints:
         return checked
 
     async def apply_declared(self, declared: list[tuple[CreateEndpointRequest, tuple[ServedEntity, ...]]]) -> None:
-        """Make the store agree with the config file's endpoints (see api/http/platform.py)."""
+        """Make the store agree with the config file's endpoints (see api/http/databricks/declared.py)."""
         for req, served in declared:
             tags = tuple((t.get("key", ""), t.get("value", "")) for t in req.tags or ())
             async with self._lock:

@@ -1,4 +1,5 @@
-"""Databricks model serving over HTTP: endpoint management and invocations (seeds 000-002).
+"""Databricks model serving over HTTP: endpoint management and invocations (the Databricks
+Foundation Model API).
 
 Owns:
 - `POST /serving-endpoints/{name}/invocations`: draws the endpoint's served entity by its
@@ -40,7 +41,7 @@ from runtime.errors import InvalidRequest, ModelNotFound
 from runtime.registry import ModelRegistry
 
 TABULAR_FIELDS = ("dataframe_records", "dataframe_split", "instances", "inputs")
-# Databricks' OpenAI-compatible paths: request format -> route name (api/http/routes.py).
+# Databricks' OpenAI-compatible paths: request format -> route name (api/http/shared/routes.py).
 OPENAI_COMPATIBLE = {"chat": "databricks_chat_completions", "completions": "databricks_completions", "embeddings": "databricks_embeddings"}
 
 

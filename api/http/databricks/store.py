@@ -3,8 +3,8 @@
 Owns: the file (created on the first write, so a server that never defines an endpoint leaves
 nothing behind), its one table, and running every sqlite3 call in a worker thread
 (`trio.to_thread`) so the event loop never blocks on disk. Each call opens its own connection:
-threads from `to_thread` are not pinned (ANCHORS E4) and sqlite3 connections are not shared
-across threads. Writes are serialised by a trio.Lock and committed before they return, so a
+trio.to_thread has no thread affinity (two calls may run on different threads) and sqlite3
+connections are not shared across threads. Writes are serialised by a trio.Lock and committed before they return, so a
 definition the API acknowledged survives a restart. Definitions are stored as JSON text
 (whatever `api.http.databricks.endpoints.Endpoint` encodes to). Imports trio and the stdlib.
 """

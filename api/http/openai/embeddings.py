@@ -1,8 +1,11 @@
-"""POST /v1/embeddings (seed 001's Embeddings API; the OpenAI shape).
+"""POST /v1/embeddings (the Databricks Foundation Model API's Embeddings API; the OpenAI shape):
+the request struct, the `list` of `embedding`s it answers, and the view.
 
 Every input of a request is one sequence through the embedding runtime's actors (tokenizer,
 scheduler, executor), submitted together so they share a device step. `instruction` is
 prepended to each input, the way instruction-following embedders (BGE, Instructor) expect.
+`respond` is also what Databricks' embeddings invocations answer with. Imports msgspec, quart,
+api.http.shared, api.http.openai.common and runtime.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import msgspec
 from msgspec import Meta
 from quart import Quart, Response
 
-from api.http.openai.streaming import Generation
+from api.http.openai.common.generation import Generation
 from api.http.shared.body import decode_body
 from api.http.shared.errors import json_response
 from api.http.shared.routes import bind
@@ -35,6 +38,26 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Annotated[int, Meta(ge=1)] | None = None
     user: str | None = None
+
+
+class Embedding(msgspec.Struct, kw_only=True):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str  # floats, or base64 of little-endian float32s
+
+
+class EmbeddingUsage(msgspec.Struct, kw_only=True):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[Embedding]
+    usage: EmbeddingUsage
 
 
 def _prompts(req: EmbeddingRequest) -> list[Prompt]:
@@ -82,25 +105,17 @@ async def respond(models: ModelRegistry, req: EmbeddingRequest) -> Response:
     _check_dimensions(req.dimensions, runtime.info.embedding_size if runtime.info is not None else None)
     gen = await Generation(runtime, prompts, SamplingParams(max_tokens=0)).start()
     outs = await gen.collect()
-    data: list[dict[str, Any]] = []
-    prompt_tokens = 0
+    data: list[Embedding] = []
     for index, out in enumerate(outs):
         vector = out.embedding or []
-        encoded: Any = vector
+        encoded: list[float] | str = vector
         if req.encoding_format == "base64":
             encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
-        data.append({"object": "embedding", "index": index, "embedding": encoded})
-        prompt_tokens += out.usage.prompt_tokens if out.usage else 0
-    return json_response(
-        {
-            "id": f"embd-{gen.request_id}",
-            "object": "list",
-            "created": int(time.time()),
-            "model": runtime.served_name,
-            "data": data,
-            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
-        }
-    )
+        data.append(Embedding(index=index, embedding=encoded))
+    prompt_tokens = sum(out.usage.prompt_tokens for out in outs if out.usage)
+    usage = EmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
+    body = EmbeddingList(id=f"embd-{gen.request_id}", created=int(time.time()), model=runtime.served_name, data=data, usage=usage)
+    return json_response(body)
 
 
 def register(app: Quart, models: ModelRegistry) -> None:

@@ -1,7 +1,13 @@
-"""GET /v1/models and /v1/models/{id}."""
+"""GET /v1/models and /v1/models/{id}: the `list` of `model` cards, as msgspec structs.
+
+Imports msgspec, quart, api.http.shared and runtime.
+"""
 
 from __future__ import annotations
 
+from typing import Literal
+
+import msgspec
 from quart import Quart, Response
 
 from api.http.shared.errors import json_response
@@ -11,20 +17,28 @@ from runtime.protocol import Runtime
 from runtime.registry import ModelRegistry
 
 
-def model_card(runtime: Runtime) -> dict[str, object]:
-    return {
-        "id": runtime.served_name,
-        "object": "model",
-        "created": runtime.created,
-        "owned_by": "switchyard",
-        "max_model_len": runtime.max_model_len,
-        "model_impl": (runtime.info.impl or None) if runtime.info else None,  # native[+int4...] | transformers
-    }
+class ModelCard(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "switchyard"
+    max_model_len: int
+    model_impl: str | None  # native[+int4...] | transformers; null when the runner does not say
+
+
+class ModelList(msgspec.Struct, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+def model_card(runtime: Runtime) -> ModelCard:
+    impl = (runtime.info.impl or None) if runtime.info else None
+    return ModelCard(id=runtime.served_name, created=runtime.created, max_model_len=runtime.max_model_len, model_impl=impl)
 
 
 def register(app: Quart, models: ModelRegistry) -> None:
     async def list_models() -> Response:
-        return json_response({"object": "list", "data": [model_card(r) for r in models]})
+        return json_response(ModelList(data=[model_card(r) for r in models]))
 
     async def get_model(model_id: str) -> Response:
         for runtime in models:

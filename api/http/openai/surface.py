@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from quart import Quart
 
-from api.http.openai import chat, completions, embeddings, models, responses
-from api.http.openai.errors import OpenAIErrors
-from api.http.openai.schemas import ChatCompletionRequest, CompletionRequest
+from api.http.openai import embeddings, models
+from api.http.openai.chat import view as chat
+from api.http.openai.chat.request import ChatCompletionRequest
+from api.http.openai.common.errors import OpenAIErrors
+from api.http.openai.completions import view as completions
+from api.http.openai.completions.request import CompletionRequest
+from api.http.openai.responses import view as responses
 from api.http.shared.routes import Handler
 from runtime.registry import ModelRegistry
 

@@ -14,9 +14,10 @@ A request let through is counted against the runtimes that could take it from th
 (`entering`), not only once `Runtime.open` admits it: between the two it reads its body, is
 decoded and validated, milliseconds each, and in a burst every request arrived in that
 window, saw the runtimes empty, and went the whole way to be refused by `Runtime.open`
-instead (measured: more than half of a burst's 72 refusals, each costing a full request's
-work on the event loop). It stops counting as entering once its runtime has it (its edge
-request id is the engine's: api/http/edge.py, `Runtime.open`) or once it is answered.
+instead (most of a burst's refusals were made there, each costing a full request's work on
+the event loop: docs/performance.md, "Where a burst's refusals were made"). It stops counting
+as entering once its runtime has it (its edge request id is the engine's:
+api/http/shared/edge.py, `Runtime.open`) or once it is answered.
 
 The runtimes that could take a request come from the method, path, query and headers alone:
 the route's task; the model its model header names; for an endpoint route, the served models

@@ -22,7 +22,8 @@ from quart import Quart, Response
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 
-# Azure ML's api-version values (seed 003's, and the azure-ai-inference SDK's default).
+# Azure ML's api-version values (its chat completions reference's, and the azure-ai-inference
+# SDK's default).
 AZURE_API_VERSIONS = ("2024-04-01-preview", "2024-05-01-preview")
 
 

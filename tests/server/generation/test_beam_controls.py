@@ -1,4 +1,4 @@
-"""use_beam_search with every other control (seed 004; api/http/openai/beam.py, api/http/openai/params.py `_beam_params`).
+"""use_beam_search with every other control (seed 004; api/http/openai/completions/beam.py, api/http/openai/completions/params.py `_beam_params`).
 
 Beam search goes through the same validation as sampling, then honours stop_token_ids (a beam
 ends on one, stop_reason says which), the three penalties (applied to each round's log-probs,

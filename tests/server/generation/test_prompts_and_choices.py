@@ -6,7 +6,7 @@ copy of the tiny model whose tokenizer prepends BOS (<|im_start|>), and check th
 (and usage counts) the BOS only when use_raw_prompt is false.
 
 Choice `index` is prompt_index * n + i and each choice's `text_offset` counts from the start
-of its own text (api/http/openai/completions.py explains both decisions against the seeds).
+of its own text (api/http/openai/completions/view.py explains both decisions against the seeds).
 """
 
 from __future__ import annotations

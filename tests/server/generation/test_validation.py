@@ -5,7 +5,7 @@ presence/frequency penalty [-2, 2], legacy logprobs [0, 5], chat top_logprobs [0
 n and best_of [1, 128]; best_of >= n, and equal to n when streaming; n > 1 (or best_of > 1)
 needs temperature > 0; top_k -1 / null or > 0; stop strings non-empty and 32768 characters in all
 (seed 004); reasoning_effort low / medium / high (seed 001). Also use_beam_search (seed 004,
-api/http/openai/beam.py; its controls in test_beam_controls.py).
+api/http/openai/completions/beam.py; its controls in test_beam_controls.py).
 """
 
 from __future__ import annotations

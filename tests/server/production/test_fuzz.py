@@ -402,7 +402,7 @@ async def test_fuzz_every_route_from_the_openapi_document(tiny_model_dir: Path, 
 
 def test_openapi_document_describes_the_routes() -> None:
     from api.http.app import create_app
-    from api.http.openai.schemas import ChatCompletionRequest
+    from api.http.openai.chat.request import ChatCompletionRequest
     from api.http.shared.openapi import build_document
     from runtime.registry import ModelRegistry
 

@@ -17,7 +17,7 @@ import pydantic
 import pytest
 from openai.types.responses import Response, ResponseCustomToolCall, ResponseStreamEvent
 
-import api.http.openai.responses
+import api.http.openai.responses.view
 from actors.tokenizer import encode_prompt
 from api.http.openai.tools.spec import format_call
 from runtime.messages import FinishReason
@@ -39,7 +39,7 @@ CALL = format_call("function", "get_weather", '{"city": "Paris"}')
 
 def script(monkeypatch: pytest.MonkeyPatch, text: str, step: int = 3, **kwargs: Any) -> Script:
     s = Script([text[i : i + step] for i in range(0, len(text), step)], **kwargs)
-    monkeypatch.setattr(api.http.openai.responses, "Generation", s)
+    monkeypatch.setattr(api.http.openai.responses.view, "Generation", s)
     return s
 
 

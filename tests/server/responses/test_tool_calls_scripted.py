@@ -14,8 +14,8 @@ from typing import Any
 import openai
 import pytest
 
-import api.http.openai.chat
-import api.http.openai.responses
+import api.http.openai.chat.view
+import api.http.openai.responses.view
 from api.http.openai.tools.spec import format_call
 from runtime.messages import FinishReason
 from tests.support.scripted import Script, guide_accepts
@@ -40,8 +40,8 @@ PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello world\n*** End Patch"
 
 def script(monkeypatch: pytest.MonkeyPatch, text: str, step: int = 3, finish: FinishReason = FinishReason.STOP) -> Script:
     s = Script([text[i : i + step] for i in range(0, len(text), step)], finish)
-    monkeypatch.setattr(api.http.openai.responses, "Generation", s)
-    monkeypatch.setattr(api.http.openai.chat, "Generation", s)
+    monkeypatch.setattr(api.http.openai.responses.view, "Generation", s)
+    monkeypatch.setattr(api.http.openai.chat.view, "Generation", s)
     return s
 
 

@@ -12,19 +12,19 @@ from typing import Any
 import httpx
 import pytest
 
-import api.http.openai.grammars
+import api.http.openai.common.grammars
 from tests.support.servers import Server
 
 
 def record_compiling_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     threads: list[int] = []
-    compile_schema = api.http.openai.grammars.json_schema_grammar
+    compile_schema = api.http.openai.common.grammars.json_schema_grammar
 
     def recorded(schema: Any) -> str:
         threads.append(threading.get_ident())
         return compile_schema(schema)
 
-    monkeypatch.setattr(api.http.openai.grammars, "json_schema_grammar", recorded)
+    monkeypatch.setattr(api.http.openai.common.grammars, "json_schema_grammar", recorded)
     return threads
 
 

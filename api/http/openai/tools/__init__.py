@@ -2,11 +2,13 @@
 its output is read back as tool calls. One module per job:
 
 - spec.py: the tool-call format and `Tool` / `ToolSet` (the declared tools and tool_choice);
-- validate.py: `build_toolset`, checking what a client declared (either API's shapes);
+- validate.py: `build_toolset`, checking what a client declared (either API's shapes), once
+  per request, in the endpoint's params.py;
 - prompt.py: putting tools and tool-call history into the prompt;
-- parser.py: `ToolCallParser`, reading calls out of generated text incrementally;
-- chat.py: Chat's shapes of calls, whole and streamed (`ChatDeltas`).
-The grammar that forces the format is api/http/openai/tools/grammar.py `tool_guide`.
+- grammar.py: `tool_guide`, the grammar that forces the format;
+- parser.py: `ToolCallParser`, reading calls out of generated text incrementally.
+Each endpoint writes the calls in its own shapes: chat/tool_calls.py (`ChatDeltas`) and
+responses/events.py (output items).
 
 The format the model writes (and is forced to write when a call is required or named):
 
@@ -32,8 +34,8 @@ and custom tools are mixed (grammar.py `forced_prefix`). It is the grammar's `Gu
 the tokenizer actor writes it after the assistant's generation prompt, the grammar starts
 after it, and the parser reads it first, so the client sees the same calls, whole and
 streamed. Usage counts it in prompt_tokens (it was prefilled); completion_tokens counts only
-the generated tokens, and logprobs cover only those. For `{"city": "Paris"}` on SmolLM2-135M
-this took the call from 31 generated tokens to 14.
+the generated tokens, and logprobs cover only those. A forced call so generates only what is
+left to choose: its arguments (or input) and the closing tag.
 
 A call names a tool the model may call now, or it is not a call: `<tool_call>` text that names
 an undeclared (or, under tool_choice, disallowed) tool is left in the output as plain text,

@@ -13,7 +13,7 @@ from typing import Any
 
 import llguidance
 
-from api.http.openai import grammars
+from api.http.openai.common import grammars
 from api.http.openai.tools.spec import OPEN, Tool, ToolSet
 from runtime.grammar_spec import JSON_OPTIONS, closed_objects
 from runtime.sampling import Guide

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from api.http.openai import grammars
+from api.http.openai.common import grammars
 from api.http.openai.tools.spec import Tool, ToolSet, as_object, canonical_json, format_call
 
 

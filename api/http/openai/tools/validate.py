@@ -1,8 +1,10 @@
 """Declared tools, checked: `build_toolset` from either API's `tools` and `tool_choice`.
 
-Owns: the limits (seed 001: at most 32 functions, 15 properties each), tool names, schemas
-and grammars compiled by llguidance (through api/http/openai/grammars.py) so a bad one is a 400
-naming the field, and tool_choice naming a declared tool. Imports api.http.openai and runtime.
+Owns: the limits (the Databricks Foundation Model API: at most 32 functions, 15 properties
+each), tool names, schemas and grammars compiled by llguidance (through common/grammars.py) so
+a bad one is a 400 naming the field, and tool_choice naming a declared tool. Each endpoint's
+params.py calls it once per request. Imports api.http.openai.common, api.http.openai.tools and
+runtime.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from api.http.openai import grammars
+from api.http.openai.common import grammars
 from api.http.openai.tools.spec import Tool, ToolSet
 from runtime.errors import InvalidRequest
 
-MAX_TOOLS = 32  # seed 001: at most 32 functions
-MAX_PROPERTIES = 15  # seed 001: a function's parameters have at most 15 properties
+MAX_TOOLS = 32  # the Databricks reference: at most 32 functions
+MAX_PROPERTIES = 15  # the Databricks reference: a function's parameters have at most 15 properties
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -72,8 +74,8 @@ def _function(spec: dict[str, Any], param: str) -> Tool:
     parameters = spec.get("parameters")
     if parameters is not None:
         where = f"{param}.parameters"
-        # Arguments are a JSON object (seed 001: "uno schema JSON valido oggetto"; the call
-        # format writes `"arguments": {...}`), so the schema must describe one. A schema
+        # Arguments are a JSON object (the Databricks reference: "a valid JSON schema object";
+        # the call format writes `"arguments": {...}`), so the schema must describe one. A schema
         # without "type" is read as an object schema (the grammar adds the type).
         if not isinstance(parameters, dict):
             raise InvalidRequest(f"tool {name!r}: parameters must be a JSON schema object.", param=where, code="invalid_schema")

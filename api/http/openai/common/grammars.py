@@ -2,13 +2,13 @@
 
 Owns: the `Guide` for structured outputs (Chat `response_format`, Responses `text.format`),
 the object schema a function's arguments follow, embedding a client's Lark grammar under a
-namespace (the tool-call grammar itself is api/http/openai/tools/grammar.py), and checking every
+namespace (the tool-call grammar itself is tools/grammar.py), and checking every
 schema and grammar a client sends by compiling it with llguidance, so a bad one is a 400
 naming the field instead of a failure inside the engine. Validation is cached by the text of
 the schema or grammar (an agent sends the same tools on every turn), and done off the event
-loop (`validated`). Imports llguidance, trio,
-runtime (runtime/grammar_spec.py: the grammar text the engine's compiler compiles, so the
-edge checks exactly what the engine will compile, with the same `JSON_OPTIONS`).
+loop (`validated`). Imports llguidance, trio and runtime (runtime/grammar_spec.py: the grammar
+text the engine's compiler compiles, so the edge checks exactly what the engine will compile,
+with the same `JSON_OPTIONS`).
 
 Grammars are llguidance's Lark dialect. A client's Lark grammar is embedded by renaming all of
 its rules and terminals into a namespace of its own (`namespace_lark`), so several tools'
@@ -112,7 +112,7 @@ def format_guide(kind: Any, schema: Any, param: str, schema_param: str | None = 
 def arguments_schema(parameters: dict[str, Any] | None) -> dict[str, Any]:
     """The schema a function's arguments are forced to follow, always an object schema: the
     empty object without parameters, and "type": "object" added to a schema that has no type
-    (api/tools.py refuses any other type)."""
+    (tools/validate.py refuses any other type)."""
     if parameters is None:
         return NO_PARAMETERS
     return parameters if "type" in parameters else {**parameters, "type": "object"}

@@ -2,8 +2,9 @@
 
 Owns: `OpenAIErrors`, the shape registered for the OpenAI surface and the default of every
 request no other surface claims (api/http/shared/errors.py), with the type and code of errors the
-HTTP layer raises itself (401, 404, 405, 408, 413, 429, 500), and `error_body`, which a
-stream uses for an error event. Imports msgspec, api.http.shared and runtime.
+HTTP layer raises itself (401, 404, 405, 408, 413, 429, 500), and `error_body` (an
+`ErrorResponse`), which a stream also sends as its error event. Imports msgspec,
+api.http.shared and runtime.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ class ErrorResponse(msgspec.Struct):
     error: ErrorDetail
 
 
-def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> ErrorResponse:
+    return ErrorResponse(ErrorDetail(message, type_, param, code))
 
 
 class OpenAIErrors(ErrorShape):

@@ -1,10 +1,12 @@
-"""The POST /v1/responses request body (seed 001, "API delle Risposte"), as msgspec structs.
+"""The POST /v1/responses request body (the Databricks Foundation Model API's Responses API),
+as msgspec structs.
 
 Owns: field names, types, defaults and single-field ranges. `input` items, `tools` and
 `tool_choice` come in several shapes, so they decode as plain JSON here and are checked item
-by item in `api/params_responses.py`, which names the exact path of a bad item. Fields the
-seed says we must refuse (background, store, conversation, service_tier) decode as anything,
-so that the refusal is a 400 naming them rather than a type error. Imports msgspec only.
+by item in responses/input.py and tools/validate.py, which name the exact path of a bad item.
+Fields the reference says we must refuse (background, store, conversation, service_tier)
+decode as anything, so that the refusal is a 400 naming them rather than a type error.
+Imports msgspec and api.http.openai.common.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from api.http.openai.schemas import PositiveInt, Temperature, TopP
+from api.http.openai.common.fields import PositiveInt, Temperature, TopP
 
 
 class ResponsesStreamOptions(msgspec.Struct, kw_only=True):
@@ -58,7 +60,8 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     include: list[str] | None = None
     prompt: dict[str, Any] | None = None
-    # Refused with a 400 when given (seed 001), or needing state this server does not keep.
+    # Refused with a 400 when given (the Databricks reference), or needing state this server
+    # does not keep.
     background: Any = None
     store: Any = None
     conversation: Any = None

@@ -1,4 +1,4 @@
-"""Beam search for /v1/completions (`use_beam_search`, seed 004), on top of the engine.
+"""Beam search for /v1/completions (`use_beam_search`, MindIE completions), on top of the engine.
 
 Owns: the beam bookkeeping (its prompts fit the context by runtime/context_window.py).
 Each round asks the engine, for every live beam, for the top next-token log-probabilities (a
@@ -55,8 +55,8 @@ class Beam:
     cumulative_logprob: float = 0.0
     finished: bool = False  # ended by EOS or a stop token id (the last token)
     stop_token_id: int | None = None  # the `stop_token_ids` id that ended it
-    # MindIE usage (seed 004), per token: the batch size of the step that produced it and the
-    # microseconds its step request waited in the queue.
+    # MindIE completions' usage, per token: the batch size of the step that produced it and
+    # the microseconds its step request waited in the queue.
     batch_size: list[int] = field(default_factory=list)
     queue_wait_time: list[int] = field(default_factory=list)
 

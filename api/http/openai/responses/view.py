@@ -1,13 +1,15 @@
-"""POST /v1/responses: decode → params → runtime → one Response object or a typed SSE stream.
+"""POST /v1/responses: decode → params → runtime → one `ResponseObject` or an SSE stream of its
+typed events.
 
 The same `ResponsesEventBuilder` runs for both: streaming sends its events, non-streaming
 returns the Response it built. Tool calls are read out of the text by `ToolCallParser`.
 
 A request refused before generation (bad fields, prompt too long, overload) is an HTTP error.
-Once admitted, a failure inside the engine is not: seed 001's Response has a `failed` status
-with an `error` (type, code, message, param), so the client gets that Response: HTTP 200 with
-whatever output was made before the failure (non-streaming), or `error` + `response.failed`
-(streaming), alike.
+Once admitted, a failure inside the engine is not: the Databricks Foundation Model API's
+Response has a `failed` status with an `error` (type, code, message, param), so the client gets
+that Response: HTTP 200 with whatever output was made before the failure (non-streaming), or
+`error` + `response.failed` (streaming), alike. Imports quart, api.http.shared, api.http.openai
+and runtime.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
+import msgspec
 from quart import Quart, Response
 
-from api.http.openai.grammars import validated
-from api.http.openai.logprobs import chat_logprobs
-from api.http.openai.params_responses import responses_params
-from api.http.openai.responses_events import Event, ResponsesEventBuilder, new_id
-from api.http.openai.schemas_responses import ResponsesRequest
-from api.http.openai.streaming import Generation
+from api.http.openai.common.generation import Generation
+from api.http.openai.common.grammars import validated
+from api.http.openai.common.logprobs import token_logprobs
+from api.http.openai.responses.events import Event, ResponsesEventBuilder, new_id
+from api.http.openai.responses.params import responses_params
+from api.http.openai.responses.request import ResponsesRequest
+from api.http.openai.responses.response import response_usage
 from api.http.openai.tools.parser import ToolCallParser, output_prefix
 from api.http.openai.tools.prompt import template_takes_tools
 from api.http.openai.tools.spec import ToolSet
@@ -55,7 +59,7 @@ def register(app: Quart, models: ModelRegistry) -> None:
             gen = await _start(Generation(runtime, [params.prompt], params.sampling))
         except RequestFailed as exc:  # admitted, then failed before its first token
             gen = exc
-        response = {"id": new_id("resp"), "object": "response", "created_at": int(time.time()), "model": runtime.served_name, **params.echo}
+        response = msgspec.structs.replace(params.response, id=new_id("resp"), created_at=int(time.time()), model=runtime.served_name)
         output = _Output(ResponsesEventBuilder(response), params.toolset, runtime.tokenizer if params.logprobs else None, output_prefix(params.sampling))
         # Usage goes in every final Response, streamed or not: OpenAI's does, its SDK has no way
         # to ask for it, and agent frameworks read it there (stream_options.include_usage,
@@ -138,17 +142,17 @@ class _Output:
     def finish(self, reason: FinishReason | None, usage: Usage | None) -> list[Event]:
         events = self._apply(self.parser.finish()) if self.parser is not None else []
         if reason is FinishReason.ABORT:
-            return events + self.builder.fail("The request was aborted.", usage=usage_json(usage))
+            return events + self.builder.fail("The request was aborted.", usage=response_usage(usage))
         # LENGTH is max_output_tokens or, without it, the end of the context window; the SDK's
         # IncompleteDetails.reason has "max_output_tokens" for both (the output limit then is
         # the room the prompt left), and no other value that fits.
         status = "incomplete" if reason is FinishReason.LENGTH else "completed"
-        return events + self.builder.finish(status, usage_json(usage), "max_output_tokens")
+        return events + self.builder.finish(status, response_usage(usage), "max_output_tokens")
 
     def fail(self, exc: BaseException) -> list[Event]:
         """The engine's failure; with its usage where it counted one (`RequestFailed.usage`)."""
         usage = exc.usage if isinstance(exc, RequestFailed) and isinstance(exc.usage, Usage) else None
-        return self.builder.fail(str(exc) or type(exc).__name__, usage=usage_json(usage))
+        return self.builder.fail(str(exc) or type(exc).__name__, usage=response_usage(usage))
 
     def _text(self, text: str, start: int) -> list[Event]:
         if not text:
@@ -165,7 +169,7 @@ class _Output:
                 break
         if self.tokenizer is None:
             return self.builder.text(text)
-        return self.builder.text(text, chat_logprobs(self.tokenizer, entries)["content"])
+        return self.builder.text(text, token_logprobs(self.tokenizer, entries))
 
     def _apply(self, parsed: list[tuple[Any, ...]]) -> list[Event]:
         events: list[Event] = []
@@ -179,17 +183,3 @@ class _Output:
             else:
                 events += self.builder.call_done(rest[0].complete)
         return events
-
-
-def usage_json(usage: Usage | None) -> dict[str, Any] | None:
-    """The Responses `usage` object. These models spend no hidden reasoning tokens."""
-    if usage is None:
-        return None
-    return {
-        "input_tokens": usage.prompt_tokens,
-        # The SDK's type requires cache_write_tokens; the prefix cache does not count writes.
-        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
-        "output_tokens": usage.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-    }

@@ -1,10 +1,13 @@
-"""Helpers every generation route shares: start a request, stream it as SSE, or collect it.
+"""`Generation`: what every generating endpoint shares: start a request on the engine, stream
+it as SSE, or collect it.
 
 Owns: the rule that a streaming response starts only after the first delta arrives (so a
 prompt that is too long still gets a proper 4xx, not a broken stream), the synchronous cleanup
-on client disconnect (`RequestStream.close()` never awaits, ANCHORS E1), and reading the n
-sequences of one request (n, best_of, several prompts) as one interleaved stream without a
-nursery (their mailboxes share a GroupSignal).
+on client disconnect (`RequestStream.close()` never awaits: once the client is gone, any await
+in a cancelled SSE generator's `finally` raises Cancelled, so cleanup that awaits never runs),
+and reading the n sequences of one request (n, best_of, several prompts) as one interleaved
+stream without a nursery (their mailboxes share a GroupSignal). Imports quart,
+api.http.shared, api.http.openai.common and runtime.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass, field
 
 from quart import Response
 
-from api.http.openai.errors import error_body
+from api.http.openai.common.errors import error_body
 from api.http.shared import sse
 from runtime.mailbox import GroupSignal
 from runtime.messages import FinishReason, Logprob, TextDelta, Usage

@@ -1,23 +1,25 @@
-"""POST /v1/completions: legacy text completions (seeds 000 and 004), streaming or not.
+"""POST /v1/completions: legacy text completions (the Databricks Foundation Model API's and
+MindIE Server's), streaming or not; its body a `Completion`.
 
 A batch of prompts × n (or best_of) sequences runs as one group. best_of > n returns the n
 sequences with the highest cumulative logprob. echo prepends the prompt (with its logprobs when
-`logprobs` is set), suffix appends. use_beam_search runs api/beam.py instead.
+`logprobs` is set), suffix appends. use_beam_search runs completions/beam.py instead. `respond`
+is also what Databricks' completions invocations answer with.
 
-Choice `index` is prompt_index * n + i, a decision between the seeds: 000/001 call
-CompletionChoice.index "the index of the prompt in the request", 004 "the choice's position in
-the list" (its n=2 examples number one prompt's choices 0 and 1), OpenAI prompt_index * n + i.
-With n = 1 all three agree. With n > 1 the prompt index alone would give one prompt's choices
-the same index, which contradicts seed 004's examples and leaves a streaming client (the openai
-SDK yields chunks that carry only `index`) unable to tell the choices apart; prompt_index * n + i
-is 004's position in the list, and the prompt index stays index // n.
+Choice `index` is prompt_index * n + i, a decision between the references: the Databricks
+reference calls CompletionChoice.index "the index of the prompt in the request", MindIE's "the
+choice's position in the list" (its n=2 examples number one prompt's choices 0 and 1), OpenAI
+prompt_index * n + i. With n = 1 all three agree. With n > 1 the prompt index alone would give
+one prompt's choices the same index, which contradicts MindIE's examples and leaves a streaming
+client (the openai SDK yields chunks that carry only `index`) unable to tell the choices apart;
+prompt_index * n + i is MindIE's position in the list, and the prompt index stays index // n.
 
 `text_offset` counts from the start of the choice's own `text` (the echoed prompt included), so
-text[offset:].startswith(token) for every token. Seed 004's n=2 examples instead continue the
+text[offset:].startswith(token) for every token. MindIE's n=2 examples instead continue the
 offsets from one choice to the next (offsets into the concatenation of all choices' texts); we
 do not follow that: it breaks finding a token in its choice's text by its offset, the one use the
 field has (OpenAI and vLLM offsets are per choice), a choice's offsets would change with the
-length of the choices before it, and seed 004's table defines text_offset only as "the position
+length of the choices before it, and MindIE's table defines text_offset only as "the position
 offset of the generated text".
 """
 
@@ -26,17 +28,18 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
+import msgspec
 import trio
 from quart import Quart, Response
 
-from api.http.openai.beam import BeamSearch, unwrapped_errors
-from api.http.openai.logprobs import legacy_logprobs
-from api.http.openai.params import completion_params
-from api.http.openai.schemas import CompletionRequest
-from api.http.openai.streaming import Collected, Generation, sse_stream
-from api.http.openai.usage import usage_dict
+from api.http.openai.common.generation import Collected, Generation, sse_stream
+from api.http.openai.common.logprobs import LegacyLogprobs, legacy_logprobs
+from api.http.openai.common.usage import CompletionUsage, completion_usage
+from api.http.openai.completions.beam import BeamSearch, unwrapped_errors
+from api.http.openai.completions.params import completion_params
+from api.http.openai.completions.request import CompletionRequest
+from api.http.openai.completions.response import Completion, CompletionChoice
 from api.http.shared import sse
 from api.http.shared.body import decode_body
 from api.http.shared.errors import json_response
@@ -57,7 +60,7 @@ def register(app: Quart, models: ModelRegistry) -> None:
 
 
 async def respond(models: ModelRegistry, req: CompletionRequest) -> Response:
-    """A decoded completions request → its JSON body or SSE stream (also Databricks' invocations')."""
+    """A decoded completions request → its JSON body or SSE stream."""
     runtime = models.resolve(req.model)
     prompts, sampling = completion_params(req)
     if req.use_beam_search:
@@ -77,12 +80,13 @@ async def respond(models: ModelRegistry, req: CompletionRequest) -> Response:
             group = sorted(group, key=lambda o: o.cumulative_logprob, reverse=True)[: req.n]
         for i, out in enumerate(group):
             choices.append(_choice(runtime, req, p * req.n + i, out, echoes[p]))
-    return json_response({**head, "choices": choices, "usage": _usage(outs, per_prompt)})
+    return json_response(msgspec.structs.replace(head, choices=choices, usage=_usage(outs, per_prompt)))
 
 
 async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[Prompt], sampling: SamplingParams) -> Response:
-    """Beam search (api/beam.py), one search per prompt, concurrently. The beams are only known
-    at the end: a stream sends them all in one chunk, usage included (seed 004's example)."""
+    """Beam search (completions/beam.py), one search per prompt, concurrently. The beams are
+    only known at the end: a stream sends them all in one chunk, usage included (as MindIE's
+    example does)."""
     collected: list[list[Collected]] = [[] for _ in prompts]
 
     async def one(p: int) -> None:
@@ -91,10 +95,8 @@ async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[P
             await runtime.encode(prompt), sampling.max_tokens, runtime.max_model_len, truncate=prompt.truncate, max_tokens_param=sampling.max_tokens_param
         )
         search = BeamSearch(runtime, ids, sampling.n, max_tokens, sampling)
-        beams = (await search.run())[: req.n]
-        for beam in beams:
+        for beam in (await search.run())[: req.n]:
             tokens = visible_tokens(beam.tokens, sampling, beam.finished, beam.stop_token_id)
-            text = await runtime.decode(tokens, sampling.skip_special_tokens)
             usage = Usage(
                 prompt_tokens=len(ids),
                 completion_tokens=len(beam.tokens),
@@ -105,7 +107,7 @@ async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[P
             )
             collected[p].append(
                 Collected(
-                    text=text,
+                    text=await runtime.decode(tokens, sampling.skip_special_tokens),
                     token_ids=beam.tokens,
                     logprobs=beam.logprobs,
                     prompt_logprobs=search.prompt_logprobs,
@@ -123,7 +125,7 @@ async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[P
         _choice(runtime, req, p * req.n + i, out, echoes[p]) for p, outs in enumerate(collected) for i, out in enumerate(outs)
     ]
     outs = [out for group in collected for out in group]
-    body = {**_head(runtime, f"cmpl-beam-{uuid.uuid4().hex[:16]}"), "choices": choices, "usage": _usage(outs, req.n)}
+    body = msgspec.structs.replace(_head(runtime, f"cmpl-beam-{uuid.uuid4().hex[:16]}"), choices=choices, usage=_usage(outs, req.n))
     if not req.stream:
         return json_response(body)
 
@@ -134,14 +136,8 @@ async def _beam_search(runtime: Runtime, req: CompletionRequest, prompts: list[P
     return sse.response(events())
 
 
-def _head(runtime: Runtime, completion_id: str) -> dict[str, Any]:
-    return {
-        "id": completion_id,
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": runtime.served_name,
-        "system_fingerprint": runtime.fingerprint,
-    }
+def _head(runtime: Runtime, completion_id: str) -> Completion:
+    return Completion(id=completion_id, created=int(time.time()), model=runtime.served_name, system_fingerprint=runtime.fingerprint, choices=[])
 
 
 Echo = tuple[str, list[int]]  # what echo prepends to a prompt's choices: text and token ids
@@ -164,7 +160,7 @@ async def _echoes(runtime: Runtime, req: CompletionRequest, prompts: list[Prompt
     return echoes
 
 
-def _choice(runtime: Runtime, req: CompletionRequest, index: int, out: Collected, echo: Echo) -> dict[str, Any]:
+def _choice(runtime: Runtime, req: CompletionRequest, index: int, out: Collected, echo: Echo) -> CompletionChoice:
     echo_text, echo_ids = echo
     text = echo_text + out.text + (req.suffix or "")
     logprobs = None
@@ -178,40 +174,18 @@ def _choice(runtime: Runtime, req: CompletionRequest, index: int, out: Collected
         entries += list(out.logprobs)
         ids += [e.token_id for e in out.logprobs]
         logprobs = legacy_logprobs(runtime.tokenizer, entries, ids)
-    return {
-        "index": index,
-        "text": text,
-        "logprobs": logprobs,
-        "finish_reason": out.finish_reason.value if out.finish_reason else None,
-        "stop_reason": out.stop_reason,
-    }
+    finish = out.finish_reason.value if out.finish_reason else None
+    return CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish, stop_reason=out.stop_reason)
 
 
-def _usage(outs: list[Collected], per_prompt: int) -> dict[str, Any] | None:
-    usages = [o.usage for o in outs if o.usage is not None]
-    if not usages:
-        return None
-    # The prompt is counted once per prompt, not once per sequence that shares it.
-    prompt_tokens = sum(u.prompt_tokens for u in usages[::per_prompt])
-    completion_tokens = sum(u.completion_tokens for u in usages)
-    body = usage_dict(usages[0]) or {}
-    body.update(
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        total_tokens=prompt_tokens + completion_tokens,
-        batch_size=[b for u in usages for b in u.batch_size],
-        queue_wait_time=[w for u in usages for w in u.queue_wait_time],
-    )
-    # Like prompt_tokens, cached and truncated prompt tokens count once per prompt.
-    body["prompt_tokens_details"] = {"cached_tokens": sum(u.cached_tokens for u in usages[::per_prompt])}
-    body["truncated_prompt_tokens"] = sum(u.truncated_prompt_tokens for u in usages[::per_prompt])
-    return body
+def _usage(outs: list[Collected], per_prompt: int) -> CompletionUsage | None:
+    return completion_usage([o.usage for o in outs if o.usage is not None], per_prompt)
 
 
-def _stream(runtime: Runtime, gen: Generation, req: CompletionRequest, head: dict[str, Any], echoes: list[Echo], per_prompt: int) -> Response:
+def _stream(runtime: Runtime, gen: Generation, req: CompletionRequest, head: Completion, echoes: list[Echo], per_prompt: int) -> Response:
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     if include_usage:
-        head = {**head, "usage": None}
+        head = msgspec.structs.replace(head, usage=None)
     finished: dict[int, Collected] = {}
     started: set[int] = set()
     offsets: dict[int, int] = {}
@@ -235,18 +209,18 @@ def _stream(runtime: Runtime, gen: Generation, req: CompletionRequest, head: dic
             finished[index] = Collected(usage=delta.usage)
         if not text and finish is None and not ids:
             return []  # nothing to say yet (text held back, no logprobs asked)
-        logprobs = None
+        logprobs: LegacyLogprobs | None = None
         if req.logprobs is not None:
             logprobs = legacy_logprobs(runtime.tokenizer, entries, ids, offsets.get(index, 0))
-            offsets[index] = offsets.get(index, 0) + sum(len(t) for t in logprobs["tokens"])
-        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish, "stop_reason": delta.stop_reason if finish else None}
-        return [sse.data({**head, "choices": [choice]})]
+            offsets[index] = offsets.get(index, 0) + sum(len(t) for t in logprobs.tokens)
+        choice = CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish, stop_reason=delta.stop_reason if finish else None)
+        return [sse.data(msgspec.structs.replace(head, choices=[choice]))]
 
     def tail() -> list[bytes]:
         out = []
         if include_usage:
             outs = [finished[i] for i in sorted(finished)]
-            out.append(sse.data({**head, "choices": [], "usage": _usage(outs, req.n)}))
+            out.append(sse.data(msgspec.structs.replace(head, choices=[], usage=_usage(outs, req.n))))
         out.append(sse.DONE)
         return out
 

@@ -1,7 +1,10 @@
-"""Logprobs in the two shapes clients expect: Chat's `content[]` and the legacy Completions
-object (`tokens`, `token_logprobs`, `top_logprobs`, `text_offset`, seeds 000/004).
+"""Logprobs in the two shapes clients expect, as msgspec structs: Chat's `content[]`
+(`ChatLogprobs`, whose entries Responses' output_text parts carry too) and the legacy
+Completions object (`LegacyLogprobs`: `tokens`, `token_logprobs`, `top_logprobs`,
+`text_offset`, as the Databricks Foundation Model API and MindIE completions have them).
 
 Owns: token text for a token id (decoded alone, cached per tokenizer) and both layouts.
+Imports msgspec and runtime.
 """
 
 from __future__ import annotations
@@ -9,7 +12,34 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+import msgspec
+
 from runtime.messages import Logprob
+
+
+class TopLogprob(msgspec.Struct):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprob(msgspec.Struct):
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(msgspec.Struct):
+    content: list[TokenLogprob]
+    refusal: None = None
+
+
+class LegacyLogprobs(msgspec.Struct):
+    tokens: list[str]
+    token_logprobs: list[float | None]  # None: a first prompt token, which has no context
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
 
 # tokenizer → token id → text. Weakly keyed on the tokenizer itself: keyed on id(), a cache
 # outlived its tokenizer and served another model's token texts once Python reused the id.
@@ -60,25 +90,28 @@ def _bytes_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(printable, chars)}
 
 
-def chat_logprobs(tokenizer: Any, entries: list[Logprob]) -> dict[str, Any]:
-    def item(token_id: int, logprob: float) -> dict[str, Any]:
-        text = token_text(tokenizer, token_id)
-        return {"token": text, "logprob": logprob, "bytes": token_bytes(tokenizer, token_id)}
+def token_logprobs(tokenizer: Any, entries: list[Logprob]) -> list[TokenLogprob]:
+    """Each token with its text, bytes and alternatives (Chat's and Responses' entries)."""
 
-    return {
-        "content": [
-            {**item(e.token_id, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]} for e in entries
-        ],
-        "refusal": None,
-    }
+    def top(token_id: int, logprob: float) -> TopLogprob:
+        return TopLogprob(token_text(tokenizer, token_id), logprob, token_bytes(tokenizer, token_id))
+
+    return [
+        TokenLogprob(token_text(tokenizer, e.token_id), e.logprob, token_bytes(tokenizer, e.token_id), [top(t, lp) for t, lp in e.top])
+        for e in entries
+    ]
+
+
+def chat_logprobs(tokenizer: Any, entries: list[Logprob]) -> ChatLogprobs:
+    return ChatLogprobs(token_logprobs(tokenizer, entries))
 
 
 def legacy_logprobs(
     tokenizer: Any, entries: list[Logprob | None], token_ids: list[int], text_start: int = 0
-) -> dict[str, Any]:
+) -> LegacyLogprobs:
     """`entries[i]` scores `token_ids[i]` (None for a first prompt token, which has no context)."""
     tokens: list[str] = []
-    token_logprobs: list[float | None] = []
+    chosen: list[float | None] = []
     tops: list[dict[str, float] | None] = []
     offsets: list[int] = []
     offset = text_start
@@ -88,15 +121,16 @@ def legacy_logprobs(
         offsets.append(offset)
         offset += len(text)
         if entry is None:
-            token_logprobs.append(None)
+            chosen.append(None)
             tops.append(None)
         else:
-            token_logprobs.append(entry.logprob)
+            chosen.append(entry.logprob)
             # Best first; two tokens with the same text keep the likelier one's value. The
-            # chosen token is always listed (seed 004, as vLLM: up to logprobs + 1 entries).
+            # chosen token is always listed (MindIE completions, as vLLM: up to logprobs + 1
+            # entries).
             top: dict[str, float] = {}
             for t, lp in entry.top:
                 top.setdefault(token_text(tokenizer, t), lp)
             top.setdefault(text, entry.logprob)
             tops.append(top)
-    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}
+    return LegacyLogprobs(tokens, chosen, tops, offsets)

@@ -1,0 +1,120 @@
+"""The one place a decoded chat request becomes the engine's `Prompt` and `SamplingParams`,
+with its tools validated once (`ChatParams.toolset`, which the view reads calls back with).
+
+Owns: Chat's cross-field rules (top_logprobs needs logprobs, the system role comes first, a
+tool message names its call, ...), response_format and tools as a guide, the messages as the
+chat template reads them. The rules Chat shares with Completions are common/sampling.py's.
+Imports api.http.openai.common, api.http.openai.tools, api.http.openai.chat and runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from api.http.openai.chat.request import ChatCompletionRequest, ChatMessage
+from api.http.openai.common.grammars import format_guide
+from api.http.openai.common.sampling import sampling_params
+from api.http.openai.tools.grammar import tool_guide
+from api.http.openai.tools.prompt import render_conversation
+from api.http.openai.tools.spec import ToolSet
+from api.http.openai.tools.validate import build_toolset
+from runtime.errors import InvalidRequest
+from runtime.request import Prompt
+from runtime.sampling import SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class ChatParams:
+    prompt: Prompt
+    sampling: SamplingParams
+    toolset: ToolSet | None  # the declared tools and tool_choice, validated; None without tools
+
+    @property
+    def callable_tools(self) -> ToolSet | None:
+        """The toolset when the model may call a tool now (tool_choice "none" calls nothing)."""
+        return self.toolset if self.toolset is not None and self.toolset.callable() else None
+
+
+def chat_params(req: ChatCompletionRequest, template_tools: bool = False) -> tuple[Prompt, SamplingParams]:
+    """What the engine runs for a chat request (the cluster's ingress hashes its prompt)."""
+    params = chat_request(req, template_tools)
+    return params.prompt, params.sampling
+
+
+def chat_request(req: ChatCompletionRequest, template_tools: bool = False) -> ChatParams:
+    """`template_tools`: the model's chat template renders `tools` (tools/prompt.py)."""
+    if req.top_logprobs is not None and not req.logprobs:
+        raise InvalidRequest("top_logprobs requires logprobs to be true.", param="top_logprobs")
+    toolset = build_toolset(req.tools, req.tool_choice, req.parallel_tool_calls)
+    text_guide = _response_format_guide(req.response_format)
+    guide = tool_guide(toolset, text_guide) if toolset is not None else text_guide
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    sampling = sampling_params(req, max_tokens, n_generate=req.n, logprobs=logprobs)
+    if guide is not None:
+        sampling = msgspec.structs.replace(sampling, guide=guide)
+    if req.max_completion_tokens is not None:  # it wins over max_tokens: errors name it
+        sampling = msgspec.structs.replace(sampling, max_tokens_param="max_completion_tokens")
+    _check_roles(req.messages)
+    messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
+    messages, tool_kwargs = render_conversation(messages, toolset, template_tools)
+    kwargs: dict[str, Any] = {**(req.chat_template_kwargs or {}), **tool_kwargs}
+    if req.reasoning_effort is not None:
+        kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+    return ChatParams(Prompt(messages=messages, chat_template_kwargs=kwargs), sampling, toolset)
+
+
+def _response_format_guide(response_format: dict[str, Any] | None) -> Any:
+    """response_format → a Guide: json_object, or json_schema ({"json_schema": {"schema": ...}})."""
+    if not response_format:
+        return None
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if response_format.get("type") == "json_schema" and schema is None:
+        raise InvalidRequest("response_format json_schema needs json_schema.schema.", param="response_format.json_schema.schema")
+    return format_guide(response_format.get("type", "text"), schema, "response_format", "response_format.json_schema.schema")
+
+
+def _check_roles(messages: list[ChatMessage]) -> None:
+    """The Databricks Foundation Model API's chat request: the system role "may be used only
+    once, as the first message" (a developer message is the same system prompt under OpenAI's
+    newer name), and a tool message carries the tool_call_id of the call it answers."""
+    for i, message in enumerate(messages):
+        if message.role in ("system", "developer") and i > 0:
+            raise InvalidRequest(
+                f"A {message.role} message may appear only once, as the first message; messages[{i}] is a {message.role} message.",
+                param=f"messages[{i}].role",
+            )
+        if message.role == "tool" and not message.tool_call_id:
+            raise InvalidRequest("A tool message needs the tool_call_id of the call it answers.", param=f"messages[{i}].tool_call_id")
+
+
+def _message_dict(index: int, message: ChatMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role}
+    content = message.content
+    if isinstance(content, list):
+        texts = []
+        for j, part in enumerate(content):
+            if part.type in ("text", "input_text", "output_text") and part.text is not None:
+                texts.append(part.text)
+            elif part.type in ("image_url", "input_image", "input_audio", "file", "input_file"):
+                raise InvalidRequest(
+                    f"Content parts of type {part.type!r} need a multimodal model; this model reads text only.",
+                    param=f"messages[{index}].content[{j}].type",
+                )
+            else:
+                raise InvalidRequest(f"Unknown content part type {part.type!r}.", param=f"messages[{index}].content[{j}].type")
+        content = "".join(texts)
+    if content is None and not message.tool_calls:
+        raise InvalidRequest("A message needs content.", param=f"messages[{index}].content")
+    out["content"] = content or ""
+    if message.name is not None:
+        out["name"] = message.name
+    if message.tool_calls:
+        out["tool_calls"] = message.tool_calls
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    return out

@@ -1,0 +1,50 @@
+"""The POST /v1/chat/completions request body, as msgspec structs (the Databricks Foundation
+Model API's and Azure ML's chat completions, which OpenAI's SDK sends too).
+
+Owns: the fields only Chat has; the ones it shares with Completions are
+common/fields.py `SamplingFields`. Cross-field rules are chat/params.py's. Imports msgspec and
+api.http.openai.common.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from api.http.openai.common.fields import PositiveInt, SamplingFields
+
+
+class ContentPart(msgspec.Struct, kw_only=True):
+    type: str
+    text: str | None = None
+    image_url: Any = None
+    input_audio: Any = None
+    file: Any = None
+
+
+class ChatMessage(msgspec.Struct, kw_only=True):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class ChatCompletionRequest(SamplingFields, kw_only=True):
+    messages: Annotated[list[ChatMessage], Meta(min_length=1)]
+    max_completion_tokens: PositiveInt | None = None
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    # The Databricks reference: "low", "medium" (the default) or "high"; Azure ML's chat
+    # completions have no such field.
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
