@@ -24,7 +24,8 @@ from runtime.messages import FinishReason
 from tests.support.scripted import Script
 
 # No client may reach the internet: no telemetry, no tracing export, no hub or price-list
-# downloads (each library's own switch, set before it is imported).
+# downloads (each library's own switch, set before it is imported: tests/server/clients/conftest.py
+# imports this module before any test module there imports a client).
 for _name, _value in {
     "OPENAI_AGENTS_DISABLE_TRACING": "1",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -36,18 +37,6 @@ for _name, _value in {
     os.environ.setdefault(_name, _value)
 
 T = TypeVar("T")
-
-# No client may reach the internet: no telemetry, no tracing export, no hub or price-list
-# downloads (each library's own switch, set before it is imported).
-for _name, _value in {
-    "OPENAI_AGENTS_DISABLE_TRACING": "1",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "LITELLM_TELEMETRY": "False",
-    "DATABRICKS_CONFIG_FILE": os.devnull,
-    "HF_HUB_OFFLINE": "1",
-    "OTEL_SDK_DISABLED": "true",
-}.items():
-    os.environ.setdefault(_name, _value)
 
 # Small schemas: whatever the random model writes under the grammar is short and valid.
 CITY = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo", "Rome"]}}, "required": ["city"], "additionalProperties": False}
