@@ -87,7 +87,12 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the native path's single-stream decode step at start-up (minutes the first time on a small CPU, inductor's disk cache after; default off)")
     p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_const", const=False, default=None, help="on a GPU, run decode steps eager instead of replaying one captured CUDA graph per batch and key-length bucket (native path; default: graphs on CUDA)")
     p.add_argument("--async-scheduling", action="store_true", help="plan each decode-only step while the one before it runs, so the device never waits for the event loop between them (default off)")
-    p.add_argument("--quantization", default=None, choices=["int8", "int4"], help="quantized linears on the native path: weight-only kernels for steps of up to 4 rows, an int8 GEMM with per-row quantized activations past that (default: off)")
+    p.add_argument(
+        "--quantization", default=None, choices=["none", "int8", "int4", "shipped"],
+        help="linears on the native path (CPU): int8/int4 quantize the dense weights, shipped serves the checkpoint's own quantized blocks "
+        "(the embedded SmolLM2's Q4_1), none the dense weights; weight-only kernels for steps of up to 4 rows, an int8 GEMM with per-row "
+        "quantized activations past that (default: shipped where the checkpoint ships quantized weights and --dtype is not given, else none)",
+    )  # fmt: skip
     platform_config.add_arguments(p)
 
 
