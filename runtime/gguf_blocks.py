@@ -90,27 +90,88 @@ def unpermute_rows(x: Any, heads: int) -> Any:
     return x.reshape(heads, shape[0] // heads // 2, 2, *shape[1:]).swapaxes(2, 1).reshape(shape)
 
 
+# GGUF metadata value types (ggml's gguf.md): fixed sizes, 8 a string, 9 an array
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+
+
+def _value(buf: memoryview, pos: int, kind: int) -> tuple[Any, int]:
+    """One metadata value at `pos` and the position after it (arrays are skipped: None)."""
+    import struct
+
+    if kind == _STRING:
+        (n,) = struct.unpack_from("<Q", buf, pos)
+        return bytes(buf[pos + 8 : pos + 8 + n]).decode("utf-8", "replace"), pos + 8 + n
+    if kind != _ARRAY:
+        return struct.unpack_from(_SCALARS[kind], buf, pos)[0], pos + struct.calcsize(_SCALARS[kind])
+    item, count = struct.unpack_from("<IQ", buf, pos)
+    pos += 12
+    if item != _STRING and item != _ARRAY:
+        return None, pos + count * struct.calcsize(_SCALARS[item])
+    for _ in range(count):
+        pos = _value(buf, pos, item)[1]
+    return None, pos
+
+
+def read_tensors(gguf_path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, Any]]]:
+    """A GGUF file's scalar metadata, and each tensor's (ggml type, raw bytes `[rows, row bytes]`).
+
+    The `gguf` package's reader builds every metadata array (the vocabulary: ~100k strings),
+    which took 3-6 s of the conversion for nothing read here; this walks past them."""
+    import struct
+
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    buf = memoryview(gguf_path.read_bytes())
+    magic, version, n_tensors, n_kv = struct.unpack_from("<4sIQQ", buf, 0)
+    if magic != b"GGUF" or version < 2:
+        raise ValueError(f"{gguf_path.name}: not a GGUF v2+ file")
+    pos, meta = 24, {}
+    for _ in range(n_kv):
+        key, pos = _value(buf, pos, _STRING)
+        (kind,), pos = struct.unpack_from("<I", buf, pos), pos + 4
+        meta[key], pos = _value(buf, pos, kind)
+    infos = []
+    for _ in range(n_tensors):
+        name, pos = _value(buf, pos, _STRING)
+        (dims,) = struct.unpack_from("<I", buf, pos)
+        shape = struct.unpack_from(f"<{dims}Q", buf, pos + 4)  # ggml order: the row length first
+        kind, offset = struct.unpack_from("<IQ", buf, pos + 4 + 8 * dims)
+        infos.append((name, shape, kind, offset))
+        pos += 4 + 8 * dims + 12
+    align = int(meta.get("general.alignment") or 32)
+    start = -(-pos // align) * align
+    tensors = {}
+    for name, shape, kind, offset in infos:
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+        rows, row_bytes = int(np.prod(shape[1:], dtype=np.int64)), shape[0] // block * size
+        data = np.frombuffer(buf, dtype=np.uint8, count=rows * row_bytes, offset=start + offset)
+        tensors[name] = (kind, data.reshape(rows, row_bytes))
+    return meta, tensors
+
+
 def read_blocks(gguf_path: Path) -> dict[str, Any]:
     """The file's Q4_1 and Q8_0 tensors as `shipped.safetensors` arrays (module docstring)."""
-    from gguf import GGMLQuantizationType, GGUFReader
+    from gguf import GGMLQuantizationType
 
-    reader = GGUFReader(gguf_path)
-    arch = reader.fields["general.architecture"].contents()
+    meta, tensors = read_tensors(gguf_path)
+    arch = meta.get("general.architecture")
     if arch != "llama":
         raise ValueError(f"{gguf_path.name}: architecture {arch!r}, not llama (q/k rows would need another mapping)")
-    heads = int(reader.fields["llama.attention.head_count"].contents())
-    kv_heads = int(reader.fields["llama.attention.head_count_kv"].contents())
+    heads = int(meta["llama.attention.head_count"])
+    kv_heads = int(meta["llama.attention.head_count_kv"])
     row_heads = {".self_attn.q_proj.": heads, ".self_attn.k_proj.": kv_heads}
     out: dict[str, Any] = {}
-    for tensor in reader.tensors:
-        name = hf_name(tensor.name)
-        if name is None or tensor.tensor_type not in (GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0):
+    for gguf_name, (kind, data) in tensors.items():
+        name = hf_name(gguf_name)
+        if name is None or kind not in (GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0):
             continue
-        if tensor.tensor_type == GGMLQuantizationType.Q4_1:
-            q, d, m = unpack_q4_1(tensor.data)
+        if kind == GGMLQuantizationType.Q4_1:
+            q, d, m = unpack_q4_1(data)
             arrays = {"q4_1.qs": q, "q4_1.d": d, "q4_1.m": m}
         else:
-            q8, d = unpack_q8_0(tensor.data)
+            q8, d = unpack_q8_0(data)
             arrays = {"q8_0.qs": q8, "q8_0.d": d}
         permuted = next((h for key, h in row_heads.items() if key in name), None)
         for key, array in arrays.items():

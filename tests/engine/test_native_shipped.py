@@ -4,7 +4,8 @@ other choice (--dtype, --quantization none|int4, the transformers path) keeps th
 
 In float32 the blocks on the int4 kernel are the dense weights exactly (no requantization), so
 steps of up to quant.MAX_ROWS[4] rows match the dense model to rounding and greedy text is the
-same; past the limit the int8 GEMM runs, as with --quantization int4.
+same; past the limit the int8 GEMM runs, as with --quantization int4, and on a CPU with AMX,
+past shipped.dense_past_rows, the dense matrices kept beside the blocks.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 import trio
 
 from actors.build import build_engine
-from actors.runners.native import quant
+from actors.runners.native import quant, shipped
 from actors.runners.torch_runner import TorchRunner
 from runtime.config import RuntimeConfig
 from runtime.request import Prompt
@@ -69,6 +70,25 @@ def test_float32_shipped_steps_are_the_dense_weights_up_to_the_row_limit(shipped
         assert ((s - d).norm() / d.norm()) < 1e-5, rows
     s, d = _logits(shipped, limit + 5), _logits(dense, limit + 5)  # the int8 GEMM: close, not exact
     assert 1e-5 < ((s - d).norm() / d.norm()) < 0.05
+
+
+@pytest.mark.parametrize("dense_rows", [None, 8])
+def test_past_the_dense_row_limit_steps_run_the_kept_dense_matrices(shipped_dir: Path, monkeypatch: pytest.MonkeyPatch, dense_rows: int | None) -> None:
+    monkeypatch.setattr(shipped, "dense_past_rows", lambda device: dense_rows)  # AMX or not, whatever this CPU is
+    served = TorchRunner(shipped_dir, dtype="float32", quantization="shipped", **KWARGS)
+    served.load()
+    dense = TorchRunner(shipped_dir, dtype="float32", **KWARGS)
+    dense.load()
+    assert served.model is not None
+    kept = served.model.model.w.layers[0].gate_up
+    assert isinstance(kept, quant.QuantizedWeight) and (kept.dense is None) == (dense_rows is None)
+
+    def error(rows: int) -> float:
+        s, d = _logits(served, rows), _logits(dense, rows)
+        return float((s - d).norm() / d.norm())
+
+    assert 1e-5 < error(6)  # between the limits: the int8 GEMM
+    assert (error(13) < 1e-6) == (dense_rows is not None)  # past them: the very dense matrices, or the int8 GEMM again
 
 
 @pytest.mark.parametrize(

@@ -84,12 +84,14 @@ class NativePath:
         smooth = smoothing.prepare(self.model, model_dir, bits)
         if smoothing.ALPHA is not None:
             log.info("smoothed", alpha=smoothing.ALPHA, seconds=round(time.perf_counter() - started, 2))
-        self.model.linear = quant.QuantLinear(quant.MAX_ROWS[bits])
         if quantization != shipped.SCHEME:
             quant.quantize_model(weights, bits, smooth)
+            self.model.linear = quant.QuantLinear(quant.MAX_ROWS[bits])
             return quantization
-        served = shipped.quantize_model(weights, model_dir, self.cfg.tie_word_embeddings, smooth)
-        log.info("shipped_weights", matrices=dict(served), seconds=round(time.perf_counter() - started, 2))
+        dense_rows = shipped.dense_past_rows(weights.embed.device)
+        served = shipped.quantize_model(weights, model_dir, self.cfg.tie_word_embeddings, smooth, keep_dense=dense_rows is not None)
+        self.model.linear = quant.QuantLinear(quant.MAX_ROWS[bits], dense_rows)
+        log.info("shipped_weights", matrices=dict(served), dense_past_rows=dense_rows, seconds=round(time.perf_counter() - started, 2))
         return shipped.describe(served)
 
     def build_step(self, seqs, tables, block_size, k_cache, v_cache):

@@ -60,6 +60,9 @@ class QuantizedWeight:
     # The int4 pack spans the input twice (shipped.py: 8-bit quants as high and low nibbles):
     # the weight-only kernel reads [x, x].
     doubled: bool = False
+    # The dense matrix in the activations' dtype, when kept for steps past `QuantLinear.dense_rows`
+    # (shipped.py, on CPUs whose bf16 GEMM beats the int8 GEMM there). None: not kept.
+    dense: torch.Tensor | None = None
 
     @property
     def shape(self) -> torch.Size:
@@ -117,14 +120,18 @@ def int8_gemm(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
 
 
 class QuantLinear:
-    """The model's `linear`: the weight-only kernel up to `max_rows` rows, the int8 GEMM past them."""
+    """The model's `linear`: the weight-only kernel up to `max_rows` rows, the int8 GEMM past them,
+    and past `dense_rows` (when given) the dense matrix a weight keeps, if it keeps one."""
 
-    def __init__(self, max_rows: int) -> None:
+    def __init__(self, max_rows: int, dense_rows: int | None = None) -> None:
         self.max_rows = max_rows
+        self.dense_rows = dense_rows
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None) -> torch.Tensor:
         if not isinstance(weight, QuantizedWeight):
             return F.linear(x, weight, bias)
+        if self.dense_rows is not None and x.shape[0] > self.dense_rows and weight.dense is not None:
+            return F.linear(x, weight.dense, bias)
         if x.shape[0] > self.max_rows:
             out = int8_gemm(x, weight)
         elif weight.bits == 8:

@@ -19,8 +19,15 @@ the int8 matrix's bytes plus the scales, ~0.6x the bf16 matrix's; an int4 requan
 this lm_head cost 0.046 nats/token of KL alone (docs/performance.md, "Quantization").
 
 The int8 GEMM's matrices (steps past the row limit) come from the dense upcast, per output
-channel and smoothed, as `--quantization int4` makes them (quant.py). Tensors the checkpoint
-keeps at other precisions (F32 norms, any other block type) stay dense, read as converted.
+channel and smoothed, as `--quantization int4` makes them (quant.py). On a CPU with AMX the
+dense upcast is kept too, and steps past AMX_DENSE_PAST_ROWS rows run oneDNN's bf16 GEMM on it
+instead (`QuantLinear.dense_rows`): there the int8 GEMM (`torch._int_mm`) took 1.09x bf16's
+time for one layer's four products at 8 rows, 1.36x at 32, 1.74x at 128 (2 threads, Xeon with
+AMX, 2026-11-26), and a 128-token prefill step with it 1.2x (docs/performance.md,
+"The weights as shipped"); decode steps of 8-32 rows still gained from it (the lm_head reads
+half the bytes). On the Zen 4 EPYC (no AMX) the int8 GEMM was the faster at every prefill
+shape (quant.py), so there the dense copy is not kept. Tensors the checkpoint keeps at other
+precisions (F32 norms, any other block type) stay dense, read as converted.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from actors.runners.native.quant import QuantizedWeight, int4_weight
 from runtime.gguf_blocks import SHIPPED_FILE
 
 SCHEME = "shipped"
+# The step's speed with the int8 GEMM against bf16 there: decode of 32 rows 1.04x, 64 rows 0.94x, 128-token prefill 0.84x
+AMX_DENSE_PAST_ROWS = 32
 _LINEARS = {
     "qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
     "o_proj": ("self_attn.o_proj",),
@@ -45,6 +54,12 @@ _LINEARS = {
 
 def ships_blocks(model_dir: Path) -> bool:
     return (model_dir / SHIPPED_FILE).is_file()
+
+
+def dense_past_rows(device: torch.device) -> int | None:
+    """Rows past which steps run the kept dense matrices (None: the int8 GEMM at every width)."""
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return AMX_DENSE_PAST_ROWS if device.type == "cpu" and amx is not None and amx() else None
 
 
 def read_blocks(model_dir: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -89,10 +104,11 @@ def _weight(blocks, types, names: list[str], dense: torch.Tensor, smooth: torch.
     return None  # another precision (or a mix): stays dense
 
 
-def quantize_model(weights, model_dir: Path, tied: bool, smooth: dict[int, torch.Tensor] | None) -> Counter[str]:
+def quantize_model(weights, model_dir: Path, tied: bool, smooth: dict[int, torch.Tensor] | None, keep_dense: bool = False) -> Counter[str]:
     """Replace the loaded ModelWeights' linears (and lm_head) that the checkpoint ships in
-    blocks, in place; the int8 matrices smoothed by `smooth` (keyed by id(matrix)) when given.
-    Returns how many matrices each block format now serves ("dense" for the others)."""
+    blocks, in place; the int8 matrices smoothed by `smooth` (keyed by id(matrix)) when given;
+    each keeping its dense matrix when `keep_dense`. Returns how many matrices each block
+    format now serves ("dense" for the others)."""
     blocks, types = read_blocks(model_dir)
     prefix = "model." if any(name.startswith("model.") for name in types) else ""
     served: Counter[str] = Counter()
@@ -102,6 +118,7 @@ def quantize_model(weights, model_dir: Path, tied: bool, smooth: dict[int, torch
         new = _weight(blocks, types, names, dense, None if smooth is None else smooth[id(dense)])
         served[types[names[0]] if new is not None else "dense"] += 1
         if new is not None:
+            new.dense = dense if keep_dense else None
             setattr(holder, attr, new)
 
     for i, layer in enumerate(weights.layers):
