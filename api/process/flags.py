@@ -89,7 +89,12 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--async-scheduling", action="store_true", help="plan each decode-only step while the one before it runs, so the device never waits for the event loop between them (default off)")
     p.add_argument("--spec-decoding", default=DEFAULTS.spec_decoding, choices=["off", "ngram"], help="speculative decoding: ngram drafts each request's next tokens from its own prompt and output and verifies them in the same step (default %(default)s)")
     p.add_argument("--num-spec-tokens", type=int, default=DEFAULTS.num_spec_tokens, help="the most draft tokens a request verifies in one step; how many it drafts follows the step cost fit and its acceptance (default %(default)s)")
-    p.add_argument("--quantization", default=None, choices=["int8", "int4"], help="quantized linears on the native path: weight-only kernels for steps of up to 4 rows, an int8 GEMM with per-row quantized activations past that (default: off)")
+    p.add_argument(
+        "--quantization", default=None, choices=["none", "int8", "int4", "shipped"],
+        help="linears on the native path (CPU): int8/int4 quantize the dense weights, shipped serves the checkpoint's own quantized blocks "
+        "(the embedded SmolLM2's Q4_1), none the dense weights; weight-only kernels for steps of up to 4 rows, an int8 GEMM with per-row "
+        "quantized activations past that (default: shipped where the checkpoint ships quantized weights and --dtype is not given, else none)",
+    )  # fmt: skip
     platform_config.add_arguments(p)
 
 

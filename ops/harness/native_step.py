@@ -1,10 +1,13 @@
 """A runner's model path stepped in a plain loop: the server's steps minus scheduling,
 sampling, HTTP and detokenization (ops.bench.bare_native, step_ab, quant_quality).
 
-Variants, `impl[+compile][+int8|+int4][+buckets|+nographs][-nosmooth]`:
+Variants, `impl[+compile][+int8|+int4|+shipped][+buckets|+nographs][-nosmooth]`:
   native                   the native decoder, eager (on a GPU: decode steps as CUDA graphs)
   native+compile           a single row's decode step as one compiled graph (actors/runners/native/decode_graph.py)
+  native                   dense weights (--quantization none), whatever the checkpoint ships
   native+int8, +int4       quantized linears: weight-only kernels up to 4 rows, the int8 GEMM past them
+  native+shipped           the same kernels on the checkpoint's own quantized blocks (the default
+                           server's weights for the embedded model on CPU, actors/runners/native/shipped.py)
   native+nographs          on a GPU, decode steps eager instead of CUDA graphs (--no-cuda-graphs)
   native+buckets           on a CPU, decode steps through the CUDA graphs' bucketed step, uncaptured
   transformers             the transformers path (paged attention through the interface)
@@ -38,11 +41,11 @@ def loading(variant: str) -> tuple[str, Any]:
 def variant_options(variant: str) -> tuple[str, dict[str, Any]]:
     """(model impl, TorchRunner options) of a variant without its `-nosmooth` suffix."""
     parts = variant.split("+")
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"quantization": "none"}
     for extra in parts[1:]:
         if extra == "compile":
             options["compile"] = True
-        elif extra in ("int8", "int4"):
+        elif extra in ("int8", "int4", "shipped"):
             options["quantization"] = extra
         elif extra in ("buckets", "nographs"):
             options["cuda_graphs"] = extra == "buckets"

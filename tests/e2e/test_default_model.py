@@ -3,7 +3,8 @@
 - Greedy output is token-identical to transformers' generate() for 8 prompts of different
   lengths sent concurrently and staggered, both stopping at EOS (float32 on both sides: in bf16 the packed batch
   and transformers' padded batch round differently, and near-ties can flip argmax).
-- The official openai client drives chat and completions, streaming and not.
+- The official openai client drives chat and completions, streaming and not, on the default
+  configuration: on CPU that serves the GGUF's own Q4_1 blocks (`model_impl` native+q4_1).
 """
 
 from __future__ import annotations
@@ -90,7 +91,11 @@ def client(real_server: Server) -> Iterator[openai.OpenAI]:
         yield c
 
 
-async def test_openai_client_chat_and_completions_on_default_model(client: openai.OpenAI) -> None:
+async def test_openai_client_chat_and_completions_on_default_model(real_server: Server, client: openai.OpenAI) -> None:
+    models = await in_thread(client.models.list)
+    card = next(m for m in models.data if m.id == "smollm2-135m-instruct")
+    if real_server.runtime.info.device == "cpu":  # type: ignore[attr-defined]
+        assert card.model_extra["model_impl"] == "native+q4_1"
     messages = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
     chat = await in_thread(client.chat.completions.create, model="smollm2-135m-instruct", messages=messages, max_tokens=20, temperature=0)
     assert "Paris" in chat.choices[0].message.content

@@ -54,7 +54,7 @@ def test_each_row_count_runs_its_kernel_and_stays_close_to_dense(tiny_model_dir:
     ("settings", "message"),
     [
         (dict(model_impl="transformers", quantization="int8"), "native path only"),
-        (dict(quantization="int3"), "int8 or int4"),
+        (dict(quantization="int3"), "one of none, int8, int4, shipped"),
         (dict(quantization="int4", batch_invariant=True), "cannot be combined"),
     ],
 )

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from actors.runners.native.config import NativeConfig
+from runtime.gguf_blocks import SHIPPED_FILE
 
 
 @dataclass(slots=True)
@@ -44,7 +45,8 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
     if index.exists():
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         return [model_dir / name for name in shards]
-    files = sorted(model_dir.glob("*.safetensors"))
+    # The quantized blocks beside the dense conversion are read by shipped.py, not here.
+    files = sorted(p for p in model_dir.glob("*.safetensors") if p.name != SHIPPED_FILE)
     if not files:
         raise FileNotFoundError(f"{model_dir}: no .safetensors weights (the native path reads safetensors only)")
     return files

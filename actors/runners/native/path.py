@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from actors.runners.invariant import fixed_block_linear
-from actors.runners.native import attention, decode_graph, quant, smoothing
+from actors.runners.native import attention, decode_graph, quant, shipped, smoothing
 from actors.runners.native.config import native_config
 from actors.runners.native.cuda_graphs import BucketedDecode, DecodeBatch
 from actors.runners.native.llama import LlamaModel
@@ -29,7 +29,7 @@ _NO_POSITIONS = torch.empty(0, dtype=torch.long)  # a bucketed decode step compu
 
 
 class NativePath:
-    impl = "native"  # with "+int8" / "+int4", "+compiled", "+cudagraphs" when so (shown in /v1/models)
+    impl = "native"  # with "+int8" / "+int4" / "+q4_1" (as shipped), "+compiled", "+cudagraphs" when so (shown in /v1/models)
 
     def __init__(
         self,
@@ -58,14 +58,7 @@ class NativePath:
         if batch_invariant:
             self.model.linear = fixed_block_linear
         if quantization:
-            bits = {"int8": 8, "int4": 4}[quantization]
-            started = time.perf_counter()
-            smooth = smoothing.prepare(self.model, model_dir, bits)
-            if smoothing.ALPHA is not None:
-                log.info("smoothed", alpha=smoothing.ALPHA, seconds=round(time.perf_counter() - started, 2))
-            quant.quantize_model(weights, bits, smooth)
-            self.model.linear = quant.QuantLinear(quant.MAX_ROWS[bits])
-            self.impl = f"native+{quantization}"
+            self.impl = f"native+{self._quantize(weights, model_dir, quantization)}"
         # CUDA graphs: on by default on a GPU (None), off when asked (False). True on a CPU runs
         # the same bucketed steps without capture, which is how the CPU suite checks them.
         if cuda_graphs is None:
@@ -83,6 +76,23 @@ class NativePath:
             # Before the first torch.compile: importing inductor fixes its cache directory.
             decode_graph.use_disk_cache()
             self.decode_graph = decode_graph.DecodeGraph(self.model)  # compiled by the runner's warm-up decode step
+
+    def _quantize(self, weights, model_dir: Path, quantization: str) -> str:
+        """Quantized linears in place of the dense ones; what is served ("int8", "q4_1", ...)."""
+        bits = 4 if quantization == shipped.SCHEME else {"int8": 8, "int4": 4}[quantization]
+        started = time.perf_counter()
+        smooth = smoothing.prepare(self.model, model_dir, bits)
+        if smoothing.ALPHA is not None:
+            log.info("smoothed", alpha=smoothing.ALPHA, seconds=round(time.perf_counter() - started, 2))
+        if quantization != shipped.SCHEME:
+            quant.quantize_model(weights, bits, smooth)
+            self.model.linear = quant.QuantLinear(quant.MAX_ROWS[bits])
+            return quantization
+        dense_rows = shipped.dense_past_rows(weights.embed.device)
+        served = shipped.quantize_model(weights, model_dir, self.cfg.tie_word_embeddings, smooth, keep_dense=dense_rows is not None)
+        self.model.linear = quant.QuantLinear(quant.MAX_ROWS[bits], dense_rows)
+        log.info("shipped_weights", matrices=dict(served), dense_past_rows=dense_rows, seconds=round(time.perf_counter() - started, 2))
+        return shipped.describe(served)
 
     def build_step(self, seqs, tables, block_size, k_cache, v_cache):
         if self.bucketed is not None and block_size == self.bucketed.block_size:

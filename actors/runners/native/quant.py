@@ -57,6 +57,12 @@ class QuantizedWeight:
     # smoothing.py); the int8 GEMM multiplies the activations by it. None: no smoothing, or
     # smoothing folded into the weights (int8).
     smooth: torch.Tensor | None = None
+    # The int4 pack spans the input twice (shipped.py: 8-bit quants as high and low nibbles):
+    # the weight-only kernel reads [x, x].
+    doubled: bool = False
+    # The dense matrix in the activations' dtype, when kept for steps past `QuantLinear.dense_rows`
+    # (shipped.py, on CPUs whose bf16 GEMM beats the int8 GEMM there). None: not kept.
+    dense: torch.Tensor | None = None
 
     @property
     def shape(self) -> torch.Size:
@@ -85,11 +91,18 @@ def quantize_int4(w: torch.Tensor, smooth: torch.Tensor | None = None) -> Quanti
     scales = ((hi - lo) / 15.0).clamp(min=1e-8)
     zeros = lo + scales * 8.0
     q = torch.round((groups - lo[..., None]) / scales[..., None]).clamp(0, 15).to(torch.int32).reshape(n, k)
-    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, INT4_INNER_K_TILES)
+    return int4_weight(q, scales, zeros, w, smooth)
+
+
+def int4_weight(q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, w: torch.Tensor, smooth: torch.Tensor | None, doubled: bool = False) -> QuantizedWeight:
+    """The int4 scheme's weight from quants q `[N, K]` (0..15) and per-group scales and zeros
+    `[N, K / group]` (w = (q - 8) * scale + zero, aten's convention), its int8 matrix from the
+    dense `w` (times `smooth` when given). Scales are kept in w's dtype, the activations'."""
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), INT4_INNER_K_TILES)
     scale_zeros = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous().to(w.dtype)  # [K/g, N, 2]
     q8, scales8 = _int8_per_channel(w if smooth is None else w.float() * smooth)
     inverse = None if smooth is None else smooth.reciprocal().to(w.dtype)
-    return QuantizedWeight(packed=packed, scales=scale_zeros, bits=4, int8=q8, int8_scales=scales8, smooth=inverse)
+    return QuantizedWeight(packed=packed, scales=scale_zeros, bits=4, int8=q8, int8_scales=scales8, smooth=inverse, doubled=doubled)
 
 
 def int8_gemm(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
@@ -107,20 +120,25 @@ def int8_gemm(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
 
 
 class QuantLinear:
-    """The model's `linear`: the weight-only kernel up to `max_rows` rows, the int8 GEMM past them."""
+    """The model's `linear`: the weight-only kernel up to `max_rows` rows, the int8 GEMM past them,
+    and past `dense_rows` (when given) the dense matrix a weight keeps, if it keeps one."""
 
-    def __init__(self, max_rows: int) -> None:
+    def __init__(self, max_rows: int, dense_rows: int | None = None) -> None:
         self.max_rows = max_rows
+        self.dense_rows = dense_rows
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None) -> torch.Tensor:
         if not isinstance(weight, QuantizedWeight):
             return F.linear(x, weight, bias)
+        if self.dense_rows is not None and x.shape[0] > self.dense_rows and weight.dense is not None:
+            return F.linear(x, weight.dense, bias)
         if x.shape[0] > self.max_rows:
             out = int8_gemm(x, weight)
         elif weight.bits == 8:
             out = torch.ops.aten._weight_int8pack_mm(x, weight.packed, weight.scales)
         else:
-            out = torch.ops.aten._weight_int4pack_mm_for_cpu(x, weight.packed, INT4_GROUP, weight.scales)
+            x4 = torch.cat([x, x], dim=-1) if weight.doubled else x
+            out = torch.ops.aten._weight_int4pack_mm_for_cpu(x4, weight.packed, INT4_GROUP, weight.scales)
         return out if bias is None else out + bias
 
 

@@ -1,0 +1,143 @@
+"""A checkpoint that ships quantized weights (the embedded model's layout, on a tiny Llama: Q4_1
+linears, a tied Q8_0 embedding) is served from its own blocks by default on CPU, and every
+other choice (--dtype, --quantization none|int4, the transformers path) keeps the dense upcast.
+
+In float32 the blocks on the int4 kernel are the dense weights exactly (no requantization), so
+steps of up to quant.MAX_ROWS[4] rows match the dense model to rounding and greedy text is the
+same; past the limit the int8 GEMM runs, as with --quantization int4, and on a CPU with AMX,
+past shipped.dense_past_rows, the dense matrices kept beside the blocks.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import trio
+
+from actors.build import build_engine
+from actors.runners.native import quant, shipped
+from actors.runners.torch_runner import TorchRunner
+from runtime.config import RuntimeConfig
+from runtime.request import Prompt
+from runtime.sampling import SamplingParams
+from tests.support.tiny_gguf import ship_tiny_model
+from tests.support.tiny_model import build_tiny_llama
+
+KWARGS = dict(num_kv_blocks=32, block_size=4, num_threads=1)
+
+
+@pytest.fixture(scope="module")
+def shipped_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    model_dir = tmp_path_factory.mktemp("tiny-shipped") / "model"
+    model_dir.mkdir()
+    return ship_tiny_model(build_tiny_llama(model_dir, layers=2))
+
+
+def _logits(runner: TorchRunner, rows: int) -> torch.Tensor:
+    assert runner.model is not None
+    ids = torch.arange(5, 5 + rows)
+    step, positions = runner.model.build_step([(0, rows)], [list(range(16))], 4, runner.k_cache, runner.v_cache)
+    with torch.inference_mode():
+        return runner.model.forward(ids, positions, step, torch.arange(rows), runner.k_cache, runner.v_cache).float()
+
+
+def test_the_default_serves_the_shipped_blocks_and_says_so(shipped_dir: Path) -> None:
+    default = TorchRunner(shipped_dir, **KWARGS)
+    info = default.load()
+    assert info.impl == "native+q4_1"
+    assert default.model is not None
+    weights = default.model.model.w
+    assert isinstance(weights.layers[0].qkv, quant.QuantizedWeight) and weights.layers[0].qkv.bits == 4
+    assert isinstance(weights.lm_head, quant.QuantizedWeight) and weights.lm_head.doubled  # the tied Q8_0 embedding
+    assert weights.embed.dtype == default.dtype  # the lookup reads the dense upcast
+    dense = TorchRunner(shipped_dir, quantization="none", **KWARGS)
+    dense_info = dense.load()
+    assert dense_info.impl == "native" and dense_info.fingerprint != info.fingerprint
+    default.warmup()  # mixed prefill + decode steps, sampling, calibration: the whole execute path
+
+
+def test_float32_shipped_steps_are_the_dense_weights_up_to_the_row_limit(shipped_dir: Path) -> None:
+    shipped = TorchRunner(shipped_dir, dtype="float32", quantization="shipped", **KWARGS)
+    assert shipped.load().impl == "native+q4_1"
+    dense = TorchRunner(shipped_dir, dtype="float32", **KWARGS)
+    assert dense.load().impl == "native"  # an explicit --dtype serves the dense upcast
+    limit = quant.MAX_ROWS[4]
+    for rows in (1, limit):
+        s, d = _logits(shipped, rows), _logits(dense, rows)
+        assert ((s - d).norm() / d.norm()) < 1e-5, rows
+    s, d = _logits(shipped, limit + 5), _logits(dense, limit + 5)  # the int8 GEMM: close, not exact
+    assert 1e-5 < ((s - d).norm() / d.norm()) < 0.05
+
+
+@pytest.mark.parametrize("dense_rows", [None, 8])
+def test_past_the_dense_row_limit_steps_run_the_kept_dense_matrices(shipped_dir: Path, monkeypatch: pytest.MonkeyPatch, dense_rows: int | None) -> None:
+    monkeypatch.setattr(shipped, "dense_past_rows", lambda device: dense_rows)  # AMX or not, whatever this CPU is
+    served = TorchRunner(shipped_dir, dtype="float32", quantization="shipped", **KWARGS)
+    served.load()
+    dense = TorchRunner(shipped_dir, dtype="float32", **KWARGS)
+    dense.load()
+    assert served.model is not None
+    kept = served.model.model.w.layers[0].gate_up
+    assert isinstance(kept, quant.QuantizedWeight) and (kept.dense is None) == (dense_rows is None)
+
+    def error(rows: int) -> float:
+        s, d = _logits(served, rows), _logits(dense, rows)
+        return float((s - d).norm() / d.norm())
+
+    assert 1e-5 < error(6)  # between the limits: the int8 GEMM
+    assert (error(13) < 1e-6) == (dense_rows is not None)  # past them: the very dense matrices, or the int8 GEMM again
+
+
+@pytest.mark.parametrize(
+    ("settings", "impl"),
+    [
+        (dict(dtype="bfloat16"), "native"),
+        (dict(quantization="none"), "native"),
+        (dict(quantization="int4"), "native+int4"),
+        (dict(model_impl="transformers"), "transformers"),
+        (dict(batch_invariant=True), "native"),
+    ],
+)
+def test_every_other_choice_keeps_its_own_weights(shipped_dir: Path, settings: dict, impl: str) -> None:
+    assert TorchRunner(shipped_dir, **KWARGS, **settings).load().impl == impl
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [(dict(model_impl="transformers", quantization="shipped"), "native path only"), (dict(quantization="shipped", batch_invariant=True), "cannot be combined")],
+)
+def test_shipped_settings_that_cannot_run_are_refused(shipped_dir: Path, settings: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TorchRunner(shipped_dir, **KWARGS, **settings).load()
+
+
+def test_shipped_is_refused_for_a_checkpoint_that_ships_no_blocks(tiny_model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="ships no quantized weights"):
+        TorchRunner(Path(shutil.copytree(tiny_model_dir, tmp_path / "m")), quantization="shipped", **KWARGS).load()
+
+
+async def _greedy(config: RuntimeConfig, prompt: list[int], max_tokens: int) -> tuple[str, list[int]]:
+    runtime = build_engine(config)
+    got: list[int] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runtime.run)
+        async with runtime.submit(Prompt(token_ids=prompt), SamplingParams(temperature=0.0, max_tokens=max_tokens)) as stream:
+            async for delta in stream:
+                got += delta.token_ids
+        nursery.cancel_scope.cancel()
+    assert runtime.info is not None
+    return runtime.info.impl, got
+
+
+async def test_the_engine_serves_shipped_weights_token_for_token_as_the_dense_float32_model(shipped_dir: Path) -> None:
+    # A prompt of at most MAX_ROWS tokens: its prefill runs the weight-only kernel too, so every
+    # step computes with the dense weights exactly.
+    base = dict(model=str(shipped_dir), num_kv_blocks=32, block_size=4, num_threads=1, dtype="float32")
+    prompt = [5, 9, 17]
+    shipped = await _greedy(RuntimeConfig(**base, quantization="shipped"), prompt, 12)
+    dense = await _greedy(RuntimeConfig(**base), prompt, 12)
+    assert shipped[0] == "native+q4_1" and dense[0] == "native"
+    assert len(shipped[1]) == 12 and shipped[1] == dense[1]
