@@ -18,8 +18,8 @@ from tests.support.equivalence import make_prompts, reference, run_engine
 @pytest.mark.parametrize(
     "overrides",
     [
-        pytest.param({}, id="roomy-cache"),
-        pytest.param({"num_kv_blocks": 40, "max_num_batched_tokens": 16}, id="preempting-cache"),
+        pytest.param({"async_scheduling": False}, id="roomy-cache"),
+        pytest.param({"num_kv_blocks": 40, "max_num_batched_tokens": 16, "async_scheduling": False}, id="preempting-cache"),
         pytest.param({"async_scheduling": True}, id="async-scheduling"),
         pytest.param({"num_kv_blocks": 40, "max_num_batched_tokens": 16, "async_scheduling": True}, id="async-preempting"),
     ],
