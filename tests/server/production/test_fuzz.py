@@ -62,6 +62,10 @@ DATABRICKS_OPENAI = ("/serving-endpoints/chat/completions", "/serving-endpoints/
 # (it mixes literal constants from every loaded local module into generation), so
 # "derandomized" is not the same sequence in every run: CI's full suite drew an Azure set with
 # no valid body where this file alone drew four.
+# Completions bodies likewise favour a short text prompt: a generated one is mostly too long for
+# the tiny model's 48-token context or names token ids past its vocabulary (a CI run drew no
+# valid /serving-endpoints/completions body in 215).
+VALID_PROMPT = st.text(min_size=1, max_size=20)
 VALID_MESSAGES = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system"]), "content": st.text(max_size=20)}), min_size=1, max_size=3).map(
     lambda msgs: [*msgs[:-1], {"role": "user", "content": msgs[-1]["content"]}]
 )
@@ -205,12 +209,12 @@ def _overrides(path: str) -> dict[str, st.SearchStrategy[Any]]:
         return {"model": st.just(EMBEDDER)}
     if path in DATABRICKS_OPENAI:  # Databricks' OpenAI-compatible paths: `model` names an endpoint
         endpoints = (EMBEDDER, "emb") if path.endswith("/embeddings") else (SERVED, "ab")
-        return {"model": st.sampled_from(endpoints), "messages": VALID_MESSAGES, "input": st.text(min_size=1, max_size=20)}
+        return {"model": st.sampled_from(endpoints), "messages": VALID_MESSAGES, "input": st.text(min_size=1, max_size=20), "prompt": VALID_PROMPT}
     if path.startswith("/api/2.0/"):
         served = st.sampled_from([SERVED, EMBEDDER])
         return {"entity_name": served, "model_name": served, "name": st.sampled_from(CREATED + ENTITY_NAMES),
                 "served_model_name": st.sampled_from(ENTITY_NAMES), "served_entity_name": st.sampled_from(ENTITY_NAMES)}
-    return {"model": st.just(SERVED), "messages": VALID_MESSAGES, "input": st.text(min_size=1, max_size=20)}
+    return {"model": st.just(SERVED), "messages": VALID_MESSAGES, "input": st.text(min_size=1, max_size=20), "prompt": VALID_PROMPT}
 
 
 def _names(path: str, method: str) -> tuple[str, ...]:
