@@ -57,11 +57,17 @@ class RequestStates:
             raise UnknownRequest(request_id) from None
 
     def input_ids(self, seq: ScheduledSeq) -> list[int]:
-        """The tokens to feed for `seq`, with each pending token taken from the history."""
-        if PENDING_TOKEN not in seq.token_ids:
-            return list(seq.token_ids)
+        """The tokens to feed for `seq`, with each pending token taken from the history. A fed
+        token past the history that the runner did not sample (one the core added itself) joins
+        the history; a draft's tokens do not, until they are kept."""
         history = self.get(seq.request_id).history
-        return [history[seq.start_pos + i] if t == PENDING_TOKEN else t for i, t in enumerate(seq.token_ids)]
+        fed = list(seq.token_ids)
+        if PENDING_TOKEN in fed:
+            fed = [history[seq.start_pos + i] if t == PENDING_TOKEN else t for i, t in enumerate(fed)]
+        confirmed_end = seq.start_pos + len(fed) - seq.num_draft_tokens
+        if confirmed_end > len(history) >= seq.start_pos:
+            history.extend(fed[len(history) - seq.start_pos : confirmed_end - seq.start_pos])
+        return fed
 
     def align(self, request_id: str, position: int) -> RequestState:
         """The state as of `position` tokens: anything sampled past it is forgotten."""

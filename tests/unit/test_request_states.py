@@ -67,3 +67,13 @@ def test_a_pending_token_is_fed_from_the_history() -> None:
     states.get("a").history.append(6)  # sampled by the step in flight when the next was planned
     assert states.input_ids(seq("a", [PENDING_TOKEN], 2)) == [6]
     assert states.input_ids(seq("a", [1, 2], 0)) == [1, 2]
+
+
+def test_a_token_the_core_added_joins_the_history_and_a_draft_does_not() -> None:
+    states = RequestStates()
+    states.apply(StepPlan(step_id=0, seqs=(), new_requests=(NewRequest(request_id="a", prompt_token_ids=(1, 2)),)))
+    states.get("a").history.append(6)  # sampled at position 2
+    assert states.input_ids(seq("a", [6, 7, 8], 2)) == [6, 7, 8]  # 7 and 8: the core put them there
+    assert states.get("a").history == [1, 2, 6, 7, 8]
+    drafted = ScheduledSeq(request_id="a", token_ids=[8, 9, 9], start_pos=4, block_table=[0], sample=True, sampling=SamplingParams(), seed=0, num_draft_tokens=2)
+    assert states.input_ids(drafted) == [8, 9, 9] and states.get("a").history == [1, 2, 6, 7, 8]
