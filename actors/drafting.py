@@ -87,6 +87,10 @@ class Drafter:
         self._index.pop(request_id, None)
         self._acceptance.pop(request_id, None)
 
+    def wants(self, cost: StepCostModel, request_ids: list[str]) -> bool:
+        """Whether any of these decoding requests would draft in a step of them all."""
+        return any(self.worth(cost, len(request_ids), rid) > 0 for rid in request_ids)
+
     def worth(self, cost: StepCostModel, rows: int, request_id: str) -> int:
         """How many tokens to draft for one of `rows` decoding requests (0: none)."""
         alpha = self.acceptance(request_id)
@@ -114,16 +118,15 @@ def attach_drafts(core: Core, drafter: Drafter, scheduled: list[tuple[Sequence, 
     """Drafts for the decode rows of a planned step, with their blocks reserved. Only a step of
     decodes alone drafts (a prompt chunk's share of the step is the step budget's), and not a
     request whose grammar matcher would have to be advanced over the draft to mask its verify
-    rows, nor one that asked for logprobs (each kept token's entry would come from its own
-    row), nor one with siblings still to fork. Penalties hold: a verify row counts the draft
-    tokens before it."""
+    rows, nor one with siblings still to fork. Penalties and logprobs hold: a verify row counts
+    the draft tokens before it, and each kept token's logprob comes from its own row."""
     if core.waiting or any(n != 1 for _, n in scheduled):
         return {}
     drafts: dict[str, list[int]] = {}
     rows = len(scheduled)
     for seq, _ in scheduled:
         params = seq.sampling
-        if seq.num_output_tokens == 0 or params.guide is not None or params.logprobs is not None:
+        if seq.num_output_tokens == 0 or params.guide is not None:
             continue
         room = min(seq.max_tokens - seq.num_output_tokens - 1, drafter.worth(core.step_cost, rows, seq.request_id))
         draft = drafter.propose(seq, room) if room > 0 else []

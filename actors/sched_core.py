@@ -136,7 +136,10 @@ class SchedulerCore:
         return self._make_plan(scheduled, attach_drafts(self, self.drafter, scheduled) if self.drafter is not None else {})
 
     def schedule_ahead(self, in_flight: StepPlan) -> StepPlan | None:
-        """The next step, planned while `in_flight` runs, when it can be (actors/lookahead.py)."""
+        """The next step, planned while `in_flight` runs, when it can be (actors/lookahead.py),
+        and not while a request would draft: a draft starts from the token in flight."""
+        if self.drafter is not None and self.drafter.wants(self.step_cost, [s.request_id for s in in_flight.seqs]):
+            return None
         return plan_ahead(self, in_flight)
 
     def update(self, plan: StepPlan, result: StepResult, started: float = 0.0, finished: float = 0.0) -> list[TokenDelta]:
@@ -173,10 +176,12 @@ class SchedulerCore:
             seq.num_computed_tokens += fed + len(kept)
             self.blocks.commit_full_blocks(seq, seq.num_computed_tokens)
             logprobs = result.logprobs.get(seq.request_id)
-            sampled_logprob = None
-            # The sampled token's entry comes last, when it was sampled (a failed row has none).
+            sampled_logprobs = None
+            # The new tokens' entries come last (a kept draft's, then the sampled one's), when it
+            # sampled (a failed row has none).
             if logprobs and item.sample and seq.sampling.logprobs is not None and seq.request_id in result.sampled:
-                sampled_logprob, logprobs = logprobs[-1], logprobs[:-1]
+                num_out = 1 + len(kept)
+                sampled_logprobs, logprobs = logprobs[-num_out:], logprobs[:-num_out]
             if logprobs:
                 self._collect_prompt_logprobs(seq, item.start_pos, logprobs)
             if seq.num_computed_tokens >= seq.num_prompt_tokens and seq.request_id in self.forks:
@@ -188,11 +193,11 @@ class SchedulerCore:
                 continue
             if self.drafter is not None and item.num_draft_tokens:
                 self.drafter.record(seq.request_id, item.num_draft_tokens, len(kept))
-            self._append_token(seq, [*kept, result.sampled[seq.request_id]], batch_size, sampled_logprob, outputs, (item.num_draft_tokens, len(kept)))
+            self._append_token(seq, [*kept, result.sampled[seq.request_id]], batch_size, sampled_logprobs, outputs, (item.num_draft_tokens, len(kept)))
         return outputs
 
     def _append_token(
-        self, seq: Sequence, tokens: list[int], batch_size: int, logprob: Logprob | None, outputs: list[TokenDelta], spec: tuple[int, int] = (0, 0)
+        self, seq: Sequence, tokens: list[int], batch_size: int, logprobs: list[Logprob] | None, outputs: list[TokenDelta], spec: tuple[int, int] = (0, 0)
     ) -> None:
         """The step's new tokens for `seq` (a kept draft's, then the sampled one), up to the first
         that finishes it."""
@@ -216,7 +221,7 @@ class SchedulerCore:
                 stop_token_id=stop_token,
                 batch_size=batch_size,
                 queue_wait_us=seq.queue_wait_us(started, finished),
-                logprobs=[logprob] if logprob is not None else None,
+                logprobs=logprobs[: len(taken)] if logprobs is not None else None,
                 prompt_logprobs=self._take_prompt_logprobs(seq),
                 register=seq.take_register(started),
             )
@@ -264,8 +269,8 @@ class SchedulerCore:
             child.admitted = True
             self.running.append(child)
             entries = result.logprobs.get(child.request_id)
-            logprob = entries[-1] if entries and child.sampling.logprobs is not None else None
-            self._append_token(child, [result.sampled[child.request_id]], batch_size, logprob, outputs)
+            logprobs = entries[-1:] if entries and child.sampling.logprobs is not None else None
+            self._append_token(child, [result.sampled[child.request_id]], batch_size, logprobs, outputs)
 
     # -- internals ----------------------------------------------------------------------------
 

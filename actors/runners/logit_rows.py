@@ -85,9 +85,10 @@ class LogitRows:
         return wanted
 
     def collect_logprobs(
-        self, seqs: tuple[ScheduledSeq, ...], states: RequestStates, logprobs: torch.Tensor, sampled: dict[str, int]
+        self, seqs: tuple[ScheduledSeq, ...], states: RequestStates, logprobs: torch.Tensor, sampled: dict[str, int], kept: dict[str, int] | None = None
     ) -> dict[str, list[Logprob]]:
-        """Prompt logprobs, then the sampled token's, per request. One gather for all values;
+        """Prompt logprobs, then the new tokens' (a kept draft's, then the sampled one), per
+        request. One gather for all values;
         top-k once per distinct width, over the rows that asked for it (a beam re-asking for a
         wide k must not make every other row pay for it)."""
         wanted: list[tuple[str, int, int, int]] = []  # (request id, kept row, token, width)
@@ -99,8 +100,11 @@ class LogitRows:
                 if pos < s.num_prompt_tokens:
                     wanted.append((s.request_id, first + offset, history[pos], s.sampling.prompt_logprobs or 0))
         for d in self.draws:
-            if d.seq.sampling.logprobs is not None and d.request_id in sampled:
-                wanted.append((d.request_id, d.row, sampled[d.request_id], d.seq.sampling.logprobs))
+            if d.seq.sampling.logprobs is None or d.request_id not in sampled:
+                continue
+            j, num_kept = len(d.prefix), (kept or {}).get(d.request_id, 0)  # a verify row's place in its draft
+            if j <= num_kept:  # rows past the first mismatch gave no token
+                wanted.append((d.request_id, d.row, d.checks if j < num_kept and d.checks is not None else sampled[d.request_id], d.seq.sampling.logprobs))
         if not wanted:
             return {}
         js = [self._wanted[row] for _, row, _, _ in wanted]

@@ -234,7 +234,7 @@ class TorchRunner:
         if rows.draws:
             allowed, broken = self._allowed(guided, bitmask, masks.result()) if masks is not None else (None, {})
             sampled, failed, kept = self._sample(all_logits, rows.draws, guided, allowed, broken)
-        collected = rows.collect_logprobs(seqs, self.requests, logprobs, sampled) if logprobs is not None else {}
+        collected = rows.collect_logprobs(seqs, self.requests, logprobs, sampled, kept) if logprobs is not None else {}
         return StepResult(step_id=plan.step_id, sampled=sampled, failed=failed, accepted=kept, logprobs=collected, elapsed=time.perf_counter() - started)
 
     def _sample(

@@ -25,12 +25,14 @@ REQUESTS = [
     ([20, 21, 22, 23, 24, 25, 26, 27], SamplingParams(temperature=0.9, top_p=0.95, seed=7, max_tokens=50, ignore_eos=True)),
     ([40, 41], SamplingParams(temperature=0.6, seed=8, max_tokens=40, ignore_eos=True, stop_token_ids=[9])),
     ([30, 31, 30, 31], SamplingParams(temperature=0.0, frequency_penalty=0.4, repetition_penalty=1.1, max_tokens=40, ignore_eos=True)),
+    ([7, 8, 7, 8, 7, 8], SamplingParams(temperature=0.0, logprobs=2, max_tokens=40, ignore_eos=True)),
 ]
 
 
-async def run(model_dir: Path, spec: str, **overrides: object) -> tuple[list[list[int]], dict]:
+async def run(model_dir: Path, spec: str, **overrides: object) -> tuple[list[list[int]], dict, list[list[float]]]:
     engine = build_engine(tiny_config(model_dir, spec_decoding=spec, **overrides))
     tokens: list[list[int]] = [[] for _ in REQUESTS]
+    logprobs: list[list[float]] = [[] for _ in REQUESTS]
 
     async def one(i: int) -> None:
         await trio.sleep(0.01 * i)
@@ -38,6 +40,7 @@ async def run(model_dir: Path, spec: str, **overrides: object) -> tuple[list[lis
         async with engine.submit(Prompt(token_ids=prompt), sampling) as stream:
             async for delta in stream:
                 tokens[i] += delta.token_ids
+                logprobs[i] += [entry.logprob for entry in delta.logprobs or ()]
 
     async with trio.open_nursery() as nursery:
         await nursery.start(engine.run)
@@ -46,14 +49,16 @@ async def run(model_dir: Path, spec: str, **overrides: object) -> tuple[list[lis
                 clients.start_soon(one, i)
         stats = engine.statistics()
         nursery.cancel_scope.cancel()
-    return tokens, stats
+    return tokens, stats, logprobs
 
 
 @pytest.mark.parametrize("overrides", [pytest.param({}, id="roomy"), pytest.param({"num_kv_blocks": 48}, id="small-cache")])
 async def test_drafts_change_no_token(tiny_model_dir: Path, overrides: dict) -> None:
-    plain, _ = await run(tiny_model_dir, "off", **overrides)
-    drafted, stats = await run(tiny_model_dir, "ngram", **overrides)
+    plain, _, plain_logprobs = await run(tiny_model_dir, "off", **overrides)
+    drafted, stats, drafted_logprobs = await run(tiny_model_dir, "ngram", **overrides)
     assert drafted == plain and all(plain)
+    # Each kept draft token's logprob comes from its own verify row: the step-by-step values.
+    assert len(drafted_logprobs[-1]) == len(plain[-1]) and drafted_logprobs[-1] == pytest.approx(plain_logprobs[-1], abs=1e-4)
     assert stats["spec_accepted_tokens"] > 0, stats
     assert stats["kv_blocks_used"] == 0 and stats["requests"] == 0
 

@@ -106,3 +106,15 @@ def test_drafting_turns_itself_off_where_a_token_costs_a_row() -> None:
     for _ in range(10):
         drafter.record("a", 4, 0)  # nothing ever accepted
     assert drafter.worth(cheap_tokens, 1, "a") == 0
+
+
+def test_a_step_is_not_planned_ahead_while_a_request_would_draft() -> None:
+    """A draft starts from the token the step in flight samples: async scheduling waits for it."""
+    for spec, ahead in ((4, False), (0, True)):
+        core = make_core(spec)
+        core.add(TokenizedRequest(request_id="r", prompt_token_ids=[10, 11, 12], sampling=SamplingParams(), max_tokens=20, seed=0, arrival_time=0.0))
+        plan = core.schedule()
+        assert plan is not None
+        core.update(plan, verify(plan))
+        decode = core.schedule()
+        assert decode is not None and (core.schedule_ahead(decode) is not None) is ahead
