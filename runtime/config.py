@@ -39,10 +39,10 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # Which model code runs the steps: "native" (our Llama-family decoder, for the
     # architectures it supports), "transformers" (any causal LM), or "auto" (native when it can).
     model_impl: str = "auto"
-    # torch.compile a single stream's whole decode step on the native path as one graph at
-    # start-up (actors/runners/native/decode_graph.py; 1.43x the int4 step, 1.19x bf16 on this
-    # EPYC); larger steps stay eager, where compiling did not pay. Off by default: the first
-    # start compiles for ~1.5 minutes on 2 cores (inductor's cache after).
+    # torch.compile a single stream's whole decode step on the native path as one graph, on a
+    # background thread while the eager step serves (actors/runners/native/decode_graph.py);
+    # larger steps stay eager, where compiling did not pay. Off by default: the first start
+    # compiles for ~1.5 minutes on 2 cores (inductor's cache after), slowing the eager steps.
     compile: bool = False
     # "int8" or "int4" for the native path's linear layers: weight-only kernels for steps of
     # few rows, an int8 GEMM beyond (actors/runners/native/quant.py); "shipped": the same

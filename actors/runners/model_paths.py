@@ -110,7 +110,7 @@ def served_quantization(quantization: str | None, model_dir: Path, dtype_explici
 
 
 def choose(
-    model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None, compile: bool = False,
+    model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None, compile: bool | None = False,
     quantization: str | None = None, cuda_graphs: bool | None = None, block_size: int = 16, max_num_seqs: int = 256, dtype_explicit: bool = False,
 ) -> ModelPath:  # fmt: skip
     """The native path when asked for or (auto) when it supports the model; else transformers.

@@ -19,6 +19,8 @@ import torch
 from actors.runners import calibration, paged_attention
 from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, choose
+from actors.runners.native.decode_graph import DecodeGraph
+from actors.runners.native.path import NativePath
 from actors.runners.request_state import RequestStates
 from actors.runners.sampler import SamplingBatch, apply_penalties, sample, unpack_bitmask
 from runtime.messages import NewRequest, ScheduledSeq, StepPlan, StepResult
@@ -99,7 +101,7 @@ class TorchRunner:
         max_model_len: int | None = None,
         batch_invariant: bool = False,
         model_impl: str = "auto",
-        compile: bool = False,
+        compile: bool | None = False,
         quantization: str | None = None,
         cuda_graphs: bool | None = None,
         max_num_seqs: int = 256,
@@ -146,7 +148,9 @@ class TorchRunner:
         num_blocks = self._num_kv_blocks or max(
             16, int(self._kv_cache_gib * (1 << 30) // (bytes_per_slot * self.block_size))
         )
-        num_slots = num_blocks * self.block_size
+        # A compiled path keeps one block past those it reports: the background compile decodes there.
+        num_slots = (num_blocks + (1 if self._decode_graph() is not None else 0)) * self.block_size
+        self._scratch_block = num_blocks
         shape = (model.num_kv_heads, num_slots, model.head_dim)  # head-major: see paged_attention
         self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(model.num_layers)]
         self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(model.num_layers)]
@@ -181,8 +185,7 @@ class TorchRunner:
             new_requests=(NewRequest(request_id="warm-0", prompt_token_ids=prompt), NewRequest(request_id="warm-1", prompt_token_ids=(1,))),
         )
         self.execute(plan)
-        # Then one sequence decoding alone, the step a single stream repeats (a compiled model
-        # path compiles its one-row decode graph here, not on the first request's token).
+        # Then one sequence decoding alone, the step a single stream repeats.
         decode = ScheduledSeq(request_id="warm-0", token_ids=[1], start_pos=self.block_size + 1, block_table=[0, 1, 2], sample=True, sampling=greedy, seed=0)
         self.execute(StepPlan(step_id=-1, seqs=(decode,)))
         bucketed = getattr(self.model, "bucketed", None)
@@ -193,7 +196,21 @@ class TorchRunner:
         for cache in (*self.k_cache, *self.v_cache):
             cache[:, : max(3 * self.block_size, slots)].zero_()
         self.requests = RequestStates()  # nothing of the warm-up's requests stays
+        self.compile_in_background()  # serve eager now, the compiled graph when it is ready
         return samples
+
+    def compile_in_background(self) -> DecodeGraph | None:
+        """A compiled native path (--compile, the CPU's default): start compiling its one-row
+        decode graph on a thread of its own, swapped in when ready; the graph, to wait for
+        (None: nothing to compile)."""
+        graph = self._decode_graph()
+        if graph is not None and not graph.ready:
+            assert isinstance(self.model, NativePath)
+            self.model.compile_in_background(self._scratch_block, self.block_size, self.k_cache, self.v_cache)
+        return graph
+
+    def _decode_graph(self) -> DecodeGraph | None:
+        return self.model.decode_graph if isinstance(self.model, NativePath) else None
 
     def close(self) -> None:
         self._mask_pool.shutdown(wait=True)

@@ -69,6 +69,9 @@ def build_runner(
     )
     with context:
         runner.load()
+    graph = runner.compile_in_background()
+    if graph is not None and not graph.wait_ready(1800):  # compiled before any timed step, as a warm server swaps it in
+        raise SystemExit(f"{variant}: the decode graph did not compile (see the log)")
     bucketed = getattr(runner.model, "bucketed", None)
     if bucketed is not None and bucketed.capture:  # every batch bucket's CUDA graph now, as the server's warm-up does, never in a timed step
         bucketed.capture_all(runner.k_cache, runner.v_cache)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -74,6 +75,20 @@ class RunningServer:
         return self.process.tail(n_bytes)
 
 
+def wait_background_compile(process: ServerProcess, timeout: float) -> float | None:
+    """A server compiling its decode graph in the background (--compile) serves eager until the
+    graph is swapped in: measure the compiled server, not that window. Seconds waited after
+    /health (None: nothing was compiling)."""
+    started = time.monotonic()
+    while "background=True" in (log := process.tail(400_000)):  # the "compiling" line of decode_graph.py
+        if "swapped_in=True" in log or "compile_failed" in log or time.monotonic() - started > timeout:
+            break
+        time.sleep(0.5)
+    else:
+        return None
+    return round(time.monotonic() - started, 1)
+
+
 @contextmanager
 def switchyard_server(
     log_path: Path, server_args: Sequence[str] = (), startup_timeout: float = 300.0, term_timeout: float = 45.0, command: str = "serve"
@@ -89,6 +104,7 @@ def switchyard_server(
     server = RunningServer(f"http://127.0.0.1:{port}", cmd, log_path, process)
     try:
         server.startup_s = round(process.wait_healthy(server.base_url + "/health", startup_timeout), 2)
+        server.info["compile_s_after_health"] = wait_background_compile(process, startup_timeout)
         yield server
     finally:
         server.info["exit_code"] = process.stop(term_timeout=term_timeout)

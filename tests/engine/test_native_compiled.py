@@ -1,5 +1,5 @@
-"""The compiled native path (`--compile`): the one-row decode graph is compiled at warm-up,
-then no step compiles again.
+"""The compiled native path (`--compile`): the eager step serves at once, the one-row decode
+graph is compiled on a thread of its own and swapped in; then no step compiles again.
 
 Prefill chunks beside decodes and decode at several batch sizes run eager; a single sequence
 decoding alone runs the graph as its context grows. None of it may compile (torch._dynamo's
@@ -51,13 +51,19 @@ def test_compiled_steps_never_recompile_and_match_eager(tiny_model_dir: Path) ->
     compiled = TorchRunner(tiny_model_dir, compile=True, **kwargs)
     assert compiled.load().impl == "native+compiled"
     compiled.warmup()
-    assert compiled.model.decode_graph.ready  # compiled by the warm-up, before any request
+    graph = compiled.model.decode_graph
+    before_swap = _run(compiled)  # while it compiles (or before it is ready): the eager step serves
+    assert graph.wait_ready(300)
+    runs = []
+    inner = graph.compiled
+    graph.compiled = lambda *args: runs.append(1) or inner(*args)
     torch._dynamo.config.error_on_recompile = True
     try:
         got = _run(compiled)
     finally:
         torch._dynamo.config.error_on_recompile = False
-    assert got == _run(eager)
+    assert got == _run(eager) == before_swap
+    assert len(runs) == 6  # "a" decoding alone ran the graph (steps 12-17), no other step did
 
 
 _CACHE_DIR_PROBE = """

@@ -52,6 +52,7 @@ def tiny_config(model_dir: Path, **overrides: object) -> RuntimeConfig:
         max_num_batched_tokens=32,
         num_threads=1,
         drain_timeout=5.0,
+        compile=False,  # the CPU's default compiles a decode graph in the background: tests that want it say so
     )
     settings.update(overrides)
     return RuntimeConfig(**settings)  # type: ignore[arg-type]
@@ -59,7 +60,7 @@ def tiny_config(model_dir: Path, **overrides: object) -> RuntimeConfig:
 
 def default_config(**overrides: Any) -> RuntimeConfig:
     """The embedded default model (SmolLM2-135M-Instruct), float32 unless overridden."""
-    settings: dict[str, Any] = dict(model=None, device=suite_device(), port=0, dtype="float32", kv_cache_gib=0.25, max_num_batched_tokens=64, drain_timeout=5.0)
+    settings: dict[str, Any] = dict(model=None, device=suite_device(), port=0, dtype="float32", kv_cache_gib=0.25, max_num_batched_tokens=64, drain_timeout=5.0, compile=False)
     settings.update(overrides)
     return RuntimeConfig(**settings)
 

@@ -33,8 +33,10 @@ graph instead of compiling it again.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +106,7 @@ def applies(input_ids: torch.Tensor, step: Any, keep: torch.Tensor) -> bool:
 
 
 class DecodeGraph:
-    """The native model's one-row decode step, compiled whole on its first call."""
+    """The native model's one-row decode step, compiled whole on a background thread."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
@@ -115,7 +117,8 @@ class DecodeGraph:
         # guards gone a second model in the process must never find this one's graph.
         step = types.MethodType(_own_code(DecodeGraph._step), self)
         self.compiled = torch.compile(step, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards})
-        self.ready = False
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def _step(
         self, input_ids: torch.Tensor, positions: torch.Tensor, write_rows: torch.Tensor, read_rows: torch.Tensor,
@@ -133,14 +136,44 @@ class DecodeGraph:
         return model.linear(h, model.w.lm_head, None)
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, step: Any, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> torch.Tensor:
-        """Logits `[1, V]` of the step's one token."""
+        """Logits `[1, V]` of the step's one token (once `ready`; until then the eager step runs)."""
         read_rows = step.paged.decode_rows
         torch._dynamo.mark_dynamic(read_rows, 0)
-        if self.ready:
-            return self.compiled(input_ids, positions, step.paged.write_rows, read_rows, k_cache, v_cache)
-        started = time.perf_counter()
-        log.info("compiling", part="decode graph (one row, whole step)")
-        out = self.compiled(input_ids, positions, step.paged.write_rows, read_rows, k_cache, v_cache)
-        self.ready = True
-        log.info("compiled", part="decode graph (one row, whole step)", seconds=round(time.perf_counter() - started, 1), cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-        return out
+        return self.compiled(input_ids, positions, step.paged.write_rows, read_rows, k_cache, v_cache)
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return self._ready.wait(timeout)
+
+    def compile_in_background(self, scratch_step: Callable[[], tuple[Any, torch.Tensor]], k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> None:
+        """Compile on a thread of its own while the eager step serves, then swap the graph in.
+
+        `scratch_step()` builds a step decoding one token in a KV block no request ever holds (the
+        runner keeps one past the blocks it reports), so the compiling call may write the live caches while
+        the device thread runs steps in other rows. The first start pays minutes of inductor
+        (on disk after); nothing waits for it.
+        """
+
+        if self._thread is not None:  # started already
+            return
+
+        def compile_once() -> None:
+            started = time.perf_counter()
+            log.info("compiling", part="decode graph (one row, whole step)", background=True)
+            try:
+                with torch.inference_mode():  # the device thread's mode: its tensors pass the graph's guards
+                    step, positions = scratch_step()
+                    ids = torch.ones(1, dtype=torch.long, device=k_cache[0].device)
+                    self(ids, positions, step, k_cache, v_cache)
+            except Exception as exc:  # the eager step goes on serving; say why the graph never came
+                log.error("compile_failed", part="decode graph (one row, whole step)", error=repr(exc)[:500])
+                return
+            self._ready.set()
+            seconds = round(time.perf_counter() - started, 1)
+            log.info("compiled", part="decode graph (one row, whole step)", seconds=seconds, swapped_in=True, cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+
+        self._thread = threading.Thread(target=compile_once, name="switchyard-compile", daemon=True)
+        self._thread.start()

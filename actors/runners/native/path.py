@@ -9,6 +9,7 @@ decode through the compiled graph with `--compile` (decode_graph.py), every othe
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ class NativePath:
         device: torch.device,
         batch_invariant: bool,
         max_len: int | None,
-        compile: bool = False,
+        compile: bool | None = False,
         quantization: str | None = None,
         cuda_graphs: bool | None = None,
         block_size: int = 16,
@@ -69,13 +70,15 @@ class NativePath:
             self.bucketed = BucketedDecode(self.model, self.vocab_size, max_len or cfg.max_position_embeddings, block_size, device, capture, max_num_seqs)
             self.impl += "+cudagraphs" if capture else "+buckets"
         self.decode_graph: decode_graph.DecodeGraph | None = None
+        if compile is None:  # the default: on a CPU, where one stream's step is Python-bound (docs/models.md)
+            compile = device.type == "cpu" and self.bucketed is None and not batch_invariant
         if compile and self.bucketed is not None:
             log.warning("compile_skipped", reason="decode steps run as CUDA graphs; --compile's one-row graph would never run")
         elif compile:
             self.impl += "+compiled"
             # Before the first torch.compile: importing inductor fixes its cache directory.
             decode_graph.use_disk_cache()
-            self.decode_graph = decode_graph.DecodeGraph(self.model)  # compiled by the runner's warm-up decode step
+            self.decode_graph = decode_graph.DecodeGraph(self.model)  # compiled in the background once the runner is warm
 
     def _quantize(self, weights, model_dir: Path, quantization: str) -> str:
         """Quantized linears in place of the dense ones; what is served ("int8", "q4_1", ...)."""
@@ -94,6 +97,13 @@ class NativePath:
         log.info("shipped_weights", matrices=dict(served), dense_past_rows=dense_rows, seconds=round(time.perf_counter() - started, 2))
         return shipped.describe(served)
 
+    def compile_in_background(self, scratch_block: int, block_size: int, k_cache, v_cache) -> None:
+        """Once warm: compile the one-row decode graph off the device thread (--compile), its
+        compiling call decoding in `scratch_block`, a KV block no request holds."""
+        if self.decode_graph is not None:
+            scratch = partial(attention.build_step, [(1, 1)], [[scratch_block]], block_size, k_cache, v_cache)
+            self.decode_graph.compile_in_background(scratch, k_cache, v_cache)
+
     def build_step(self, seqs, tables, block_size, k_cache, v_cache):
         if self.bucketed is not None and block_size == self.bucketed.block_size:
             plan = self.bucketed.plan(seqs, tables)
@@ -105,6 +115,6 @@ class NativePath:
         if isinstance(step, DecodeBatch):
             assert self.bucketed is not None
             return self.bucketed(input_ids, step, keep, k_cache, v_cache)
-        if self.decode_graph is not None and decode_graph.applies(input_ids, step, keep):
+        if self.decode_graph is not None and self.decode_graph.ready and decode_graph.applies(input_ids, step, keep):
             return self.decode_graph(input_ids, positions, step, k_cache, v_cache)
         return self.model.forward(input_ids, positions, step, keep, k_cache, v_cache)
