@@ -1,0 +1,58 @@
+"""The vision-language families served, each as transformers builds it: which class loads it,
+where its text tower, embeddings and LM head are, and how its vision tower turns one image's
+processor arrays into one row per placeholder token.
+
+- LLaVA (`llava`): a CLIP or SigLIP vision tower and a projector before a Llama-family text
+  tower (transformers' `LlavaForConditionalGeneration`).
+- Qwen2-VL (`qwen2_vl`): its own vision transformer with merged patches, and M-RoPE positions
+  (three rotary sections: time, height, width) in the text tower (`Qwen2VLForConditionalGeneration`).
+
+The vision tower runs transformers' SDPA attention; the text tower our paged attention.
+`family_of(model_dir)` reads config.json's model_type (no weights). Imports torch, transformers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FAMILIES = {"llava": "LlavaForConditionalGeneration", "qwen2_vl": "Qwen2VLForConditionalGeneration"}
+
+
+def family_of(model_dir: Path) -> str | None:
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    model_type = config.get("model_type")
+    return model_type if model_type in FAMILIES else None
+
+
+def load(family: str, model_dir: Path, dtype: torch.dtype, attn: str) -> Any:
+    import transformers
+
+    cls = getattr(transformers, FAMILIES[family])
+    return cls.from_pretrained(model_dir, dtype=dtype, attn_implementation={"text_config": attn, "vision_config": "sdpa"})
+
+
+def parts(model: Any) -> tuple[Any, Any, Any]:
+    """(text tower, input embeddings, LM head)."""
+    return model.model.language_model, model.get_input_embeddings(), model.lm_head
+
+
+def encode(family: str, model: Any, arrays: dict[str, Any], device: torch.device) -> torch.Tensor:
+    """One image's encoder output: [placeholder tokens, text hidden size]."""
+    if family == "llava":
+        pixels = torch.from_numpy(arrays["pixel_values"]).to(device=device, dtype=model.dtype)
+        cfg = model.config
+        out = model.model.get_image_features(
+            pixel_values=pixels, vision_feature_layer=cfg.vision_feature_layer, vision_feature_select_strategy=cfg.vision_feature_select_strategy, return_dict=True
+        )
+        return torch.cat(list(out.pooler_output), dim=0)
+    pixels = torch.from_numpy(arrays["pixel_values"]).to(device=device, dtype=model.dtype)
+    grid = torch.from_numpy(arrays["image_grid_thw"]).to(device=device)
+    out = model.model.get_image_features(pixels, grid, return_dict=True)
+    return torch.cat(list(out.pooler_output), dim=0)
