@@ -19,14 +19,9 @@ from runtime.request import Prompt
 from runtime.sampling import SamplingParams
 from tests.support.images import pil_image, png_bytes
 from tests.support.servers import tiny_config
-from tests.support.tiny_vlm import build_tiny_llava, reference_generate
+from tests.support.tiny_vlm import reference_generate
 
 NUM_NEW = 12
-
-
-@pytest.fixture(scope="module")
-def llava_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llava(tmp_path_factory.mktemp("llava"))
 
 
 def image(seed: int, size: tuple[int, int] = (40, 30)) -> tuple[ImageInput, Any]:

@@ -64,7 +64,7 @@ def default_config(**overrides: Any) -> RuntimeConfig:
     return RuntimeConfig(**settings)
 
 
-async def start_server(nursery: trio.Nursery, config: RuntimeConfig, *extra: RuntimeConfig) -> Server:
+async def start_server(nursery: trio.Nursery, config: RuntimeConfig, *extra: RuntimeConfig, platform: Any = None) -> Server:
     from actors.build import build_engine
     from api.process.server import serve_runtime
 
@@ -75,7 +75,7 @@ async def start_server(nursery: trio.Nursery, config: RuntimeConfig, *extra: Run
         runtimes.append(build_engine(cfg))
         return runtimes[-1]
 
-    binds = await nursery.start(partial(serve_runtime, config, factory, stop.wait, extra_models=extra))
+    binds = await nursery.start(partial(serve_runtime, config, factory, stop.wait, extra_models=extra, platform=platform))
     return Server(base_url=binds[0], runtime=runtimes[0], config=config, stop=stop, runtimes=runtimes)
 
 
