@@ -19,7 +19,10 @@ from typing import Any
 
 import torch
 
+from runtime.model_store import VISION_MODEL_TYPES
+
 FAMILIES = {"llava": "LlavaForConditionalGeneration", "qwen2_vl": "Qwen2VLForConditionalGeneration"}
+assert tuple(FAMILIES) == VISION_MODEL_TYPES  # the start-up check (runtime/model_store.py) names the same ones
 
 
 def family_of(model_dir: Path) -> str | None:
