@@ -10,8 +10,10 @@ runs and its hash (the image's content hash, and the `detail` it was processed a
 Pillow (through the processor) and runtime.
 
 What `detail` does per family: LLaVA resizes every image to its vision tower's one input size,
-so `detail` changes nothing. Qwen2-VL's resolution follows the image: `low` caps an image at
-`LOW_DETAIL_PIXELS` (at most 256 tokens), `high` and `auto` use the processor's own bounds.
+so `detail` changes nothing. Qwen2-VL's resolution follows the image: `low` (on every image of the prompt) caps
+each at `LOW_DETAIL_PIXELS` (at most 256 tokens), or a quarter of the processor's own bound
+where that is smaller; `high` and `auto` use the processor's own bounds (a prompt mixing `low`
+with others is processed at the processor's bounds).
 """
 
 from __future__ import annotations
@@ -72,7 +74,11 @@ class ImagePrompts:
 
     def _image_kwargs(self, images: tuple[ImageInput, ...]) -> dict[str, Any]:
         if self.family == "qwen2_vl" and images and all(image.detail == "low" for image in images):
-            return {"images_kwargs": {"max_pixels": LOW_DETAIL_PIXELS}}
+            processor = self.processor.image_processor
+            bounds = getattr(processor, "size", None) or {}
+            most = int(bounds.get("longest_edge") or getattr(processor, "max_pixels", None) or LOW_DETAIL_PIXELS * 4)
+            least = int(bounds.get("shortest_edge") or getattr(processor, "min_pixels", None) or 0)
+            return {"images_kwargs": {"max_pixels": max(least, min(LOW_DETAIL_PIXELS, most // 4))}}
         return {}
 
     def _feature_hash(self, image: ImageInput) -> str:
@@ -153,9 +159,14 @@ def load_processor(model_dir: Any, family: str) -> Any:
     if family == "qwen2_vl":
         from transformers import Qwen2VLProcessor
 
+        class ImagesOnly(Qwen2VLProcessor):
+            def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
+                # The video processor's class check loads the video mapping, which needs torchvision.
+                return None if argument_name == "video_processor" else super().check_argument_for_proper_class(argument_name, argument)
+
         image_processor = AutoImageProcessor.from_pretrained(model_dir, backend="pil")
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        return Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=_NoVideos(), chat_template=tokenizer.chat_template)
+        return ImagesOnly(image_processor=image_processor, tokenizer=tokenizer, video_processor=_NoVideos(), chat_template=tokenizer.chat_template)
     return AutoProcessor.from_pretrained(model_dir, backend="pil")
 
 

@@ -47,6 +47,14 @@ def llava_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_llava(tmp_path_factory.mktemp("tiny-llava"))
 
 
+@pytest.fixture(scope="session")
+def qwen2_vl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Qwen2-VL (M-RoPE) with its Pillow image processor."""
+    from tests.support.tiny_vlm import build_tiny_qwen2_vl
+
+    return build_tiny_qwen2_vl(tmp_path_factory.mktemp("tiny-qwen2-vl"))
+
+
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The tiny model's tokenizer alone (a fresh one per module), for grammar and tokenizer tests."""

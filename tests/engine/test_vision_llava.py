@@ -8,72 +8,27 @@ the prefix cache while the same text with another image does not.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 
 from actors.build import build_engine
-from runtime.images import ImageInput, content_hash
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
-from tests.support.images import pil_image, png_bytes
 from tests.support.servers import tiny_config
-from tests.support.tiny_vlm import reference_generate
+from tests.support.tiny_vlm import VISION_CASES as CASES
+from tests.support.tiny_vlm import case, reference_generate, run_all
 
 NUM_NEW = 12
-
-
-def image(seed: int, size: tuple[int, int] = (40, 30)) -> tuple[ImageInput, Any]:
-    pil = pil_image(png_bytes(*size, seed=seed))
-    pixels = pil.tobytes()
-    return ImageInput(width=pil.width, height=pil.height, pixels=pixels, hash=content_hash(pil.width, pil.height, pixels)), pil
-
-
-def case(text: str, seeds: list[int]) -> tuple[list[dict[str, Any]], list[ImageInput], list[Any]]:
-    made = [image(s, (40 + 3 * s, 30 + s)) for s in seeds]
-    content = [{"type": "image"} for _ in seeds] + [{"type": "text", "text": text}]
-    return [{"role": "user", "content": content}], [m[0] for m in made], [m[1] for m in made]
-
-
-CASES = [
-    ("What is in the picture?", [1]),
-    ("Compare these.", [2, 3]),
-    ("Describe the dog and the fox.", [1]),  # image 1 again: the encoder cache
-    ("def add(a, b): return a + b", []),  # text beside the images
-    ("What is in the picture?", [4]),  # the same text as case 0, another image
-]
-
-
-async def run_all(model_dir: Path, cases: list[tuple[str, list[int]]], stagger: float, **overrides: object) -> tuple[list[list[int]], dict]:
-    runtime = build_engine(tiny_config(model_dir, **overrides))
-    results: list[list[int]] = [[] for _ in cases]
-
-    async def one(i: int) -> None:
-        await trio.sleep(stagger * i)
-        messages, images, _ = case(*cases[i])
-        prompt = Prompt(messages=messages, images=tuple(images))
-        async with runtime.submit(prompt, SamplingParams(temperature=0.0, max_tokens=NUM_NEW, ignore_eos=True)) as stream:
-            async for delta in stream:
-                results[i] += delta.token_ids
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(runtime.run)
-        async with trio.open_nursery() as clients:
-            for i in range(len(cases)):
-                clients.start_soon(one, i)
-        stats = runtime.statistics()
-        nursery.cancel_scope.cancel()
-    return results, stats
 
 
 @pytest.mark.parametrize("overrides", [pytest.param({}, id="roomy"), pytest.param({"max_num_batched_tokens": 8}, id="chunked-through-images")])
 async def test_llava_greedy_matches_transformers_alone_and_concurrent(llava_dir: Path, overrides: dict) -> None:
     expected = [reference_generate(llava_dir, *case(text, seeds)[::2], NUM_NEW) for text, seeds in CASES]
     assert expected[0] != expected[4]  # the image decides the output, not the text alone
-    alone, _ = await run_all(llava_dir, CASES[:1], 0.0, **overrides)
+    alone, _ = await run_all(llava_dir, CASES[:1], 0.0, NUM_NEW, **overrides)
     assert alone[0] == expected[0]
-    got, stats = await run_all(llava_dir, CASES, 0.003, **overrides)
+    got, stats = await run_all(llava_dir, CASES, 0.003, NUM_NEW, **overrides)
     for i, (g, e) in enumerate(zip(got, expected)):
         assert g == e, f"case {i} {CASES[i]} diverged"
     assert stats["kv_blocks_used"] == 0 and stats["requests"] == 0
