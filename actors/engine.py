@@ -295,7 +295,7 @@ class Engine:
             raise Overloaded("The scheduler's control queue is full of aborts waiting for the step in flight; retry shortly.")
         cost = 0
         if self._budget.budget is not None:
-            cost = estimate_tokens(prompt, sampling, self.max_model_len)
+            cost = estimate_tokens(prompt, sampling, self.max_model_len, self.images.max_tokens_per_image if self.images is not None else 0)
             pending = self.pending_tokens()
             if self._budget.refuses(pending, n * cost):
                 raise Overloaded(f"{pending} tokens are pending and this request may need {n * cost} more; retry shortly.")

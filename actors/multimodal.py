@@ -18,6 +18,7 @@ with others is processed at the processor's bounds).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any
 
@@ -40,6 +41,16 @@ class ImagePrompts:
         self.family = family
         tokenizer = processor.tokenizer
         self.image_token_id = int(getattr(processor, "image_token_id", None) or tokenizer.convert_tokens_to_ids(processor.image_token))
+
+    @functools.cached_property
+    def max_tokens_per_image(self) -> int:
+        """The most placeholder tokens one image takes (token-budget admission charges it per
+        image before the prompt is processed): the processor's count for a large image."""
+        try:
+            counts = self.processor._get_num_multimodal_tokens(image_sizes=[[4096, 4096]])
+            return int(counts["num_image_tokens"][0])
+        except Exception:  # a processor without the count: a typical image's
+            return 576
 
     def encode(self, prompt: Prompt, prefix: str = "") -> tuple[list[int], MultiModalPrompt]:
         """A message prompt with `prompt.images` → (ids, its images)."""

@@ -17,7 +17,7 @@ from runtime.request import Prompt
 from runtime.sampling import SamplingParams
 from tests.support.servers import tiny_config
 from tests.support.tiny_vlm import VISION_CASES as CASES
-from tests.support.tiny_vlm import case, reference_generate, run_all
+from tests.support.tiny_vlm import case, image, reference_generate, run_all
 
 NUM_NEW = 12
 
@@ -61,3 +61,11 @@ async def test_a_repeated_image_hits_the_prefix_cache_and_another_image_does_not
     first_image_token = 5  # <|im_start|> u s er \n, then the image's 16 tokens
     assert hits[2] - hits[1] == first_image_token // 4 and usages[2].cached_tokens == 4 * (first_image_token // 4)
     assert seen[-1]["images_encoded"] == 2 and seen[-1]["encoder_cache_hits"] == 0  # the repeat was served by the prefix cache
+
+
+def test_admission_charges_each_image_its_tokens() -> None:
+    from runtime.admission import estimate_tokens
+
+    prompt = Prompt(messages=[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "abcdefgh"}]}], images=(image(1)[0], image(2)[0]))
+    sampling = SamplingParams(max_tokens=10)
+    assert estimate_tokens(prompt, sampling, 512, tokens_per_image=16) - estimate_tokens(prompt, sampling, 512) == 32
