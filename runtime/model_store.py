@@ -85,6 +85,17 @@ def model_error(model: str | None) -> str | None:
 VISION_MODEL_TYPES = ("llava", "qwen2_vl")
 
 
+def vision_model_type(model: str | Path) -> str | None:
+    """The vision-language family (`VISION_MODEL_TYPES`) of a model directory, from its
+    config.json alone; None for any other model or a directory without one."""
+    try:
+        config = json.loads((Path(model).expanduser() / "config.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return None
+    model_type = config.get("model_type")
+    return model_type if model_type in VISION_MODEL_TYPES else None
+
+
 def architecture_error(model: str | None, task: str = "chat") -> str | None:
     """Why a generation model directory cannot be served, read from its config.json alone (no
     transformers import, no weights): a causal LM (`...ForCausalLM`) or one of the vision

@@ -32,7 +32,9 @@ async def test_llava_greedy_matches_transformers_alone_and_concurrent(llava_dir:
     for i, (g, e) in enumerate(zip(got, expected)):
         assert g == e, f"case {i} {CASES[i]} diverged"
     assert stats["kv_blocks_used"] == 0 and stats["requests"] == 0
-    assert stats["images_encoded"] <= 4 and stats["encoder_cache_hits"] >= 1, stats
+    # Image 1 (cases 0 and 2) is encoded once: the encoder cache serves the repeat, or the prefix
+    # cache does when case 0's image blocks were cached before case 2 was scheduled (timing).
+    assert stats["images_encoded"] <= 4, stats
 
 
 async def test_a_repeated_image_hits_the_prefix_cache_and_another_image_does_not(llava_dir: Path) -> None:
@@ -61,6 +63,24 @@ async def test_a_repeated_image_hits_the_prefix_cache_and_another_image_does_not
     first_image_token = 5  # <|im_start|> u s er \n, then the image's 16 tokens
     assert hits[2] - hits[1] == first_image_token // 4 and usages[2].cached_tokens == 4 * (first_image_token // 4)
     assert seen[-1]["images_encoded"] == 2 and seen[-1]["encoder_cache_hits"] == 0  # the repeat was served by the prefix cache
+
+
+async def test_an_image_after_other_text_is_served_by_the_encoder_cache(llava_dir: Path) -> None:
+    """The prefix cache cannot serve image 1 behind other text; the encoder cache does."""
+    runtime = build_engine(tiny_config(llava_dir, max_num_batched_tokens=128))  # each prompt in one step
+    sampling = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
+    seen = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runtime.run)
+        for lead in ("", "Look at this first. "):
+            messages, images, _ = case("What is in the picture?", [1])
+            messages[0]["content"].insert(0, {"type": "text", "text": lead})
+            async with runtime.submit(Prompt(messages=messages, images=tuple(images)), sampling) as stream:
+                async for _ in stream:
+                    pass
+            seen.append(runtime.statistics())
+        nursery.cancel_scope.cancel()
+    assert [(s["images_encoded"], s["encoder_cache_hits"]) for s in seen] == [(1, 0), (1, 1)]
 
 
 def test_admission_charges_each_image_its_tokens() -> None:

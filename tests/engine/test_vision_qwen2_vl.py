@@ -30,7 +30,9 @@ async def test_qwen2_vl_greedy_matches_transformers_alone_and_concurrent(qwen2_v
     got, stats = await run_all(qwen2_vl_dir, CASES, 0.003, NUM_NEW, **overrides)
     for i, (g, e) in enumerate(zip(got, expected)):
         assert g == e, f"case {i} {CASES[i]} diverged"
-    assert stats["kv_blocks_used"] == 0 and stats["images_encoded"] <= 4 and stats["encoder_cache_hits"] >= 1, stats
+    # Image 1 (cases 0 and 2) is encoded once: the encoder cache serves the repeat, or the prefix
+    # cache does when case 0's image blocks were cached before case 2 was scheduled (timing).
+    assert stats["kv_blocks_used"] == 0 and stats["images_encoded"] <= 4, stats
 
 
 def test_low_detail_caps_the_resolution(qwen2_vl_dir: Path) -> None:

@@ -153,3 +153,29 @@ def host_request(path: str, body: dict) -> Any:
         "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1), "server": ("x", 80),
     }  # fmt: skip
     return HttpRequest(scope, json.dumps(body).encode())
+
+
+def serve_once(config: RuntimeConfig, tmp_path: Path, path: str, body: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
+    """The answer of a serve-ray replica's host (api/cluster/host.py, no Ray) to one request,
+    and the KV block hashes its prefix cache then holds."""
+    import asyncio
+
+    from api.cluster.host import TrioHost
+    from api.http.platform.config import PlatformConfig
+
+    def cached_hashes(host: TrioHost) -> set[int]:
+        runtime = next(iter(host.models))
+        return set(runtime.scheduler.core.blocks.hash_to_block)
+
+    async def serve() -> tuple[dict[str, Any], set[int]]:
+        host = TrioHost([config], PlatformConfig(state_dir=str(tmp_path / "state")))
+        await host.wait_ready()
+        try:
+            messages = [m async for batch in host.stream(host_request(path, body)) for m in batch]
+            assert messages[0]["status"] == 200, messages
+            answer = json.loads(b"".join(m.get("body", b"") for m in messages[1:]))
+            return answer, await host.call(cached_hashes, host)
+        finally:
+            await asyncio.to_thread(host.stop, 0)
+
+    return asyncio.run(serve())

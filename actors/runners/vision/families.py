@@ -13,25 +13,19 @@ The vision tower runs transformers' SDPA attention; the text tower our paged att
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from runtime.model_store import VISION_MODEL_TYPES
+from runtime.model_store import VISION_MODEL_TYPES, vision_model_type
 
 FAMILIES = {"llava": "LlavaForConditionalGeneration", "qwen2_vl": "Qwen2VLForConditionalGeneration"}
 assert tuple(FAMILIES) == VISION_MODEL_TYPES  # the start-up check (runtime/model_store.py) names the same ones
 
 
 def family_of(model_dir: Path) -> str | None:
-    try:
-        config = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    model_type = config.get("model_type")
-    return model_type if model_type in FAMILIES else None
+    return vision_model_type(model_dir)
 
 
 def load(family: str, model_dir: Path, dtype: torch.dtype, attn: str) -> Any:
