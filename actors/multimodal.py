@@ -13,7 +13,10 @@ What `detail` does per family: LLaVA resizes every image to its vision tower's o
 so `detail` changes nothing. Qwen2-VL's resolution follows the image: `low` (on every image of the prompt) caps
 each at `LOW_DETAIL_PIXELS` (at most 256 tokens), or a quarter of the processor's own bound
 where that is smaller; `high` and `auto` use the processor's own bounds (a prompt mixing `low`
-with others is processed at the processor's bounds).
+with others is processed at the processor's bounds). Idefics3 (SmolVLM) splits an image into
+tiles plus a global view, each tile `image_seq_len` tokens: `low` (on every image of the prompt)
+turns the splitting off, so each image is its global view alone; `high` and `auto` split as the
+processor does.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from runtime.images import ImageInput
 from runtime.messages import ImageFeatures, MultiModalPrompt
 from runtime.request import Prompt
 
-FAMILIES = ("llava", "qwen2_vl")
+FAMILIES = ("llava", "qwen2_vl", "idefics3")
 LOW_DETAIL_PIXELS = 256 * 28 * 28
 
 
@@ -79,11 +82,30 @@ class ImagePrompts:
         positions, delta = mrope_positions(len(ids), [r[0] for r in runs], grids, self._merge)
         return ids, MultiModalPrompt(images=images, mrope_positions=positions, mrope_delta=delta)
 
+    def _idefics3_tiles(self, out: Any) -> list[int]:
+        """How many tiles each image has, read from the ids: an image's tiles are runs of
+        `image_seq_len` placeholders, its last one (the global view) after `<global-img>`."""
+        ids = [int(t) for t in out["input_ids"][0]]
+        size = int(self.processor.image_seq_len)
+        global_id = int(self.processor.global_image_token_id)
+        counts, tiles = [], 0
+        for i, t in enumerate(ids):
+            if t == self.image_token_id and ids[i - 1] != self.image_token_id:  # a tile's first placeholder
+                tiles += 1
+                if ids[i - 1] == global_id:
+                    counts.append(tiles)
+                    tiles = 0
+        if any(count * size == 0 for count in counts):
+            raise InvalidRequest("The processor's image placeholders are not in tiles.", param="messages")
+        return counts
+
     @property
     def _merge(self) -> int:
         return int(getattr(self.processor.image_processor, "merge_size", 2))
 
     def _image_kwargs(self, images: tuple[ImageInput, ...]) -> dict[str, Any]:
+        if self.family == "idefics3" and images and all(image.detail == "low" for image in images):
+            return {"images_kwargs": {"do_image_splitting": False}}
         if self.family == "qwen2_vl" and images and all(image.detail == "low" for image in images):
             processor = self.processor.image_processor
             bounds = getattr(processor, "size", None) or {}
@@ -93,7 +115,7 @@ class ImagePrompts:
         return {}
 
     def _feature_hash(self, image: ImageInput) -> str:
-        if self.family == "qwen2_vl" and image.detail == "low":
+        if self.family in ("qwen2_vl", "idefics3") and image.detail == "low":
             return hashlib.sha256(f"{image.hash}:low".encode()).hexdigest()
         return image.hash
 
@@ -101,6 +123,10 @@ class ImagePrompts:
         pixels = np.asarray(out["pixel_values"])
         if self.family == "llava":
             return [{"pixel_values": pixels[i : i + 1]} for i in range(count)]
+        if self.family == "idefics3":  # [1, every image's tiles, ...]: each image's tiles apart
+            mask = np.asarray(out["pixel_attention_mask"])
+            starts = np.concatenate([[0], np.cumsum(self._idefics3_tiles(out))])
+            return [{"pixel_values": pixels[:, starts[i] : starts[i + 1]], "pixel_attention_mask": mask[:, starts[i] : starts[i + 1]]} for i in range(count)]
         grid = np.asarray(out["image_grid_thw"])
         sizes = grid.prod(axis=-1)
         starts = np.concatenate([[0], np.cumsum(sizes)])
@@ -111,6 +137,8 @@ class ImagePrompts:
         total = int((ids == self.image_token_id).sum())
         if self.family == "llava":
             return [total // count] * count if count else []
+        if self.family == "idefics3":
+            return [tiles * int(self.processor.image_seq_len) for tiles in self._idefics3_tiles(out)]
         merge = self._merge
         return [int(n) // (merge * merge) for n in np.asarray(out["image_grid_thw"]).prod(axis=-1)]
 

@@ -82,7 +82,7 @@ def model_error(model: str | None) -> str | None:
 
 
 # Vision-language families the generation engine serves (actors/runners/vision/families.py).
-VISION_MODEL_TYPES = ("llava", "qwen2_vl")
+VISION_MODEL_TYPES = ("llava", "qwen2_vl", "idefics3")
 
 
 def vision_model_type(model: str | Path) -> str | None:

@@ -1,6 +1,7 @@
 """Tiny random-weight vision-language models, built in-process (no hub): a LLaVA (CLIP vision
-tower, projector, Llama text tower) and a Qwen2-VL, each with its processor on Pillow alone,
-and greedy references from transformers' own `generate` with that processor.
+tower, projector, Llama text tower), a Qwen2-VL and an Idefics3 (SmolVLM), each with its
+processor on Pillow alone, and greedy references from transformers' own `generate` with that
+processor.
 """
 
 from __future__ import annotations
@@ -103,6 +104,35 @@ def build_tiny_qwen2_vl(path: Path, seed: int = 0) -> Path:
     config = Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
     torch.manual_seed(seed)
     model = Qwen2VLForConditionalGeneration(config)
+    _widen(model)
+    model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model.save_pretrained(path)
+    return path
+
+
+def build_tiny_idefics3(path: Path, seed: int = 0) -> Path:
+    """A tiny Idefics3 (SmolVLM): a vision tower over 32x32 tiles (patches of 8, pixel-shuffled
+    by 2: 4 tokens a tile), images resized to at most 64 pixels and split into up to 2x2 tiles
+    plus the global view, and a Llama text tower."""
+    import torch
+    from transformers import GenerationConfig, Idefics3Config, Idefics3ForConditionalGeneration, Idefics3Processor
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(path)
+    grid = [f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6)]
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>", *grid]})
+    tokenizer.chat_template = LLAVA_TEMPLATE
+    images = Idefics3ImageProcessorPil(size={"longest_edge": 64}, max_image_size={"longest_edge": 32})
+    Idefics3Processor(image_processor=images, tokenizer=tokenizer, image_seq_len=4, chat_template=LLAVA_TEMPLATE).save_pretrained(path)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8)
+    text = dict(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=512, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    config = Idefics3Config(vision_config=vision, text_config=text, scale_factor=2, image_token_id=tokenizer.convert_tokens_to_ids("<image>"))
+    torch.manual_seed(seed)
+    model = Idefics3ForConditionalGeneration(config)
     _widen(model)
     model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(path)
