@@ -2,7 +2,8 @@
 
 Owns: resolving the model (a local directory or the embedded default of its task), loading its
 tokenizer, collecting its EOS ids, and choosing the runner (the embedding runner, or the torch
-runner with the config's device, dtype, KV cache and model path). The process layer calls it;
+runner with the config's device, dtype, KV cache and model path), and for a vision-language
+model its processor (actors/multimodal.py), which the tokenizer actor expands images with. The process layer calls it;
 the model's weights load later, on the device thread, when the engine runs.
 """
 
@@ -30,6 +31,7 @@ def build_engine(config: RuntimeConfig) -> Engine:
     from transformers import GenerationConfig
 
     from actors.runners.torch_runner import TorchRunner
+    from actors.runners.vision.families import family_of as vision_family
 
     eos: set[int] = set()
     if tokenizer.eos_token_id is not None:
@@ -40,9 +42,17 @@ def build_engine(config: RuntimeConfig) -> Engine:
         eos.update([ids] if isinstance(ids, int) else (ids or []))
     except OSError:
         pass
+    images = None
+    family = vision_family(path)
+    if family is not None:  # a vision-language model: its processor expands image parts
+        from actors.multimodal import ImagePrompts, load_processor
+
+        processor = load_processor(path, family)
+        tokenizer = processor.tokenizer
+        images = ImagePrompts(processor, family)
     runner = TorchRunner(
         path, device=config.device, dtype=config.dtype, num_kv_blocks=config.num_kv_blocks, kv_cache_gib=config.kv_cache_gib, block_size=config.block_size,
         num_threads=config.num_threads, max_model_len=config.max_model_len, batch_invariant=config.batch_invariant, model_impl=config.model_impl,
         compile=config.compile, quantization=config.quantization, cuda_graphs=config.cuda_graphs, max_num_seqs=config.max_num_seqs,
     )
-    return Engine(config, runner, tokenizer, config.served_name or name, frozenset(eos))
+    return Engine(config, runner, tokenizer, config.served_name or name, frozenset(eos), images=images)

@@ -30,6 +30,7 @@ from actors.detokenizer import DetokenizerActor
 from actors.embed_core import EmbeddingSchedulerCore
 from actors.executor import ExecutorActor
 from actors.guidance import GuideCompiler
+from actors.multimodal import ImagePrompts
 from actors.runners.base import Runner
 from actors.sched_core import SchedulerConfig, SchedulerCore
 from actors.scheduler import SchedulerActor, SchedulerInbox
@@ -63,6 +64,7 @@ class Engine:
         tokenizer: Any,
         served_name: str,
         eos_token_ids: frozenset[int],
+        images: ImagePrompts | None = None,
     ) -> None:
         self.config = config
         self.runner = runner
@@ -70,6 +72,9 @@ class Engine:
         self.served_name = served_name
         self.task = "embed" if config.task == "embeddings" else "generate"  # what routes may send it
         self.eos_token_ids = eos_token_ids
+        self.images = images
+        # Images a prompt may carry: 0 for a model that reads text only (the edge refuses them).
+        self.max_images_per_prompt = config.limit_images_per_prompt if images is not None else 0
         # Live requests, from open() until aborted or done. Only the runtime adds or removes
         # entries (the detokenizer reports a finish through _forget); no actor holds the dict.
         self.requests: dict[str, RequestContext] = {}
@@ -143,7 +148,9 @@ class Engine:
         )
         self.detokenizer.on_finish = self.on_finish
         guides = GuideCompiler(self.tokenizer, info.vocab_size) if self.task == "generate" else None
-        self.tokenizer_actor = TokenizerActor(self.tokenizer, self.max_model_len, tok_recv, self._scheduler_inbox.clone(), guides, task=self.task)
+        self.tokenizer_actor = TokenizerActor(
+            self.tokenizer, self.max_model_len, tok_recv, self._scheduler_inbox.clone(), guides, task=self.task, images=self.images
+        )
         await nursery.start(self.scheduler.run)
         await nursery.start(self.detokenizer.run)
         await nursery.start(self.tokenizer_actor.run)
@@ -288,7 +295,7 @@ class Engine:
             raise Overloaded("The scheduler's control queue is full of aborts waiting for the step in flight; retry shortly.")
         cost = 0
         if self._budget.budget is not None:
-            cost = estimate_tokens(prompt, sampling, self.max_model_len)
+            cost = estimate_tokens(prompt, sampling, self.max_model_len, self.images.max_tokens_per_image if self.images is not None else 0)
             pending = self.pending_tokens()
             if self._budget.refuses(pending, n * cost):
                 raise Overloaded(f"{pending} tokens are pending and this request may need {n * cost} more; retry shortly.")
@@ -362,7 +369,8 @@ class Engine:
             log.error("abort_not_delivered", request_id=request_id)
 
     def statistics(self) -> dict[str, Any]:
-        return {"live_requests": len(self.requests), **self.scheduler.statistics()}
+        encoder = getattr(getattr(self.runner, "model", None), "encoder_cache", None)  # a vision model's encoder cache
+        return {"live_requests": len(self.requests), **self.scheduler.statistics(), **(encoder.statistics() if encoder is not None else {})}
 
 
 class _Aborted(Exception):

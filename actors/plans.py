@@ -3,7 +3,7 @@
 Owns: `PlanBuilder`: step ids, the requests freed since the last plan (the runner drops what it
 keeps of them), the copy-on-write block copies due before the next forward, and introducing
 each request to the runner exactly once (its `NewRequest`, with which the grammar matcher
-changes hands). Every container a plan holds is its own: tuples, and fresh slices of the
+and the prompt's images change hands). Every container a plan holds is its own: tuples, and fresh slices of the
 core's lists, so the device thread never reads what the core goes on writing.
 """
 
@@ -71,4 +71,5 @@ class PlanBuilder:
         """The runner's copy of what it keeps of `seq`; the grammar matcher changes hands here."""
         seq.introduced = True
         matcher, seq.matcher = seq.matcher, None
-        return NewRequest(request_id=seq.request_id, prompt_token_ids=tuple(seq.token_ids[: seq.num_prompt_tokens]), matcher=matcher)
+        mm, seq.mm = seq.mm, None
+        return NewRequest(request_id=seq.request_id, prompt_token_ids=tuple(seq.token_ids[: seq.num_prompt_tokens]), matcher=matcher, mm=mm)

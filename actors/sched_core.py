@@ -326,7 +326,7 @@ class SchedulerCore:
         if seq.sampling.prompt_logprobs is not None and len(seq.prompt_logprobs) < seq.num_prompt_tokens - 1:
             return  # prompt logprobs need every prompt position computed, not served from cache
         # Keep at least one token to compute: the step must produce this request's logits.
-        hits, last_hash = self.blocks.match_prefix(seq.token_ids, seq.num_tokens - 1)
+        hits, last_hash = self.blocks.match_prefix(seq.all_token_ids, seq.num_tokens - 1)
         seq.block_table = hits
         seq.num_computed_tokens = len(hits) * self.config.block_size
         seq.num_hashed_blocks = len(hits)

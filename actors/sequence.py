@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.messages import FinishReason, Logprob, RegisterRequest, TokenizedRequest
+from runtime.prefix_hash import keyed_token_ids
 from runtime.sampling import SamplingParams
 
 
@@ -51,6 +52,10 @@ class Sequence:
     registered: bool = False  # its RegisterRequest went out (on its first TokenDelta)
     scheduled_time: float | None = None  # start of the first step that computed any of it
     ready_time: float | None = None  # end of the step that made its latest token
+    # A prompt with images: its token ids with each image's tokens keyed by the image's hash
+    # (runtime/prefix_hash.py), what its KV blocks are hashed by; None: the token ids themselves.
+    prompt_keys: list[int] | None = None
+    mm: Any = None  # runtime.messages.MultiModalPrompt until handed to the runner (NewRequest), then None
 
     @classmethod
     def of(cls, request: TokenizedRequest) -> Sequence:
@@ -65,11 +70,16 @@ class Sequence:
             matcher=request.matcher,
             num_truncated_tokens=request.num_truncated_tokens,
             mailbox=request.mailbox,
+            prompt_keys=keyed_token_ids(request.prompt_token_ids, request.mm) if request.mm is not None and request.mm.images else None,
+            mm=request.mm,
         )
 
     @property
     def all_token_ids(self) -> list[int]:
-        return self.token_ids
+        """The tokens as the prefix cache hashes them (images keyed by their hashes)."""
+        if self.prompt_keys is None:
+            return self.token_ids
+        return self.prompt_keys + self.token_ids[self.num_prompt_tokens :]
 
     @property
     def num_tokens(self) -> int:

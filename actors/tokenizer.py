@@ -25,11 +25,12 @@ import msgspec
 import trio
 
 from actors.guidance import GuideCompiler
+from actors.multimodal import ImagePrompts
 from actors.scheduler import SchedulerInbox
 from runtime.context_window import fit_context, output_room
 from runtime.errors import InvalidRequest, Overloaded, ServingError
 from runtime.logging import get_logger
-from runtime.messages import TokenizedRequest
+from runtime.messages import MultiModalPrompt, TokenizedRequest
 from runtime.prompt_encoding import encode_messages, encode_prompt
 from runtime.request import Prompt, RequestContext
 
@@ -87,7 +88,9 @@ class TokenizerActor:
         guides: GuideCompiler | None = None,
         task: str = "generate",
         compile_concurrency: int = 2,
+        images: ImagePrompts | None = None,
     ) -> None:
+        self.images = images  # a vision-language model's processor: prompts with images
         self.task = task
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
@@ -119,8 +122,8 @@ class TokenizerActor:
                 if ctx.aborted:
                     continue
                 try:
-                    ids, truncated, matcher = await trio.to_thread.run_sync(self._prepare, ctx, limiter=self._limiter)
-                    request = self._admit(ctx, ids, truncated, matcher)
+                    ids, truncated, matcher, mm = await trio.to_thread.run_sync(self._prepare, ctx, limiter=self._limiter)
+                    request = self._admit(ctx, ids, truncated, matcher, mm)
                 except Exception as exc:
                     self._fail(ctx, exc)
                     continue
@@ -176,18 +179,26 @@ class TokenizerActor:
             fork_of=first.request_id,
             num_truncated_tokens=first.num_truncated_tokens,
             mailbox=sibling.mailbox,
+            mm=first.mm,
         )
 
-    def _prepare(self, ctx: RequestContext) -> tuple[list[int], int, Any]:
+    def _prepare(self, ctx: RequestContext) -> tuple[list[int], int, Any, MultiModalPrompt | None]:
         """Worker thread: encode the prompt. Returns its ids, the tokens dropped to fit it (a
-        message prompt that asked to be truncated), and the request's matcher when its grammar
-        is already compiled (None: no grammar, or one still to compile)."""
+        message prompt that asked to be truncated), the request's matcher when its grammar
+        is already compiled (None: no grammar, or one still to compile), and its images as the
+        encoder takes them (a prompt with images: never truncated, its images and their
+        tokens stay whole)."""
         if self.task == "embed":
-            return *self._encode_for_embedding(ctx), None
+            return *self._encode_for_embedding(ctx), None, None
         prompt, guide = ctx.prompt, ctx.sampling.guide
         prefix = guide.prefix if guide is not None else ""
         truncated = 0
-        if prompt.messages is not None and prompt.truncate:
+        mm = None
+        if prompt.images:
+            if self.images is None or prompt.messages is None:
+                raise InvalidRequest("This model reads text only; images are not supported.", param="messages", code="unsupported_content")
+            ids, mm = self.images.encode(prompt, prefix)
+        elif prompt.messages is not None and prompt.truncate:
             room = output_room(ctx.sampling.max_tokens, self.max_model_len)
             ids, dropped, full = fit_messages(self.tokenizer, prompt, self.max_model_len - room, prefix)
             if dropped:
@@ -196,10 +207,10 @@ class TokenizerActor:
         else:
             ids = encode_prompt(self.tokenizer, prompt, prefix)
         if guide is None:
-            return ids, truncated, None
+            return ids, truncated, None, mm
         if self.guides is None:
             raise InvalidRequest("Constrained decoding is not available for this model.", param=guide.param)
-        return ids, truncated, self.guides.cached(guide)
+        return ids, truncated, self.guides.cached(guide), mm
 
     def _encode_for_embedding(self, ctx: RequestContext) -> tuple[list[int], int]:
         # Like sentence-transformers: inputs past the model's max_seq_length are cut at the end
@@ -215,7 +226,7 @@ class TokenizerActor:
             ids = ids[: self.max_model_len - 1] + ids[-1:] if prompt.token_ids is None else ids[: self.max_model_len]
         return ids, truncated
 
-    def _admit(self, ctx: RequestContext, ids: list[int], truncated: int, matcher: Any) -> TokenizedRequest:
+    def _admit(self, ctx: RequestContext, ids: list[int], truncated: int, matcher: Any, mm: MultiModalPrompt | None = None) -> TokenizedRequest:
         """The request for the scheduler; `truncated`: tokens already dropped in `_prepare`."""
         param = "messages" if ctx.prompt.messages is not None else "prompt"
         if not ids:
@@ -236,7 +247,7 @@ class TokenizerActor:
             ids,
             ctx.sampling.max_tokens,
             self.max_model_len,
-            truncate=ctx.prompt.truncate and ctx.prompt.messages is None,
+            truncate=ctx.prompt.truncate and ctx.prompt.messages is None and not ctx.prompt.images,
             param=param,
             max_tokens_param=ctx.sampling.max_tokens_param,
         )
@@ -251,4 +262,5 @@ class TokenizerActor:
             matcher=matcher,
             num_truncated_tokens=cut or truncated,
             mailbox=ctx.mailbox,
+            mm=mm,
         )

@@ -22,17 +22,18 @@ def is_full(live: int, max_pending: int, n: int = 1) -> bool:
     return live + n > max_pending
 
 
-def estimate_tokens(prompt: Prompt, sampling: SamplingParams, max_model_len: int) -> int:
+def estimate_tokens(prompt: Prompt, sampling: SamplingParams, max_model_len: int, tokens_per_image: int = 0) -> int:
     """What admission charges a request, before it is tokenized: prompt + tokens to generate.
 
     Text counts 1 token per 4 UTF-8 bytes (plus 4 per chat message for role markers); token
-    ids count exactly. Without max_tokens the request may run to the context length. Capped at
+    ids count exactly; each image counts `tokens_per_image` (the model's most for one image).
+    Without max_tokens the request may run to the context length. Capped at
     `max_model_len`: one request never holds more than a full context.
     """
     if prompt.token_ids is not None:
         num_prompt = len(prompt.token_ids)
     elif prompt.messages is not None:
-        num_prompt = sum(4 + _text_bytes(m.get("content")) // 4 for m in prompt.messages)
+        num_prompt = sum(4 + _text_bytes(m.get("content")) // 4 for m in prompt.messages) + len(prompt.images) * tokens_per_image
     else:
         num_prompt = _text_bytes(prompt.text) // 4 + 1
     num_new = sampling.max_tokens if sampling.max_tokens is not None else max_model_len - num_prompt

@@ -63,6 +63,8 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # at most `num_spec_tokens` a step, verified in the packed step; "off": none.
     spec_decoding: str = "off"
     num_spec_tokens: int = 4
+    # A vision-language model: images one prompt may carry (more is a 400 naming the part).
+    limit_images_per_prompt: int = 8
     host: str = "127.0.0.1"
     port: int = 8000
     drain_timeout: float = 30.0

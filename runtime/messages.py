@@ -32,6 +32,32 @@ class AbortReason(str, enum.Enum):
     FAILED = "failed"
 
 
+class ImageFeatures(msgspec.Struct, kw_only=True, frozen=True):
+    """One image of a prompt, as the vision encoder takes it: the processor's arrays for it
+    (numpy, by name: pixel_values, image_grid_thw, ...), its content hash, and where its
+    placeholder tokens sit in the prompt, as (start, length) runs in order (one run for
+    LLaVA and Qwen2-VL; one per tile for Idefics3). The encoder's output has exactly
+    `num_tokens` rows, the runs' positions in order."""
+
+    hash: str
+    runs: tuple[tuple[int, int], ...]
+    arrays: dict[str, Any] = {}
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(length for _, length in self.runs)
+
+
+class MultiModalPrompt(msgspec.Struct, kw_only=True, frozen=True):
+    """What a prompt needs besides its token ids (tokenizer → scheduler → runner, once): its
+    images, and for M-RoPE models (Qwen2-VL) each prompt position's (time, height, width)
+    rotary positions, `[3, prompt length]` int64, and the offset every later position takes."""
+
+    images: tuple[ImageFeatures, ...] = ()
+    mrope_positions: Any = None
+    mrope_delta: int = 0
+
+
 class TokenizedRequest(msgspec.Struct, kw_only=True, frozen=True):
     """tokenizer → scheduler: a request ready to be scheduled."""
 
@@ -45,6 +71,7 @@ class TokenizedRequest(msgspec.Struct, kw_only=True, frozen=True):
     fork_of: str | None = None  # a sibling of this request (n > 1): admitted once that one's prompt is computed
     num_truncated_tokens: int = 0  # dropped from the front of an over-long prompt (error_behavior "truncate")
     mailbox: Any = None  # the request's DeltaMailbox; the scheduler only hands it on in RegisterRequest
+    mm: MultiModalPrompt | None = None  # its images, for a vision-language model
 
 
 class AbortRequest(msgspec.Struct, frozen=True):
@@ -83,6 +110,7 @@ class NewRequest(msgspec.Struct, kw_only=True, frozen=True):
     request_id: str
     prompt_token_ids: tuple[int, ...]
     matcher: Any = None  # an llguidance matcher when sampling.guide is set
+    mm: MultiModalPrompt | None = None  # its images: the runner encodes them as their tokens are fed
 
 
 class ScheduledSeq(msgspec.Struct, kw_only=True, frozen=True, gc=False):

@@ -11,6 +11,7 @@ Imports torch/transformers lazily, only when a conversion is really needed.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -78,6 +79,45 @@ def model_error(model: str | None) -> str | None:
     if not (path / "config.json").is_file():
         return f"--model {model!r}: not a model directory (it has no config.json)"
     return None
+
+
+# Vision-language families the generation engine serves (actors/runners/vision/families.py).
+VISION_MODEL_TYPES = ("llava", "qwen2_vl", "idefics3")
+
+
+def vision_model_type(model: str | Path) -> str | None:
+    """The vision-language family (`VISION_MODEL_TYPES`) of a model directory, from its
+    config.json alone; None for any other model or a directory without one."""
+    try:
+        config = json.loads((Path(model).expanduser() / "config.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return None
+    model_type = config.get("model_type")
+    return model_type if model_type in VISION_MODEL_TYPES else None
+
+
+def architecture_error(model: str | None, task: str = "chat") -> str | None:
+    """Why a generation model directory cannot be served, read from its config.json alone (no
+    transformers import, no weights): a causal LM (`...ForCausalLM`) or one of the vision
+    families is served; any other architecture (a vision-language model of another family, an
+    encoder-decoder) is named in one line. None when it can be served or cannot be told."""
+    if task == "embeddings" or model in (None, "", DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL):
+        return None
+    try:
+        config = json.loads((Path(model).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    model_type = config.get("model_type")
+    architectures = config.get("architectures") or []
+    if model_type in VISION_MODEL_TYPES or not architectures:
+        return None
+    name = str(architectures[0])
+    if name.endswith(("ForCausalLM", "LMHeadModel")):
+        return None
+    return (
+        f"--model {model!r}: architecture {name} (model_type {model_type!r}) cannot be served; "
+        f"served are causal language models (...ForCausalLM) and the vision-language families {', '.join(VISION_MODEL_TYPES)}"
+    )
 
 
 def ensure_default_chat_model() -> Path:

@@ -56,6 +56,7 @@ class Runtime(Protocol):
     info: ModelInfo | None  # None until the runner has loaded
     max_model_len: int
     created: int  # Unix time the engine was made (the models list's `created`)
+    max_images_per_prompt: int  # images a prompt may carry; 0: the model reads text only
     requests: dict[str, RequestContext]  # live requests, by id (the engine's own; read only)
     # Hooks: on_finish(ctx, finish_reason, now) once per finished request; on_step(plan,
     # elapsed, failed) once per step. Synchronous and cheap: they run on the event loop.

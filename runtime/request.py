@@ -29,6 +29,7 @@ Field                                Owner        How the others learn of it
     Prompt.add_special_tokens        edge         RequestContext.prompt
     Prompt.truncate                  edge         RequestContext.prompt
     Prompt.chat_template_kwargs      edge         RequestContext.prompt
+    Prompt.images                    edge         RequestContext.prompt (decoded at the edge; the tokenizer's processor reads them)
     RequestContext.request_id        engine       every message names it
     RequestContext.prompt            engine       read by the tokenizer (and the edge, for echo)
     RequestContext.sampling          engine       TokenizedRequest.sampling
@@ -60,9 +61,12 @@ Field                                Owner        How the others learn of it
     Sequence.registered              core         (core only: RegisterRequest sent)
     Sequence.scheduled_time          core         RegisterRequest.scheduled_time
     Sequence.ready_time              core         TokenDelta.queue_wait_us
+    Sequence.mm                      core         NewRequest.mm (handed to the runner once, then None here)
+    Sequence.prompt_keys             core         (core only: the prompt as the prefix cache hashes it, images' hashes in their tokens)
     RequestState.history             runner       (runner only: prompt from NewRequest, then the tokens it samples)
     RequestState.num_prompt_tokens   runner       (runner only; from NewRequest)
     RequestState.matcher             runner       (runner only; from NewRequest, advanced by each sampled token)
+    RequestState.mm                  runner       (runner only; from NewRequest: the prompt's images for the encoder, M-RoPE positions)
     DecodeState.start                detokenizer  (the RegisterRequest it was created from)
     DecodeState.detok                detokenizer  on_finish hooks, after it finished
     DecodeState.num_output_tokens    detokenizer  Usage.completion_tokens
@@ -93,6 +97,7 @@ from typing import Any
 
 import msgspec
 
+from runtime.images import ImageInput
 from runtime.mailbox import DeltaMailbox
 from runtime.messages import RegisterRequest
 from runtime.sampling import SamplingParams
@@ -107,6 +112,9 @@ class Prompt(msgspec.Struct, kw_only=True):
     add_special_tokens: bool = True  # for text: let the tokenizer add BOS etc.
     truncate: bool = False  # an over-long prompt keeps its tail instead of failing (error_behavior)
     chat_template_kwargs: dict[str, Any] = {}
+    # Decoded images (runtime/images.py), in the order their parts appear in `messages`; only
+    # for a model that reads images (the edge refuses them otherwise).
+    images: tuple[ImageInput, ...] = ()
 
 
 @dataclass(slots=True, eq=False)

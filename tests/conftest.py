@@ -39,6 +39,30 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
+@pytest.fixture(scope="session")
+def llava_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random LLaVA (CLIP tower, Llama text tower) with its Pillow processor."""
+    from tests.support.tiny_vlm import build_tiny_llava
+
+    return build_tiny_llava(tmp_path_factory.mktemp("tiny-llava"))
+
+
+@pytest.fixture(scope="session")
+def qwen2_vl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Qwen2-VL (M-RoPE) with its Pillow image processor."""
+    from tests.support.tiny_vlm import build_tiny_qwen2_vl
+
+    return build_tiny_qwen2_vl(tmp_path_factory.mktemp("tiny-qwen2-vl"))
+
+
+@pytest.fixture(scope="session")
+def idefics3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Idefics3 (SmolVLM: tiles and a global view) with its Pillow processor."""
+    from tests.support.tiny_vlm import build_tiny_idefics3
+
+    return build_tiny_idefics3(tmp_path_factory.mktemp("tiny-idefics3"))
+
+
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The tiny model's tokenizer alone (a fresh one per module), for grammar and tokenizer tests."""

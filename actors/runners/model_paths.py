@@ -20,12 +20,15 @@ from actors.runners.invariant import module_fixed_block_linear
 from actors.runners.native import config as native_config
 from actors.runners.native import shipped
 from actors.runners.native.path import NativePath
+from actors.runners.vision.families import family_of
+from actors.runners.vision.path import VisionPath
 from runtime.logging import get_logger
 
 log = get_logger("runner")
 
 class ModelPath(Protocol):
-    impl: str  # "native" | "transformers": logged at start-up, shown in /v1/models
+    impl: str  # "native" | "transformers" | "transformers+vision": logged at start-up, shown in /v1/models
+    takes_images: bool  # a vision-language model: the runner calls with_images before each forward
     num_layers: int
     num_kv_heads: int
     head_dim: int
@@ -40,11 +43,14 @@ class ModelPath(Protocol):
         self, input_ids: torch.Tensor, positions: torch.Tensor, step: Any, keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]
     ) -> torch.Tensor: ...
 
+    def with_images(self, seqs: Any, requests: Any, positions: torch.Tensor) -> torch.Tensor: ...
+
 
 class TransformersPath:
     """transformers' own modules, eager, with `switchyard_paged` attention."""
 
     impl = "transformers"
+    takes_images = False
 
     def __init__(self, model_dir: Path, dtype: torch.dtype, device: torch.device, batch_invariant: bool) -> None:
         from transformers import AutoModelForCausalLM
@@ -71,6 +77,9 @@ class TransformersPath:
     def forward(self, input_ids, positions, step, keep, k_cache, v_cache):
         out = self.model(input_ids=input_ids[None, :], position_ids=positions[None, :], use_cache=False, paged_step=step, logits_to_keep=keep)
         return out.logits[0]
+
+    def with_images(self, seqs, requests, positions):
+        return positions
 
 
 QUANTIZATIONS = ("none", "int8", "int4", "shipped")
@@ -122,6 +131,13 @@ def choose(
         raise ValueError(f"model_impl must be auto, native or transformers, not {model_impl!r}")
     _check_quantization(quantization, model_dir, model_impl, device, batch_invariant)
     started = time.perf_counter()
+    family = family_of(model_dir)
+    if family is not None:  # a vision-language model: transformers' modules, the text tower paged
+        if model_impl == "native" or quantization not in (None, "none"):
+            raise ValueError(f"{model_dir} is a {family} vision-language model: it runs on transformers' modules, without --model-impl native or --quantization")
+        vision = VisionPath(model_dir, family, dtype, device)
+        log.info("model_path", impl=vision.impl, model=str(model_dir), family=family, load_s=round(time.perf_counter() - started, 2))
+        return vision
     reason = "forced by --model-impl transformers"
     if model_impl != "transformers":
         hf = native_config.load_hf_config(model_dir)

@@ -26,6 +26,7 @@ class RequestState:
     history: list[int]  # prompt, then every token sampled for the request
     num_prompt_tokens: int
     matcher: Any = None  # llguidance matcher (the guide's grammar), or None
+    mm: Any = None  # the prompt's images (runtime.messages.MultiModalPrompt) and what the model path derives from them
 
 
 class UnknownRequest(KeyError):
@@ -48,7 +49,7 @@ class RequestStates:
         for request_id in plan.freed_request_ids:
             self._by_id.pop(request_id, None)
         for new in plan.new_requests:
-            self._by_id[new.request_id] = RequestState(list(new.prompt_token_ids), len(new.prompt_token_ids), new.matcher)
+            self._by_id[new.request_id] = RequestState(list(new.prompt_token_ids), len(new.prompt_token_ids), new.matcher, new.mm)
 
     def get(self, request_id: str) -> RequestState:
         try:

@@ -231,6 +231,8 @@ class TorchRunner:
         step, positions = self.model.build_step(
             [(s.start_pos, len(s.token_ids)) for s in seqs], [s.block_table for s in seqs], self.block_size, self.k_cache, self.v_cache
         )
+        if self.model.takes_images:  # image rows and (M-RoPE) positions for this step's prompt chunks
+            positions = self.model.with_images(seqs, self.requests, positions)
         if plan.block_copies:
             paged_attention.copy_blocks(self.k_cache, self.v_cache, list(plan.block_copies), self.block_size)
         input_ids = torch.tensor([t for s in seqs for t in self.requests.input_ids(s)], dtype=torch.long, device=self.device)

@@ -8,7 +8,13 @@ and error shapes all run on the replica, in the one app):
    actor will encode them (the replica's own params functions and runtime/prompt_encoding.py:
    the chat template with the request's tools and template kwargs), hashed into KV block
    chain hashes with the model's own block size (runtime/prefix_hash.py), on a worker thread
-   so a long prompt never stalls the relays; and the `x-session-id` header;
+   so a long prompt never stalls the relays; and the `x-session-id` header. A
+   vision-language model's prompt with images goes through the model's own processor
+   (actors/multimodal.py), each image's tokens keyed by its content hash
+   (`keyed_token_ids`) as the replica's prefix cache keys them: a `data:` image is decoded
+   here (Pillow, this worker thread, the edge's pixel cap); an http(s) or file:// image is
+   never fetched here (one fetch per image, on the replica, under its media policy), so the
+   hashes stop before the first block holding such an image's tokens;
 2. call the replicas' `handle_http` through a streaming handle, with that `RoutingHint` as the
    `routing` keyword, which the request router (api/cluster/router.py) reads;
 3. relay the replica's ASGI messages to the proxy as they arrive (api/cluster/edge.py, which
@@ -16,7 +22,7 @@ and error shapes all run on the replica, in the one app):
    which cancels the replica's call, which aborts the request.
 
 Deployed only on the relay topology (api/cluster/deploy.py): the one that routes by prompt.
-Imports ray, transformers (tokenizers), api and runtime.
+Imports ray, transformers (tokenizers, processors), api, actors (multimodal) and runtime.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import msgspec
 from api.cluster.edge import lifespan, read_body, relay
 from api.cluster.host import HttpRequest, portable_scope
 from api.cluster.settings import ClusterSpec
-from api.http.openai.chat.params import chat_params
+from api.http.openai.chat.params import chat_request
 from api.http.openai.chat.request import ChatCompletionRequest
 from api.http.openai.completions.params import completion_params
 from api.http.openai.completions.request import CompletionRequest
@@ -39,10 +45,14 @@ from api.http.openai.responses.params import responses_params
 from api.http.openai.responses.request import ResponsesRequest
 from api.http.openai.tools.parser import output_prefix
 from api.http.openai.tools.prompt import template_takes_tools
+from api.http.platform.media import MediaPolicy
+from api.http.shared.media.decode import decode_image
+from api.http.shared.media.load import data_uri_bytes
 from api.http.shared.routes import match
+from runtime.images import ImageInput, ImageRef
 from runtime.logging import configure_logging, get_logger
-from runtime.model_store import resolve_model
-from runtime.prefix_hash import block_hashes
+from runtime.model_store import resolve_model, vision_model_type
+from runtime.prefix_hash import block_hashes, keyed_token_ids
 from runtime.prompt_encoding import encode_prompt
 from runtime.request import Prompt
 from runtime.routing import RoutingHint
@@ -59,19 +69,25 @@ class PromptHasher:
     """Prompt -> KV block chain hashes, as the replica's cache will compute them: the body
     becomes the replica's own `Prompt` (each endpoint's params.py under api/http/openai/: the
     chat template's kwargs and tools, a forced tool call's output start) and is encoded by the
-    replica's own code (runtime/prompt_encoding.py), so routing and caching agree on every
-    block."""
+    replica's own code (runtime/prompt_encoding.py; a prompt with images, the model's processor
+    through actors/multimodal.py), so routing and caching agree on every block."""
 
     def __init__(self, models: list[Any]) -> None:
         from transformers import AutoTokenizer
 
-        self._models: dict[str, tuple[Any, int]] = {}
-        self._default: tuple[Any, int] | None = None
+        self._models: dict[str, _Model] = {}
+        self._default: _Model | None = None
         for config in models:
             if config.task == "embeddings":
                 continue
             name, path = resolve_model(config.model, task=config.task)
-            entry = (AutoTokenizer.from_pretrained(path), config.block_size)
+            family = vision_model_type(path)
+            images = None
+            if family is not None:
+                from actors.multimodal import ImagePrompts, load_processor
+
+                images = ImagePrompts(load_processor(path, family), family)
+            entry = _Model(AutoTokenizer.from_pretrained(path), config.block_size, images)
             self._models[config.served_name or name] = entry
             self._default = self._default or entry
 
@@ -91,26 +107,56 @@ class PromptHasher:
         entry = (self._models.get(model) if isinstance(model, str) else None) or self._default
         if entry is None:
             return ()
-        tokenizer, block_size = entry
-        found = request_prompt(doc, template_takes_tools(tokenizer), responses)
+        found = request_prompt(doc, template_takes_tools(entry.tokenizer), responses, entry.images is not None)
         if found is None:
             return ()
-        return tuple(block_hashes(encode_prompt(tokenizer, *found), block_size, MAX_HASHED_BLOCKS))
+        prompt, prefix, refs = found
+        if not refs or entry.images is None:
+            return tuple(block_hashes(encode_prompt(entry.tokenizer, prompt, prefix), entry.block_size, MAX_HASHED_BLOCKS))
+        ids, mm = entry.images.encode(msgspec.structs.replace(prompt, images=tuple(_routing_image(ref) for ref in refs)), prefix)
+        keyed = keyed_token_ids(ids, mm)
+        unfetched = [image.runs[0][0] for image, ref in zip(mm.images, refs) if not _inline(ref) and image.runs]
+        return tuple(block_hashes(keyed[: min(unfetched)] if unfetched else keyed, entry.block_size, MAX_HASHED_BLOCKS))
 
 
-def request_prompt(doc: dict[str, Any], template_tools: bool, responses: bool = False) -> tuple[Prompt, str] | None:
+class _Model(msgspec.Struct, frozen=True):
+    tokenizer: Any
+    block_size: int
+    images: Any = None  # actors.multimodal.ImagePrompts for a vision-language model
+
+
+_STAND_IN = ImageInput(width=28, height=28, pixels=bytes(28 * 28 * 3), hash="0" * 64)
+
+
+def _inline(ref: ImageRef) -> bool:
+    return ref.url.strip()[:5].lower() == "data:"
+
+
+def _routing_image(ref: ImageRef) -> ImageInput:
+    """A `data:` image decoded as the edge decodes it (the same content hash); any other
+    image (never fetched here) a stand-in whose tokens the hashes stop before."""
+    if not _inline(ref):
+        return _STAND_IN
+    policy = MediaPolicy()
+    return decode_image(data_uri_bytes(ref.url.strip(), policy.max_image_bytes, ref.param), policy.max_image_pixels, ref.param, ref.detail)
+
+
+def request_prompt(
+    doc: dict[str, Any], template_tools: bool, responses: bool = False, takes_images: bool = False
+) -> tuple[Prompt, str, tuple[ImageRef, ...]] | None:
     """The `Prompt` a replica will encode for a chat, completions or (`responses`: the route
-    says so, since an embeddings body has an `input` too) Responses body, and the output start
-    its guide puts after it (`Guide.prefix`), built by the replica's own params functions."""
+    says so, since an embeddings body has an `input` too) Responses body, the output start
+    its guide puts after it (`Guide.prefix`), and its image parts (`takes_images`: a
+    vision-language model's), built by the replica's own params functions."""
     if responses:
-        params = responses_params(_struct(ResponsesRequest, doc), template_tools)
-        return params.prompt, output_prefix(params.sampling)
+        params = responses_params(_struct(ResponsesRequest, doc), template_tools, takes_images)
+        return params.prompt, output_prefix(params.sampling), params.images
     if isinstance(doc.get("messages"), list):
-        prompt, sampling = chat_params(_struct(ChatCompletionRequest, doc), template_tools)
-        return prompt, output_prefix(sampling)
+        chat = chat_request(_struct(ChatCompletionRequest, doc), template_tools, takes_images)
+        return chat.prompt, output_prefix(chat.sampling), chat.images
     if "prompt" in doc:
         prompts, _ = completion_params(_struct(CompletionRequest, doc))
-        return prompts[0], ""  # a batch's first prompt routes it
+        return prompts[0], "", ()  # a batch's first prompt routes it
     return None
 
 

@@ -70,6 +70,7 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-stretch", type=_stretch, default=DEFAULTS.step_stretch, help="while requests stream, a step carries prompt chunks worth at most (this - 1) x its decodes' own time, measured as the engine runs, so a stream's gap between chunks stays within this x a decode step ('off': the token budget alone; default %(default)s)")
     p.add_argument("--max-model-len", type=int, default=None, help="context length in tokens, prompt plus output (default: the model's, capped by the KV cache)")
     p.add_argument("--max-pending", type=int, default=DEFAULTS.max_pending, help="admitted, unfinished requests; past this a 429 (default %(default)s)")
+    p.add_argument("--limit-images-per-prompt", type=int, default=DEFAULTS.limit_images_per_prompt, help="a vision-language model: images one prompt may carry, more is a 400 (default %(default)s)")
     p.add_argument("--max-pending-tokens", type=int, default=None, help="estimated prompt + max_tokens of admitted requests; past this a 429 (default: no limit)")
     p.add_argument("--step-deadline", type=float, default=DEFAULTS.step_deadline, help="/health turns 503 while one step runs longer than this, in seconds (default %(default)s)")
     p.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads (default: torch's, every core)")

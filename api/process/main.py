@@ -25,7 +25,7 @@ from api.process.server import BindError, listen, serve_runtime
 from runtime.config import RuntimeConfig
 from runtime.logging import configure_logging
 from runtime.memory import bound_native_caches
-from runtime.model_store import model_error
+from runtime.model_store import architecture_error, model_error
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ def load(argv: list[str] | None = None) -> Launch:
     path = command.args.config
     file = read_config_file(path) if isinstance(path, str) else None
     configs = model_configs(command.config, file, not command.args.no_embeddings)
-    for i, model in enumerate(c.model for c in configs):
-        error = model_error(model)
+    for i, (model, task) in enumerate((c.model, c.task) for c in configs):
+        error = model_error(model) or architecture_error(model, task)
         if error:  # checked now: loading the other models first would take a while
             raise SystemExit(f"{file.path}: models[{i}].model: {error}" if file and file.models else f"switchyard: {error}")
     try:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shlex
 import statistics
@@ -46,26 +45,10 @@ from ops.harness.baselines import run_bare_native, workload_tok_s
 from ops.harness.load import OUTPUT_TOKENS, sweep, switchyard_target
 from ops.harness.prompts import PROMPT_TOKENS, build_prompts, default_model_dir
 from ops.harness.results import cpu_model, log, start_run, write_results
-from ops.harness.servers import DEFAULT_SERVED_NAME, RunningServer, switchyard_server
+from ops.harness.servers import DEFAULT_SERVED_NAME, RunningServer, step_lines, switchyard_server
 
 SERVED_NAME = DEFAULT_SERVED_NAME
 WARMUP_REQUESTS = 2
-
-
-def step_lines(log_path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
-    """The scheduler's debug `step` lines written since `offset`, and the new offset."""
-    with open(log_path, "rb") as f:
-        f.seek(offset)
-        data = f.read()
-    data = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next call
-    steps = []
-    for line in data.splitlines():
-        if b'"event": "step"' in line:
-            try:
-                steps.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return steps, offset + len(data)
 
 
 def step_summary(steps: list[dict[str, Any]], level_wall_s: float) -> dict[str, Any]:

@@ -19,7 +19,8 @@ ITL, two ways:
   requests; equals the per-token gap only when every chunk carries one token (a server that
   coalesces shows near-zero gaps plus long ones).
 
-`closed_loop` is the loop itself, for drivers whose requests are not streamed completions.
+`closed_loop` is the loop itself, for drivers whose requests are not streamed completions;
+`one_stream` times any streamed body (a chat with images, say).
 Run against a server already up: python -m ops.bench.load.
 """
 
@@ -138,12 +139,16 @@ async def _read_stream(resp: httpx.Response, res: RequestResult) -> tuple[int, b
 
 async def one_request(client: httpx.AsyncClient, target: Target, prompt: str, max_tokens: int, timeout: float) -> RequestResult:
     """Send one streaming completion and time its chunks; never raises (errors go in the result)."""
+    return await one_stream(client, target.base_url.rstrip("/") + target.path, build_body(target, prompt, max_tokens), timeout)
+
+
+async def one_stream(client: httpx.AsyncClient, url: str, body: dict[str, Any], timeout: float) -> RequestResult:
+    """POST one streaming body (a completion's or a chat's) and time its chunks; never raises."""
     res = RequestResult(ok=False)
-    body = build_body(target, prompt, max_tokens)
     res.start = time.perf_counter()
     try:
         async with asyncio.timeout(timeout):
-            async with client.stream("POST", target.base_url.rstrip("/") + target.path, json=body) as resp:
+            async with client.stream("POST", url, json=body) as resp:
                 res.status = resp.status_code
                 if resp.status_code != 200:
                     text = (await resp.aread()).decode("utf-8", "replace")

@@ -15,6 +15,7 @@ installed: ops/gpu/check.sh), it runs `python -m api.process.main` from the chec
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -138,3 +139,19 @@ async def in_process_server(nursery: Any, config: Any) -> InProcessServer:
 
     binds = await nursery.start(partial(serve_runtime, config, factory, stop.wait))
     return InProcessServer(base_url=binds[0], runtime=runtimes[0], stop=stop)
+
+
+def step_lines(log_path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """The scheduler's debug `step` lines written since `offset`, and the new offset."""
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    data = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next call
+    steps = []
+    for line in data.splitlines():
+        if b'"event": "step"' in line:
+            try:
+                steps.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return steps, offset + len(data)

@@ -65,7 +65,7 @@ def default_config(**overrides: Any) -> RuntimeConfig:
     return RuntimeConfig(**settings)
 
 
-async def start_server(nursery: trio.Nursery, config: RuntimeConfig, *extra: RuntimeConfig) -> Server:
+async def start_server(nursery: trio.Nursery, config: RuntimeConfig, *extra: RuntimeConfig, platform: Any = None) -> Server:
     from actors.build import build_engine
     from api.process.server import serve_runtime
 
@@ -76,7 +76,7 @@ async def start_server(nursery: trio.Nursery, config: RuntimeConfig, *extra: Run
         runtimes.append(build_engine(cfg))
         return runtimes[-1]
 
-    binds = await nursery.start(partial(serve_runtime, config, factory, stop.wait, extra_models=extra))
+    binds = await nursery.start(partial(serve_runtime, config, factory, stop.wait, extra_models=extra, platform=platform))
     return Server(base_url=binds[0], runtime=runtimes[0], config=config, stop=stop, runtimes=runtimes)
 
 
@@ -154,3 +154,29 @@ def host_request(path: str, body: dict) -> Any:
         "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1), "server": ("x", 80),
     }  # fmt: skip
     return HttpRequest(scope, json.dumps(body).encode())
+
+
+def serve_once(config: RuntimeConfig, tmp_path: Path, path: str, body: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
+    """The answer of a serve-ray replica's host (api/cluster/host.py, no Ray) to one request,
+    and the KV block hashes its prefix cache then holds."""
+    import asyncio
+
+    from api.cluster.host import TrioHost
+    from api.http.platform.config import PlatformConfig
+
+    def cached_hashes(host: TrioHost) -> set[int]:
+        runtime = next(iter(host.models))
+        return set(runtime.scheduler.core.blocks.hash_to_block)
+
+    async def serve() -> tuple[dict[str, Any], set[int]]:
+        host = TrioHost([config], PlatformConfig(state_dir=str(tmp_path / "state")))
+        await host.wait_ready()
+        try:
+            messages = [m async for batch in host.stream(host_request(path, body)) for m in batch]
+            assert messages[0]["status"] == 200, messages
+            answer = json.loads(b"".join(m.get("body", b"") for m in messages[1:]))
+            return answer, await host.call(cached_hashes, host)
+        finally:
+            await asyncio.to_thread(host.stop, 0)
+
+    return asyncio.run(serve())

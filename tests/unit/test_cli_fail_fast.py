@@ -45,3 +45,15 @@ def test_bad_config_file_keeps_failing_the_same_way(tmp_path: Path) -> None:
     config.write_text("[server]\nport = 1\n")
     proc = run_cli("serve", "--config", str(config), tmp_path=tmp_path)
     assert_one_line_usage_error(proc, str(config), "unknown top-level entries")
+
+
+def test_an_architecture_that_cannot_be_served_fails_at_once(tmp_path: Path) -> None:
+    """A vision-language family not served (LLaVA-NeXT here) used to crash the start with a long
+    traceback ending in transformers' `Unrecognized configuration class`."""
+    import json
+
+    model = tmp_path / "llava-next"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llava_next", "architectures": ["LlavaNextForConditionalGeneration"]}))
+    proc = run_cli("serve", "--model", str(model), "--no-embeddings", tmp_path=tmp_path)
+    assert_one_line_usage_error(proc, "--model", "LlavaNextForConditionalGeneration", "cannot be served")

@@ -30,6 +30,7 @@ _NO_POSITIONS = torch.empty(0, dtype=torch.long)  # a bucketed decode step compu
 
 
 class NativePath:
+    takes_images = False
     impl = "native"  # with "+int8" / "+int4" / "+q4_1" (as shipped), "+compiled", "+cudagraphs" when so (shown in /v1/models)
 
     def __init__(
@@ -110,6 +111,9 @@ class NativePath:
             if plan is not None:
                 return plan, _NO_POSITIONS
         return attention.build_step(seqs, tables, block_size, k_cache, v_cache, per_sequence_decode=self.batch_invariant)
+
+    def with_images(self, seqs, requests, positions):
+        return positions
 
     def forward(self, input_ids, positions, step, keep, k_cache, v_cache):
         if isinstance(step, DecodeBatch):

@@ -18,7 +18,8 @@ surface's chat handler, from create_app: surfaces never import each other):
 - `azureml-model-deployment` picks the served model (else the body's `model`, else the
   default chat model); a model that cannot chat (an embedder) is a 404 NotFoundError, as
   Azure's reference has it: "route not supported by the model";
-- text content parts are read, image parts are refused as 422 on a text-only model;
+- text content parts are read; image parts (with `detail`) go to a vision-language model and are
+  refused as 422 on a text-only model;
 - every error is Azure's body (api/http/azure/errors.py), also for errors raised outside
   these views (401, 429, shed requests, unknown routes, wrong methods).
 GET /info (the SDK's get_model_info) describes the chosen model. Imports quart, api.http.shared,
@@ -99,8 +100,8 @@ def _apply_extra_parameters(fields: dict[str, Any], known: frozenset[str]) -> di
 
 def _refuse_images(fields: dict[str, Any], runtime: Runtime) -> None:
     messages = fields.get("messages")
-    if not isinstance(messages, list):
-        return  # not a list at all: decoding names it (422), below
+    if not isinstance(messages, list) or runtime.max_images_per_prompt > 0:
+        return  # not a list at all: decoding names it (422), below; a vision-language model reads them
     for i, message in enumerate(messages):
         content = message.get("content") if isinstance(message, dict) else None
         for j, part in enumerate(content if isinstance(content, list) else ()):

@@ -35,11 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from api.http.platform import media
+from api.http.platform.media import MediaPolicy
 from runtime.logging import get_logger
 from runtime.model_store import store_root
 
 ENDPOINTS_DB = "serving_endpoints.sqlite3"
-PLATFORM_KEYS = ("api_keys_env", "api_keys", "requests_per_minute", "tokens_per_minute", "state_dir")
+PLATFORM_KEYS = ("api_keys_env", "api_keys", "requests_per_minute", "tokens_per_minute", "state_dir", *media.MEDIA_KEYS)
 
 
 class ConfigError(ValueError):
@@ -60,6 +62,8 @@ class PlatformConfig:
     # Per-key limits (admit / settle, as api.http.shared.auth.RateLimiter); None: this process's own buckets.
     # A serve-ray replica passes the deployment's shared ones (api/cluster/limits.py).
     rate_limiter: Any = field(default=None, repr=False, compare=False)
+    # Where image URLs may be fetched from, and the caps (api/http/platform/media.py).
+    media: MediaPolicy = field(default_factory=MediaPolicy)
 
     def __post_init__(self) -> None:
         if any(not key or key != key.strip() for key in self.api_keys):
@@ -99,7 +103,9 @@ class PlatformConfig:
         keys = list(file.pop("api_keys", ()))
         keys += [k for k in _split(env.get("SWITCHYARD_API_KEYS", "")) if k not in keys]
         keys += [k for k in api_keys if k not in keys]
-        settings: dict[str, Any] = dict(file)
+        settings: dict[str, Any] = {k: v for k, v in file.items() if k not in media.MEDIA_KEYS}
+        if "media" not in overrides:
+            settings["media"] = MediaPolicy(**{k: v for k, v in file.items() if k in media.MEDIA_KEYS})
         from_environment = {
             "requests_per_minute": _int(env.get("SWITCHYARD_RATE_LIMIT_RPM")),
             "tokens_per_minute": _int(env.get("SWITCHYARD_RATE_LIMIT_TPM")),
@@ -121,14 +127,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--rate-limit-rpm", type=int, default=None, metavar="N", help="requests per minute per key (default: no limit)")
     group.add_argument("--rate-limit-tpm", type=int, default=None, metavar="N", help="prompt + completion tokens per minute per key (default: no limit)")
     group.add_argument("--state-dir", default=None, help=f"where serving-endpoint definitions persist ({ENDPOINTS_DB}); default: the model store")
+    media.add_arguments(parser.add_argument_group("images: where image URLs may be fetched from, and the caps"))
 
 
 def from_args(args: argparse.Namespace, file: Mapping[str, Any] | None = None, endpoints: Iterable[Any] = ()) -> PlatformConfig:
     """Flags from `add_arguments` over the environment over the config file's `file_settings`:
     keys add up, the rest override."""
+    media_file = {k: v for k, v in (file or {}).items() if k in media.MEDIA_KEYS}
     return PlatformConfig.from_env(
         api_keys=args.api_key, file=file, endpoints=endpoints,
         requests_per_minute=args.rate_limit_rpm, tokens_per_minute=args.rate_limit_tpm, state_dir=args.state_dir,
+        media=media.from_args(args, media_file),
     )
 
 
@@ -164,6 +173,7 @@ def file_settings(table: Any, environ: Mapping[str, str] | None = None, source: 
         if not isinstance(table["state_dir"], str) or not table["state_dir"]:
             raise ConfigError(f"{source}: [platform].state_dir must be a directory path")
         settings["state_dir"] = table["state_dir"]
+    settings.update(media.file_settings(table, lambda message: ConfigError(f"{source}: {message}")))
     return settings
 
 

@@ -11,7 +11,6 @@ first block the tools change: the control below. No Ray.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -19,11 +18,9 @@ from typing import Any
 
 import pytest
 
-from api.cluster.host import TrioHost
 from api.cluster.ingress import PromptHasher
-from api.http.platform.config import PlatformConfig
 from runtime.prefix_hash import block_hashes
-from tests.support.servers import host_request, tiny_config
+from tests.support.servers import serve_once, tiny_config
 
 SCHEMA = {"type": "object", "properties": {"unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["unit"], "additionalProperties": False}
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.", "parameters": SCHEMA}}
@@ -45,28 +42,6 @@ def model_dir(request: pytest.FixtureRequest, long_model_dir: Path, tmp_path: Pa
     return copy
 
 
-def cached_hashes(host: TrioHost) -> set[int]:
-    runtime = next(iter(host.models))
-    return set(runtime.scheduler.core.blocks.hash_to_block)
-
-
-def serve_once(config: Any, tmp_path: Path, path: str, body: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
-    """The replica's answer to one request, and the hashes its prefix cache then holds."""
-
-    async def serve() -> tuple[dict[str, Any], set[int]]:
-        host = TrioHost([config], PlatformConfig(state_dir=str(tmp_path / "state")))
-        await host.wait_ready()
-        try:
-            messages = [m async for batch in host.stream(host_request(path, body)) for m in batch]
-            assert messages[0]["status"] == 200, messages
-            answer = json.loads(b"".join(m.get("body", b"") for m in messages[1:]))
-            return answer, await host.call(cached_hashes, host)
-        finally:
-            await asyncio.to_thread(host.stop, 0)
-
-    return asyncio.run(serve())
-
-
 @pytest.mark.parametrize("tool_choice", ["auto", {"type": "function", "function": {"name": "get_weather"}}])
 def test_routing_hash_of_a_tool_request_is_the_replica_cache_chain(model_dir: Path, tmp_path: Path, tool_choice: Any) -> None:
     config = tiny_config(model_dir, max_num_batched_tokens=512)
@@ -78,7 +53,7 @@ def test_routing_hash_of_a_tool_request_is_the_replica_cache_chain(model_dir: Pa
     assert set(hashes) <= cached
 
     # The control: the bare messages, as the ingress rendered them before.
-    tokenizer = PromptHasher([config])._default[0]  # type: ignore[index]
+    tokenizer = PromptHasher([config])._default.tokenizer  # type: ignore[union-attr]
     bare = tokenizer.encode(tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True), add_special_tokens=False)
     assert block_hashes(bare, config.block_size)[-1] not in cached
 

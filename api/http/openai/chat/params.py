@@ -16,12 +16,14 @@ import msgspec
 
 from api.http.openai.chat.request import ChatCompletionRequest, ChatMessage
 from api.http.openai.common.grammars import format_guide
+from api.http.openai.common.images import MARKER, image_ref, text_only
 from api.http.openai.common.sampling import sampling_params
 from api.http.openai.tools.grammar import tool_guide
 from api.http.openai.tools.prompt import render_conversation
 from api.http.openai.tools.spec import ToolSet
 from api.http.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
+from runtime.images import ImageRef
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
 
@@ -31,6 +33,7 @@ class ChatParams:
     prompt: Prompt
     sampling: SamplingParams
     toolset: ToolSet | None  # the declared tools and tool_choice, validated; None without tools
+    images: tuple[ImageRef, ...] = ()  # the image parts, in order, to fetch before the prompt is opened
 
     @property
     def callable_tools(self) -> ToolSet | None:
@@ -44,8 +47,9 @@ def chat_params(req: ChatCompletionRequest, template_tools: bool = False) -> tup
     return params.prompt, params.sampling
 
 
-def chat_request(req: ChatCompletionRequest, template_tools: bool = False) -> ChatParams:
-    """`template_tools`: the model's chat template renders `tools` (tools/prompt.py)."""
+def chat_request(req: ChatCompletionRequest, template_tools: bool = False, takes_images: bool = False) -> ChatParams:
+    """`template_tools`: the model's chat template renders `tools` (tools/prompt.py);
+    `takes_images`: a vision-language model (else image parts are a 400)."""
     if req.top_logprobs is not None and not req.logprobs:
         raise InvalidRequest("top_logprobs requires logprobs to be true.", param="top_logprobs")
     toolset = build_toolset(req.tools, req.tool_choice, req.parallel_tool_calls)
@@ -59,12 +63,13 @@ def chat_request(req: ChatCompletionRequest, template_tools: bool = False) -> Ch
     if req.max_completion_tokens is not None:  # it wins over max_tokens: errors name it
         sampling = msgspec.structs.replace(sampling, max_tokens_param="max_completion_tokens")
     _check_roles(req.messages)
-    messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
+    images: list[ImageRef] = []
+    messages = [_message_dict(i, m, images if takes_images else None) for i, m in enumerate(req.messages)]
     messages, tool_kwargs = render_conversation(messages, toolset, template_tools)
     kwargs: dict[str, Any] = {**(req.chat_template_kwargs or {}), **tool_kwargs}
     if req.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", req.reasoning_effort)
-    return ChatParams(Prompt(messages=messages, chat_template_kwargs=kwargs), sampling, toolset)
+    return ChatParams(Prompt(messages=messages, chat_template_kwargs=kwargs), sampling, toolset, tuple(images))
 
 
 def _response_format_guide(response_format: dict[str, Any] | None) -> Any:
@@ -92,22 +97,27 @@ def _check_roles(messages: list[ChatMessage]) -> None:
             raise InvalidRequest("A tool message needs the tool_call_id of the call it answers.", param=f"messages[{i}].tool_call_id")
 
 
-def _message_dict(index: int, message: ChatMessage) -> dict[str, Any]:
+def _message_dict(index: int, message: ChatMessage, images: list[ImageRef] | None) -> dict[str, Any]:
+    """`images`: where a vision-language model's image parts go (None: the model reads text only)."""
     out: dict[str, Any] = {"role": message.role}
-    content = message.content
+    content: Any = message.content
     if isinstance(content, list):
-        texts = []
+        parts: list[dict[str, Any]] = []
         for j, part in enumerate(content):
+            param = f"messages[{index}].content[{j}]"
             if part.type in ("text", "input_text", "output_text") and part.text is not None:
-                texts.append(part.text)
+                parts.append({"type": "text", "text": part.text})
+            elif part.type in ("image_url", "input_image") and images is not None:
+                if message.role != "user":
+                    raise InvalidRequest("Images go in user messages.", param=f"{param}.type")
+                images.append(image_ref(part.image_url, part.detail, f"{param}.image_url"))
+                parts.append(MARKER)
             elif part.type in ("image_url", "input_image", "input_audio", "file", "input_file"):
-                raise InvalidRequest(
-                    f"Content parts of type {part.type!r} need a multimodal model; this model reads text only.",
-                    param=f"messages[{index}].content[{j}].type",
-                )
+                raise text_only(part.type, f"{param}.type")
             else:
-                raise InvalidRequest(f"Unknown content part type {part.type!r}.", param=f"messages[{index}].content[{j}].type")
-        content = "".join(texts)
+                raise InvalidRequest(f"Unknown content part type {part.type!r}.", param=f"{param}.type")
+        # Text alone stays one string (every chat template reads that); with images, the parts.
+        content = parts if MARKER in parts else "".join(p["text"] for p in parts)
     if content is None and not message.tool_calls:
         raise InvalidRequest("A message needs content.", param=f"messages[{index}].content")
     out["content"] = content or ""

@@ -19,7 +19,8 @@ from api.http.openai.common.fields import PositiveInt, SamplingFields
 class ContentPart(msgspec.Struct, kw_only=True):
     type: str
     text: str | None = None
-    image_url: Any = None
+    image_url: Any = None  # {"url": ..., "detail": ...} or a URL (an image part)
+    detail: str | None = None  # an input_image part's detail
     input_audio: Any = None
     file: Any = None
 

@@ -19,6 +19,7 @@ from api.http.openai.chat.response import AssistantMessage, ChatCompletion, Chat
 from api.http.openai.chat.tool_calls import ChatDeltas, chat_message_parts
 from api.http.openai.common.generation import Collected, Generation, sse_stream
 from api.http.openai.common.grammars import validated
+from api.http.openai.common.images import with_images
 from api.http.openai.common.logprobs import ChatLogprobs, chat_logprobs
 from api.http.openai.common.usage import chat_usage
 from api.http.openai.tools.parser import output_prefix
@@ -26,6 +27,7 @@ from api.http.openai.tools.prompt import template_takes_tools
 from api.http.shared import sse
 from api.http.shared.body import decode_body
 from api.http.shared.errors import json_response
+from api.http.shared.media.policy import media_policy
 from api.http.shared.routes import bind
 from runtime.messages import FinishReason, TextDelta
 from runtime.protocol import Runtime
@@ -43,8 +45,9 @@ async def respond(models: ModelRegistry, req: ChatCompletionRequest) -> Response
     """A decoded chat request → its JSON body or SSE stream."""
     runtime = models.resolve(req.model)
     template_tools = template_takes_tools(runtime.tokenizer)
-    params = await validated(chat_request, req, template_tools, compiles=bool(req.tools or req.response_format))
-    gen = await Generation(runtime, [params.prompt], params.sampling, params.sampling.n).start()
+    params = await validated(chat_request, req, template_tools, runtime.max_images_per_prompt > 0, compiles=bool(req.tools or req.response_format))
+    prompt = await with_images(params.prompt, params.images, runtime, media_policy())
+    gen = await Generation(runtime, [prompt], params.sampling, params.sampling.n).start()
     completion_id, created, model, fingerprint = f"chatcmpl-{gen.request_id}", int(time.time()), runtime.served_name, runtime.fingerprint
     if req.stream:
         head = ChatCompletionChunk(id=completion_id, created=created, model=model, system_fingerprint=fingerprint, choices=[])

@@ -1,8 +1,8 @@
 """A Responses request's `input` items (and `instructions`) as the Chat-shaped messages the
 chat template reads: assistant `tool_calls`, `tool` results, files as text.
 
-Inputs the model cannot read are refused with a 400 naming the item: `input_image` (this
-server serves text-only models) and `input_file` unless it is a text file sent inline as
+Inputs the model cannot read are refused with a 400 naming the item: `input_image` on a model
+that reads text only (a vision-language model gets it as an image part of its message) and `input_file` unless it is a text file sent inline as
 `file_data` (a data URI: text/*, JSON, XML, YAML, CSV...), whose text is then put in the
 prompt inside `<file name="...">...</file>`. A `reasoning` input item is accepted and skipped:
 its `encrypted_content` is opaque and these models do not reason in hidden tokens. Imports
@@ -16,14 +16,17 @@ import binascii
 import json
 from typing import Any
 
+from api.http.openai.common.images import MARKER, image_ref
 from runtime.errors import InvalidRequest
+from runtime.images import ImageRef
 
 _TEXT_MIME = ("text/", "application/json", "application/xml", "application/x-yaml", "application/yaml", "application/javascript", "application/x-ndjson")
 _TEXT_SUFFIX = (".txt", ".md", ".json", ".jsonl", ".csv", ".tsv", ".xml", ".yaml", ".yml", ".py", ".js", ".ts", ".html", ".css", ".toml", ".ini", ".log", ".rst", ".sql", ".sh")
 
 
-def input_messages(input_: str | list[dict[str, Any]], instructions: str | None) -> list[dict[str, Any]]:
-    """`input` (and `instructions`) as Chat-shaped messages: assistant `tool_calls`, `tool` results."""
+def input_messages(input_: str | list[dict[str, Any]], instructions: str | None, images: list[ImageRef] | None = None) -> list[dict[str, Any]]:
+    """`input` (and `instructions`) as Chat-shaped messages: assistant `tool_calls`, `tool` results.
+    `images`: where a vision-language model's `input_image`s go, in order (None: text only)."""
     messages: list[dict[str, Any]] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
@@ -34,17 +37,17 @@ def input_messages(input_: str | list[dict[str, Any]], instructions: str | None)
         raise InvalidRequest("input is empty.", param="input")
     names: dict[str, str] = {}  # call_id → tool name, for the results
     for i, item in enumerate(input_):
-        _item(messages, names, item, f"input[{i}]")
+        _item(messages, names, item, f"input[{i}]", images)
     return _merge_leading_system(messages)
 
 
-def _item(messages: list[dict[str, Any]], names: dict[str, str], item: dict[str, Any], p: str) -> None:
+def _item(messages: list[dict[str, Any]], names: dict[str, str], item: dict[str, Any], p: str, images: list[ImageRef] | None = None) -> None:
     kind = item.get("type") or ("message" if "role" in item else None)
     if kind == "message":
         role = item.get("role")
         if role not in ("user", "assistant", "system", "developer"):
             raise InvalidRequest(f"Unknown role {role!r}; use user, assistant, system or developer.", param=f"{p}.role")
-        content = _content(item.get("content"), f"{p}.content")
+        content = _content(item.get("content"), f"{p}.content", images if role == "user" else None)
         messages.append({"role": "system" if role == "developer" else role, "content": content})
     elif kind in ("function_call", "custom_tool_call"):
         name, call_id = _str(item, "name", p), _str(item, "call_id", p)
@@ -94,25 +97,31 @@ def _str(item: dict[str, Any], key: str, p: str, empty: bool = False) -> str:
     return value
 
 
-def _content(content: Any, p: str) -> str:
+def _content(content: Any, p: str, images: list[ImageRef] | None = None) -> Any:
+    """A message's text; with images (a vision-language model's user message), its parts."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise InvalidRequest("content must be a string or a list of content blocks.", param=p)
-    texts = []
+    parts: list[dict[str, Any]] = []
     for j, block in enumerate(content):
         kind = block.get("type") if isinstance(block, dict) else None
         if kind in ("input_text", "output_text", "text") and isinstance(block.get("text"), str):
-            texts.append(block["text"])
+            parts.append({"type": "text", "text": block["text"]})
         elif kind == "refusal" and isinstance(block.get("refusal"), str):
-            texts.append(block["refusal"])
+            parts.append({"type": "text", "text": block["refusal"]})
+        elif kind == "input_image" and images is not None:
+            if block.get("file_id") and not block.get("image_url"):
+                raise InvalidRequest("Images are read only from image_url (uploaded files are not stored here).", param=f"{p}[{j}].file_id")
+            images.append(image_ref(block.get("image_url"), block.get("detail"), f"{p}[{j}].image_url"))
+            parts.append(MARKER)
         elif kind == "input_image":
             raise InvalidRequest("This model reads text only; input_image is not supported.", param=f"{p}[{j}]", code="unsupported_content")
         elif kind == "input_file":
-            texts.append(_file_text(block, f"{p}[{j}]"))
+            parts.append({"type": "text", "text": _file_text(block, f"{p}[{j}]")})
         else:
             raise InvalidRequest(f"Unknown content block type {kind!r}.", param=f"{p}[{j}].type")
-    return "".join(texts)
+    return parts if MARKER in parts else "".join(part["text"] for part in parts)
 
 
 def _output_text(output: Any, p: str) -> str:

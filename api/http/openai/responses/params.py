@@ -33,6 +33,7 @@ from api.http.openai.tools.prompt import render_conversation
 from api.http.openai.tools.spec import ToolSet
 from api.http.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
+from runtime.images import ImageRef
 from runtime.request import Prompt
 from runtime.sampling import Guide, SamplingParams
 
@@ -66,15 +67,17 @@ class ResponsesParams:
     toolset: ToolSet | None  # the declared tools and tool_choice, validated; None without tools
     response: ResponseObject  # the request's settings, as the Response repeats them (unnamed yet)
     logprobs: bool = False  # output_text carries token logprobs
+    images: tuple[ImageRef, ...] = ()  # the input_image parts, in order, to fetch before the prompt is opened
 
 
-def responses_params(req: ResponsesRequest, template_tools: bool = False) -> ResponsesParams:
+def responses_params(req: ResponsesRequest, template_tools: bool = False, takes_images: bool = False) -> ResponsesParams:
     _refuse(req)
     toolset = build_toolset(req.tools, req.tool_choice, req.parallel_tool_calls, req.max_tool_calls)
     text_format = _text_format(req)
     text_guide = format_guide(text_format.get("type"), text_format.get("schema"), "text.format")
     guide: Guide | None = tool_guide(toolset, text_guide) if toolset is not None else text_guide
-    messages, kwargs = render_conversation(input_messages(req.input, req.instructions), toolset, template_tools)
+    images: list[ImageRef] = []
+    messages, kwargs = render_conversation(input_messages(req.input, req.instructions, images if takes_images else None), toolset, template_tools)
     if req.reasoning is not None and req.reasoning.effort is not None:
         kwargs.setdefault("reasoning_effort", req.reasoning.effort)
     logprobs = req.top_logprobs is not None or LOGPROBS in (req.include or ())
@@ -87,7 +90,7 @@ def responses_params(req: ResponsesRequest, template_tools: bool = False) -> Res
         logprobs=(req.top_logprobs or 0) if logprobs else None,
     )
     prompt = Prompt(messages=messages, chat_template_kwargs=kwargs, truncate=req.truncation == "auto")
-    return ResponsesParams(prompt, sampling, toolset, echoed(req, toolset, text_format), logprobs)
+    return ResponsesParams(prompt, sampling, toolset, echoed(req, toolset, text_format), logprobs, tuple(images))
 
 
 def _refuse(req: ResponsesRequest) -> None:

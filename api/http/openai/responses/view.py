@@ -25,6 +25,7 @@ from quart import Quart, Response
 
 from api.http.openai.common.generation import Generation
 from api.http.openai.common.grammars import validated
+from api.http.openai.common.images import with_images
 from api.http.openai.common.logprobs import token_logprobs
 from api.http.openai.responses.events import Event, ResponsesEventBuilder, new_id
 from api.http.openai.responses.params import responses_params
@@ -36,6 +37,7 @@ from api.http.openai.tools.spec import ToolSet
 from api.http.shared import sse
 from api.http.shared.body import decode_body
 from api.http.shared.errors import json_response
+from api.http.shared.media.policy import media_policy
 from api.http.shared.routes import bind
 from runtime.errors import InvalidRequest, RequestFailed, ServingError
 from runtime.logging import get_logger
@@ -53,10 +55,11 @@ def register(app: Quart, models: ModelRegistry) -> None:
         req = await decode_body(ResponsesRequest)
         runtime = models.resolve(req.model)
         template_tools = template_takes_tools(runtime.tokenizer)
-        params = await validated(responses_params, req, template_tools, compiles=bool(req.tools or req.text))
+        params = await validated(responses_params, req, template_tools, runtime.max_images_per_prompt > 0, compiles=bool(req.tools or req.text))
+        prompt = await with_images(params.prompt, params.images, runtime, media_policy())
         gen: Generation | RequestFailed
         try:
-            gen = await _start(Generation(runtime, [params.prompt], params.sampling))
+            gen = await _start(Generation(runtime, [prompt], params.sampling))
         except RequestFailed as exc:  # admitted, then failed before its first token
             gen = exc
         response = msgspec.structs.replace(params.response, id=new_id("resp"), created_at=int(time.time()), model=runtime.served_name)

@@ -1,0 +1,68 @@
+"""A small random-weight LLaVA built in-process for the vision bench, and the images it is sent.
+
+`build_llava(path, tokenizer_dir)`: a CLIP vision tower (224x224 pixels, patches of 14: 256
+image tokens an image), a projector and a Llama text tower, random weights, float32, with the
+tokenizer of `tokenizer_dir` (the embedded SmolLM2's: a real vocabulary) plus `<image>`, and a
+LLaVA processor on Pillow alone (no torchvision). The sizes say what the bench measures: the
+scheduling of image requests beside text streams, not a model's quality. `noise_png(seed)`: a
+distinct picture per seed, so every image request makes the encoder run. Imports torch,
+transformers, numpy and Pillow when called.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}{% else %}"
+    "{% for c in m['content'] %}{% if c['type'] == 'image' %}<image>{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}"
+    "{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_llava(path: Path, tokenizer_dir: str | Path, sizes: dict[str, int] | None = None, seed: int = 0) -> Path:
+    """`sizes`: text_hidden, text_layers, vision_hidden, vision_layers, image_size, patch."""
+    import torch
+    from transformers import AutoTokenizer, CLIPVisionConfig, GenerationConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    s = {"text_hidden": 512, "text_layers": 6, "vision_hidden": 384, "vision_layers": 6, "image_size": 224, "patch": 14, **(sizes or {})}
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer: Any = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    tokenizer.chat_template = TEMPLATE
+    size = s["image_size"]
+    images = CLIPImageProcessorPil(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+    processor = LlavaProcessor(
+        image_processor=images, tokenizer=tokenizer, patch_size=s["patch"], vision_feature_select_strategy="default", chat_template=TEMPLATE, num_additional_image_tokens=1
+    )
+    processor.save_pretrained(path)
+    vision = CLIPVisionConfig(
+        hidden_size=s["vision_hidden"], intermediate_size=4 * s["vision_hidden"], num_hidden_layers=s["vision_layers"], num_attention_heads=6,
+        image_size=size, patch_size=s["patch"], projection_dim=s["vision_hidden"],
+    )  # fmt: skip
+    text = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=s["text_hidden"], intermediate_size=2 * s["text_hidden"], num_hidden_layers=s["text_layers"],
+        num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    config = LlavaConfig(
+        vision_config=vision, text_config=text, image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_layer=-1, vision_feature_select_strategy="default"
+    )
+    torch.manual_seed(seed)
+    model = LlavaForConditionalGeneration(config)
+    model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model.save_pretrained(path)
+    return path
+
+
+def noise_png(seed: int, width: int = 320, height: int = 240) -> bytes:
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(buf, format="PNG")
+    return buf.getvalue()
