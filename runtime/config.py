@@ -41,9 +41,12 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     model_impl: str = "auto"
     # torch.compile a single stream's whole decode step on the native path as one graph, on a
     # background thread while the eager step serves (actors/runners/native/decode_graph.py);
-    # larger steps stay eager, where compiling did not pay. Off by default: the first start
-    # compiles for ~1.5 minutes on 2 cores (inductor's cache after), slowing the eager steps.
-    compile: bool = False
+    # larger steps stay eager, where compiling did not pay. None: on for the native path on a
+    # CPU, where the one-row step is bound by Python between its ~6,000 small calls
+    # (ops/results/step-ab-decode-shipped-compile-2026-11-26-xeon-amx.json); off on CUDA, whose
+    # decode steps are CUDA graphs. The first start compiles for ~2 minutes on 2 cores
+    # (inductor's disk cache after), the eager steps serving meanwhile.
+    compile: bool | None = None
     # "int8" or "int4" for the native path's linear layers: weight-only kernels for steps of
     # few rows, an int8 GEMM beyond (actors/runners/native/quant.py); "shipped": the same
     # kernels on the checkpoint's own quantized blocks (the embedded SmolLM2's Q4_1,

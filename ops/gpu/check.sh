@@ -68,7 +68,7 @@ if ((DRY_RUN)); then
   STEPS=6
   TESTS=(tests/engine/test_native_cuda_graphs.py -k "buckets_cover or capture_all or on_a_gpu")  # passes and GPU-only skips
   MODELS_ARGS=(--tiny)
-  SERVER_ARGS="--device cpu --no-embeddings --drain-timeout 5 --dtype float32 --num-threads 1 --kv-cache-gib 0.02"
+  SERVER_ARGS="--device cpu --no-embeddings --no-compile --drain-timeout 5 --dtype float32 --num-threads 1 --kv-cache-gib 0.02"
   SWEEP_SIZE=(--requests-per-slot 1 --min-requests 2 --warmup 1 --bare-steps 8 --bare-threads 1 --time-cap 20 --request-timeout 30 --startup-timeout 90 --bare-timeout 90)
   BW_ARGS=(--mib 16 --reps 4)
 else

@@ -81,13 +81,18 @@ def wait_background_compile(process: ServerProcess, timeout: float) -> float | N
     graph is swapped in: measure the compiled server, not that window. Seconds waited after
     /health (None: nothing was compiling)."""
     started = time.monotonic()
-    while "background=True" in (log := process.tail(400_000)):  # the "compiling" line of decode_graph.py
-        if "swapped_in=True" in log or "compile_failed" in log or time.monotonic() - started > timeout:
+    while _logged(log := process.tail(400_000), "background"):  # decode_graph.py's "compiling" line
+        if _logged(log, "swapped_in") or "compile_failed" in log or time.monotonic() - started > timeout:
             break
         time.sleep(0.5)
     else:
         return None
     return round(time.monotonic() - started, 1)
+
+
+def _logged(log: str, flag: str) -> bool:
+    """`flag` logged true, in the console's (`flag=True`) or JSON's (`"flag": true`) form."""
+    return f"{flag}=True" in log or f'"{flag}": true' in log
 
 
 @contextmanager

@@ -28,7 +28,7 @@ def test_two_replicas_with_default_cpus_come_up_and_say_what_they_chose(tiny_mod
     log_path = tmp_path / "serve-ray.log"
     cmd = [
         sys.executable, "-m", "api.process.main", "serve-ray", "--replicas", "2", "--model", str(tiny_model_dir), "--served-name", "tiny",
-        "--dtype", "float32", "--num-kv-blocks", "256", "--block-size", "4", "--no-embeddings", "--drain-timeout", "2",
+        "--dtype", "float32", "--num-kv-blocks", "256", "--block-size", "4", "--no-embeddings", "--no-compile", "--drain-timeout", "2",
         "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(tmp_path / "state"),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}

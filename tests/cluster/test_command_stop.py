@@ -38,7 +38,7 @@ def serve_ray(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[subprocess
     log_path = tmp_path / "serve-ray.log"
     cmd = [
         sys.executable, "-m", "api.process.main", "serve-ray", "--model", str(tiny_model_dir), "--served-name", "tiny",
-        "--dtype", "float32", "--num-kv-blocks", "256", "--block-size", "4", "--num-threads", "1", "--no-embeddings",
+        "--dtype", "float32", "--num-kv-blocks", "256", "--block-size", "4", "--num-threads", "1", "--no-embeddings", "--no-compile",
         "--replica-cpus", "0.5", "--drain-timeout", str(DRAIN_S), "--host", "127.0.0.1", "--port", str(port),
         "--state-dir", str(tmp_path / "state"), "--log-level", "info",
     ]  # fmt: skip

@@ -31,6 +31,7 @@ def document(model_dir: Path, state_dir: Path, split: tuple[int, int] = (70, 30)
 [[models]]
 name = "tiny-a"
 model = "{model_dir}"
+compile = false
 dtype = "float32"
 num_kv_blocks = 64
 block_size = 4
@@ -38,6 +39,7 @@ block_size = 4
 [[models]]
 name = "tiny-b"
 model = "{model_dir}"
+compile = false
 task = "completions"
 dtype = "float32"
 num_kv_blocks = 64

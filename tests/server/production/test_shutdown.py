@@ -36,7 +36,7 @@ class ServerProcess:
         args = [
             sys.executable, "-m", "api.process.main", "serve", "--model", str(model_dir), "--port", str(self.port),
             "--dtype", "float32", "--num-kv-blocks", "512", "--block-size", "4", "--num-threads", "1",
-            "--max-num-batched-tokens", "64", "--drain-timeout", str(drain_timeout), "--no-embeddings",
+            "--max-num-batched-tokens", "64", "--drain-timeout", str(drain_timeout), "--no-embeddings", "--no-compile",
         ]  # fmt: skip
         self.log = open(log_path, "wb")
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
