@@ -151,12 +151,11 @@ class DecodeGraph:
     def compile_in_background(self, scratch_step: Callable[[], tuple[Any, torch.Tensor]], k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> None:
         """Compile on a thread of its own while the eager step serves, then swap the graph in.
 
-        `scratch_step()` builds a step decoding one token in a KV block no request ever holds (the
-        runner keeps one past the blocks it reports), so the compiling call may write the live caches while
-        the device thread runs steps in other rows. The first start pays minutes of inductor
-        (on disk after); nothing waits for it.
+        `scratch_step()` builds a step decoding one token in a KV block no request ever holds
+        (the runner keeps one past the blocks it reports), so the compiling call may write the
+        live caches while the device thread runs steps in other rows. The first start pays
+        minutes of inductor (on disk after); nothing waits for it.
         """
-
         if self._thread is not None:  # started already
             return
 
