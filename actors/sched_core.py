@@ -158,8 +158,7 @@ class SchedulerCore:
             seq = self.requests.get(item.request_id)
             stale = item.sample and seq is not None and seq.num_tokens != item.start_pos + len(item.token_ids) - item.num_draft_tokens
             if seq is None or seq.status is not SeqStatus.RUNNING or item.start_pos != seq.num_computed_tokens or stale:
-                # Left during the step, or not where the plan thought it would be (a row planned ahead
-                # of a step that finished, preempted or forced tokens into it): not applied.
+                # Left during the step, or not where its plan put it (planned ahead of a step that finished, preempted or forced tokens into it).
                 if item.forks:  # the parent left during the step: its siblings go on alone
                     self._release_forks(item.request_id)
                 continue

@@ -74,8 +74,8 @@ class ThinkingRunner(FakeRunner):
         self.requests.apply(plan)
         sampled = {}
         for seq in plan.seqs:
+            fed = self.requests.input_ids(seq)  # every row's, as the torch runner: a chunk of forced tokens joins the history
             if seq.sample:
-                fed = self.requests.input_ids(seq)
                 state = self.requests.align(seq.request_id, seq.start_pos + len(fed))
                 prompt = state.history[: state.num_prompt_tokens]
                 self.prompts.append(prompt)
@@ -97,8 +97,30 @@ class ThinkingRunner(FakeRunner):
         return self.think[thought % len(self.think)]
 
 
-def thinking_runtime(model_dir: Path, config: Any = None, **runner: Any) -> Any:
-    """An Engine on ThinkingRunner with the thinking model's tokenizer (its format detected)."""
+class ScriptedRunner(FakeRunner):
+    """A FakeRunner that writes `text`, then EOS, whatever the prompt (a model that does not
+    think, whose output may still hold tags)."""
+
+    def __init__(self, tokenizer: Any, text: str, **kw: Any) -> None:
+        super().__init__(vocab_size=len(tokenizer), **kw)
+        self.script = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
+
+    def execute(self, plan: StepPlan) -> StepResult:
+        self.requests.apply(plan)
+        sampled = {}
+        for seq in plan.seqs:
+            fed = self.requests.input_ids(seq)
+            if seq.sample:
+                state = self.requests.align(seq.request_id, seq.start_pos + len(fed))
+                token = self.script[min(len(state.history) - state.num_prompt_tokens, len(self.script) - 1)]
+                state.history.append(token)
+                sampled[seq.request_id] = token
+        return StepResult(step_id=plan.step_id, sampled=sampled)
+
+
+def thinking_runtime(model_dir: Path, config: Any = None, script: str | None = None, **runner: Any) -> Any:
+    """An Engine on ThinkingRunner with the thinking model's tokenizer (its format detected), or
+    on ScriptedRunner writing `script`."""
     from transformers import AutoTokenizer
 
     from actors.engine import Engine
@@ -106,4 +128,5 @@ def thinking_runtime(model_dir: Path, config: Any = None, **runner: Any) -> Any:
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     config = config or RuntimeConfig(served_name="thinker", port=0)
-    return Engine(config, ThinkingRunner(tokenizer, **runner), tokenizer, config.served_name or "thinker", frozenset([tokenizer.eos_token_id]))
+    fake = ScriptedRunner(tokenizer, script, **runner) if script is not None else ThinkingRunner(tokenizer, **runner)
+    return Engine(config, fake, tokenizer, config.served_name or "thinker", frozenset([tokenizer.eos_token_id]))

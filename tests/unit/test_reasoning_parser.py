@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -203,3 +204,75 @@ def test_unknown_effort_is_a_400_naming_the_field_and_other_models_ignore_it() -
         thinking_params(FMT, {}, "extreme", None, None, "reasoning.effort")
     assert err.value.param == "reasoning.effort"
     assert thinking_params(None, {"a": 1}, "none", None, None, "reasoning_effort") == ({"a": 1}, None)
+
+
+# -- every surface's stream against its whole answer ----------------------------------------------
+
+CALL = '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'
+# The pieces a thinking output is drawn from: tags whole and cut, a tool call, words, whitespace.
+PIECES = ["<think>", "</think>", "<", "</", "think", ">", " ", "\n", "\n\n", "x", "é", "<tool_call>", CALL]
+
+
+def texts() -> st.SearchStrategy[str]:
+    return st.lists(st.sampled_from(PIECES), max_size=14).map("".join)
+
+
+def chat_stream(fmt: ThinkingFormat, spec: Thinking | None, toolset: Any, pieces: list[str]) -> tuple[str, str, list[tuple[str, str]]]:
+    """(reasoning, content, calls) as a client accumulates Chat's streamed deltas."""
+    message = StreamedMessage(fmt, spec, toolset, "")
+    deltas = [d for piece in pieces for d in message.feed(piece)] + message.finish()
+    reasoning = "".join(d.reasoning for d in deltas if isinstance(d.reasoning, str))
+    assert reasoning == "".join(d.reasoning_content for d in deltas if isinstance(d.reasoning_content, str))
+    content = "".join(d.content for d in deltas if isinstance(d.content, str))
+    calls: dict[int, list[str]] = {}
+    for d in deltas:
+        for t in d.tool_calls if isinstance(d.tool_calls, list) else []:
+            entry = calls.setdefault(t.index, ["", ""])
+            if not isinstance(t.function, msgspec.UnsetType):
+                entry[0] += t.function.name or ""
+                entry[1] += t.function.arguments
+    return reasoning, content, [(n, a) for n, a in (calls[i] for i in sorted(calls))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=texts(), cuts=st.lists(st.integers(min_value=0, max_value=300), max_size=12), opened=st.booleans(), r1=st.booleans())
+def test_chat_streams_what_it_answers_whole(text: str, cuts: list[int], opened: bool, r1: bool) -> None:
+    """Chat: the deltas of any chunking, accumulated, are the whole message (reasoning, content
+    and calls), with a tool parser after the reasoning parser and either family's rules."""
+    fmt, spec = (R1 if r1 else FMT), (OPENED if opened else MAYBE)
+    toolset = build_toolset([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}], "auto", None)
+    content, calls, reasoning = message_parts(text, fmt, spec, toolset, "")
+    whole = (reasoning or "", content or "", [(c.function.name, c.function.arguments) for c in calls])  # type: ignore[union-attr]
+    assert chat_stream(fmt, spec, toolset, chunked(text, cuts)) == whole
+    assert "</think>" not in whole[0] and all(a == '{"x": 1}' for _, a in whole[2])
+
+
+def responses_output(fmt: ThinkingFormat, spec: Thinking | None, pieces: list[str]) -> list[tuple[str, str]]:
+    """The final Response's output items, (type, text), from these deltas."""
+    from api.http.openai.responses.events import ResponsesEventBuilder
+    from api.http.openai.responses.params import responses_params
+    from api.http.openai.responses.request import ResponsesRequest
+    from api.http.openai.responses.view import _Output
+    from runtime.messages import FinishReason, Usage
+
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+    params = responses_params(msgspec.convert({"input": "x", "tools": [tool]}, ResponsesRequest))
+    output = _Output(ResponsesEventBuilder(params.response), params.toolset, None, "")
+    output.reasoning = ReasoningParser(fmt, spec)
+    for piece in pieces:
+        output.feed(piece)
+    output.finish(FinishReason.STOP, Usage(prompt_tokens=1, completion_tokens=1))
+    items = msgspec.to_builtins(output.builder.response.output)
+    texts = {"reasoning": lambda i: i["content"][0]["text"], "message": lambda i: i["content"][0]["text"], "function_call": lambda i: i["arguments"]}
+    return [(i["type"], texts[i["type"]](i)) for i in items]
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=texts(), cuts=st.lists(st.integers(min_value=0, max_value=300), max_size=12), opened=st.booleans())
+def test_responses_items_are_the_same_over_any_chunking(text: str, cuts: list[int], opened: bool) -> None:
+    """Responses: the reasoning item, message and calls do not depend on how the output came."""
+    spec = OPENED if opened else MAYBE
+    whole = responses_output(FMT, spec, [text])
+    assert responses_output(FMT, spec, chunked(text, cuts)) == whole
+    reasoning, _ = split_reasoning(FMT, spec, text)
+    assert [t for kind, t in whole if kind == "reasoning"] == ([reasoning] if reasoning else [])

@@ -73,3 +73,16 @@ def test_the_grammar_starts_where_thinking_ends_and_follows_rewinds() -> None:
     row = ScheduledSeq(request_id="r", token_ids=[5, 7, 8], start_pos=3, block_table=[0], sample=True, sampling=SamplingParams(thinking=spec), seed=0)
     assert states.input_ids(row) == [5, 7, 8] and state.history == [1, 2, 5, 5, 7, 8]  # the core's forced tokens replace its own
     assert state.live_matcher(spec) is matcher and state.grammar_from == 6
+
+
+def test_forced_tokens_fed_in_chunks_join_the_history() -> None:
+    """A small step budget feeds the forced end in pieces, the first without sampling: each
+    piece joins the runner's history, so the next pending token is found there."""
+    states = RequestStates()
+    states.apply(StepPlan(step_id=0, seqs=(), new_requests=(NewRequest(request_id="r", prompt_token_ids=(1, 2), matcher=None),)))
+    state = states.get("r")
+    state.history.append(5)  # sampled at position 2; the core then wrote 7, 8 after it
+    spec = SamplingParams(thinking=Thinking(open=True, end_ids=(8,)))
+    states.input_ids(ScheduledSeq(request_id="r", token_ids=[5, 7], start_pos=2, block_table=[0], sample=False, sampling=spec, seed=0))
+    assert states.input_ids(ScheduledSeq(request_id="r", token_ids=[8], start_pos=4, block_table=[0], sample=True, sampling=spec, seed=0)) == [8]
+    assert state.history == [1, 2, 5, 7, 8]

@@ -64,9 +64,9 @@ def sdk(srv: Server) -> openai.OpenAI:
     return openai.OpenAI(base_url=srv.openai_url, api_key="unused", max_retries=0, timeout=60)
 
 
-async def post(srv: Server, path: str, body: dict[str, Any]) -> httpx.Response:
+async def post(srv: Server, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> httpx.Response:
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=60, headers={"Connection": "close"}) as http:
-        return await http.post(path, json=body)
+        return await http.post(path, json=body, headers=headers)
 
 
 async def test_chat_message_and_stream_keep_thinking_apart_and_count_it(open_dir: Path) -> None:
@@ -189,6 +189,122 @@ async def test_databricks_sdk_parses_the_content_blocks(open_dir: Path, tmp_path
         answer = await in_thread(run)
     content = answer.choices[0].message.content
     assert content[0]["summary"][0]["text"] == "a a" and content[1]["text"] == "ok"  # as Databricks' docs read it
+
+
+def sse_data(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+
+
+async def every_surface(srv: Server, extra: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """One request on every route that parses thinking, whole and streamed: each answer's
+    (reasoning tokens, completion tokens) and what it said, thought and answered."""
+    chat = {"messages": MESSAGES, "max_tokens": 30, **extra}
+    effort = {"reasoning": {"effort": extra["reasoning_effort"]}} if "reasoning_effort" in extra else {}
+    resp = {"input": "Why?", "max_output_tokens": 30, **effort}
+    bodies = {
+        "chat": (await post(srv, "/v1/chat/completions", chat)).json(),
+        "databricks": (await post(srv, "/serving-endpoints/thinker/invocations", chat)).json(),
+        # Azure's request has no reasoning_effort: the client passes it through
+        "azure": (await post(srv, "/chat/completions?api-version=2024-05-01-preview", chat, {"extra-parameters": "pass-through"})).json(),
+        "responses": (await post(srv, "/v1/responses", resp)).json(),
+    }
+    chunks = sse_data((await post(srv, "/v1/chat/completions", {**chat, "stream": True, "stream_options": {"include_usage": True}})).text)
+    events = sse_data((await post(srv, "/v1/responses", {**resp, "stream": True})).text)
+    out: dict[str, dict[str, Any]] = {}
+    for name in ("chat", "databricks", "azure"):
+        usage, message = bodies[name]["usage"], bodies[name]["choices"][0]["message"]
+        content = message["content"]
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        thought = message.get("reasoning") or "".join(b["summary"][0]["text"] for b in blocks if b["type"] == "reasoning")
+        answer = "".join(b["text"] for b in blocks if b["type"] == "text")
+        out[name] = {"usage": (usage["completion_tokens_details"]["reasoning_tokens"], usage["completion_tokens"]), "thought": thought, "answer": answer}
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    out["chat stream"] = {
+        "usage": (chunks[-1]["usage"]["completion_tokens_details"]["reasoning_tokens"], chunks[-1]["usage"]["completion_tokens"]),
+        "thought": "".join(d.get("reasoning", "") for d in deltas),
+        "answer": "".join(d.get("content", "") for d in deltas),
+    }
+    for name, response in (("responses", bodies["responses"]), ("responses stream", events[-1]["response"])):
+        usage, items = response["usage"], response["output"]
+        out[name] = {
+            "usage": (usage["output_tokens_details"]["reasoning_tokens"], usage["output_tokens"]),
+            "thought": "".join(i["content"][0]["text"] for i in items if i["type"] == "reasoning"),
+            "answer": "".join(c["text"] for i in items if i["type"] == "message" for c in i["content"]),
+        }
+    assert bodies["databricks"]["usage"]["reasoning_tokens"] == out["databricks"]["usage"][0]  # the seeds' flat field
+    return out
+
+
+async def test_usage_adds_up_on_every_surface(open_dir: Path) -> None:
+    """Reasoning tokens (the thinking and its end tag) + answer tokens (the answer and EOS) =
+    completion tokens, on Chat, Responses, Databricks and Azure, whole and streamed."""
+    from transformers import AutoTokenizer
+
+    answer_tokens = len(AutoTokenizer.from_pretrained(open_dir).encode("ok", add_special_tokens=False)) + 1
+    async with thinker(open_dir, thoughts=2) as srv:
+        answers = await every_surface(srv, {})
+    assert len(answers) == 6
+    for name, got in answers.items():
+        assert got == {"usage": (3, 3 + answer_tokens), "thought": "a a", "answer": "ok"}, name
+
+
+async def test_effort_low_stops_thinking_at_the_budget_on_every_surface(open_dir: Path) -> None:
+    """The runner would think forever: at the budget the server writes `\n</think>\n\n`, and
+    the answer follows; what it wrote up to `</think>` counts as reasoning, within max_tokens."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(open_dir)
+    forced = tokenizer.encode("\n</think>\n\n", add_special_tokens=False)
+    end = forced.index(tokenizer.encode("</think>", add_special_tokens=False)[0]) + 1
+    answer_tokens = len(tokenizer.encode("ok", add_special_tokens=False)) + 1
+    async with thinker(open_dir, budgets={"low": 4}) as srv:
+        answers = await every_surface(srv, {"reasoning_effort": "low"})
+        unbudgeted = (await post(srv, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 12})).json()
+    for name, got in answers.items():
+        assert got == {"usage": (4 + end, 4 + len(forced) + answer_tokens), "thought": "a a a a", "answer": "ok"}, name
+    assert unbudgeted["choices"][0]["message"]["content"] == "" and unbudgeted["choices"][0]["finish_reason"] == "length"  # the control
+
+
+async def test_a_model_that_does_not_think_answers_as_before(tmp_path: Path) -> None:
+    """A model without a thinking template: its output (tags and all) is the answer on every
+    route, no reasoning field appears, and reasoning_effort, any known value, changes nothing."""
+    from tests.support.tiny_model import build_tokenizer
+
+    build_tokenizer(tmp_path)
+    text = "<think>x</think>y"
+
+    def shape(body: Any) -> Any:  # the answer without what differs per request (ids, times)
+        if isinstance(body, dict):
+            return {k: shape(v) for k, v in body.items() if k not in ("id", "created", "created_at", "item_id", "call_id")}
+        return [shape(v) for v in body] if isinstance(body, list) else body
+
+    seen: dict[str | None, Any] = {}
+    async with thinker(tmp_path, script=text) as srv:
+        models = (await httpx.AsyncClient(base_url=srv.base_url).get("/v1/models")).json()
+        for effort in (None, "none", "low", "high"):
+            extra = {"reasoning_effort": effort} if effort else {}
+            resp = {"input": "Why?", "max_output_tokens": 30, **({"reasoning": {"effort": effort}} if effort else {})}
+            raw = [
+                (await post(srv, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 30, **extra})).json(),
+                sse_data((await post(srv, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 30, "stream": True, **extra})).text),
+                (await post(srv, "/serving-endpoints/thinker/invocations", {"messages": MESSAGES, "max_tokens": 30, **extra})).json(),
+                (await post(srv, "/chat/completions?api-version=2024-05-01-preview", {"messages": MESSAGES, "max_tokens": 30})).json(),
+                (await post(srv, "/v1/responses", resp)).json(),
+                sse_data((await post(srv, "/v1/responses", {**resp, "stream": True})).text),
+            ]
+            seen[effort] = shape(raw)
+    assert "reasoning" not in models["data"][0]
+    chat, stream, databricks, azure, response, events = seen[None]
+    for message in (chat["choices"][0]["message"], databricks["choices"][0]["message"], azure["choices"][0]["message"]):
+        assert message["content"] == text and "reasoning" not in message and "reasoning_content" not in message
+    for body in (chat, databricks, azure):
+        assert "reasoning_tokens" not in body["usage"] and body["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0}
+    assert all(set(c["choices"][0]["delta"]) <= {"role", "content"} for c in stream if c["choices"])
+    assert [i["type"] for i in response["output"]] == ["message"] and response["output"][0]["content"][0]["text"] == text
+    assert not any("reasoning" in e["type"] for e in events)
+    for effort in ("none", "low", "high"):
+        assert seen[effort][:3] + seen[effort][4:] == [chat, stream, databricks, response, events], effort  # the effort is ignored
+        assert shape(seen[effort][4]["reasoning"]) == {"effort": effort, "summary": None}  # Responses echoes what was asked
 
 
 async def test_completions_stay_raw(open_dir: Path) -> None:
