@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import tempfile
 import time
 from contextlib import ExitStack
@@ -132,6 +133,7 @@ def main() -> None:
             rounds.append({"round": i, **got, "ratio": ratio})
     result = {
         "question": "reasoning parser on vs off, tok/s", "template": args.template, "model": args.model or "tiny random Qwen3 (4x256)",
+        "argv": ["python", "-m", "ops.bench.reasoning", *sys.argv[1:]],
         "concurrency": args.concurrency, "requests": args.requests, "max_tokens": args.max_tokens, "cpu": cpu_model(),
         "rounds": rounds, "median_ratio": statistics.median(r["ratio"] for r in rounds),
     }  # fmt: skip
