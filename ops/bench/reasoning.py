@@ -33,8 +33,11 @@ import httpx
 from ops.harness.results import cpu_model, log, start_run, write_results
 from ops.harness.servers import switchyard_server
 
+# DeepSeek-R1-0528's shape: history drops an assistant turn's thinking (so the template names
+# `</think>`, which detection needs), and the generation prompt opens `<think>`.
 THINKING = (
-    "{%- for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{%- endfor %}"
+    "{%- for m in messages %}{%- if m['role'] == 'assistant' %}<|im_start|>assistant\n{{ m['content'].split('</think>')[-1] }}<|im_end|>\n"
+    "{%- else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}<|im_start|>assistant\n<think>\n{%- endif %}"
 )
 PLAIN = "{%- for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
@@ -128,6 +131,8 @@ def main() -> None:
         for i in range(args.rounds):
             order = ("on", "off") if i % 2 == 0 else ("off", "on")
             got = {name: asyncio.run(level(servers[name].base_url, args.concurrency, args.requests, args.max_tokens, i)) for name in order}
+            if args.template == "thinking" and not got["on"]["reasoning_tokens"]:
+                raise SystemExit("the parser-on server counted no reasoning tokens: no thinking format was found, so nothing was measured")
             ratio = round(got["on"]["tok_s"] / got["off"]["tok_s"], 4)
             log(f"round {i}: on {got['on']['tok_s']} tok/s, off {got['off']['tok_s']} tok/s, on/off {ratio}")
             rounds.append({"round": i, **got, "ratio": ratio})
