@@ -22,28 +22,28 @@ from tests.support.fakes import FakeRunner
 THINK_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
 
 QWEN3_TEMPLATE = (
-    "{%- set ns = namespace(last_user=-1) %}"
-    "{%- for m in messages %}{%- if m['role'] == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}"
-    "{%- for m in messages %}"
-    "{%- if m['role'] == 'assistant' %}"
-    "{%- set content = m['content'] or '' %}{%- set reasoning = m.get('reasoning_content') or '' %}"
-    "{%- if '</think>' in content %}{%- set reasoning = content.split('</think>')[0].split('<think>')[-1].strip('\\n') %}"
-    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
-    "{%- if loop.index0 > ns.last_user and reasoning %}"
-    "<|im_start|>assistant\\n<think>\\n{{ reasoning.strip('\\n') }}\\n</think>\\n\\n{{ content }}<|im_end|>\\n"
-    "{%- else %}<|im_start|>assistant\\n{{ content }}<|im_end|>\\n{%- endif %}"
-    "{%- else %}<|im_start|>{{ m['role'] }}\\n{{ m['content'] }}<|im_end|>\\n{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\\n"
-    "{%- if enable_thinking is defined and enable_thinking is false %}<think>\\n\\n</think>\\n\\n{%- endif %}{%- endif %}"
+    "{% set ns = namespace(last_user=-1) %}"
+    "{% for m in messages %}{% if m['role'] == 'user' %}{% set ns.last_user = loop.index0 %}{% endif %}{% endfor %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'assistant' %}"
+    "{% set content = m['content'] or '' %}{% set reasoning = m.get('reasoning_content') or '' %}"
+    "{% if '</think>' in content %}{% set reasoning = content.split('</think>')[0].split('<think>')[-1].strip('\\n') %}"
+    "{% set content = content.split('</think>')[-1].lstrip('\\n') %}{% endif %}"
+    "{% if loop.index0 > ns.last_user and reasoning %}"
+    "<|im_start|>assistant\n<think>\n{{ reasoning.strip('\\n') }}\n</think>\n\n{{ content }}<|im_end|>\n"
+    "{% else %}<|im_start|>assistant\n{{ content }}<|im_end|>\n{% endif %}"
+    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
 )
 
 OPEN_TEMPLATE = (
-    "{%- for m in messages %}"
-    "{%- if m['role'] == 'assistant' %}<|im_start|>assistant\\n{{ (m['content'] or '').split('</think>')[-1].lstrip('\\n') }}<|im_end|>\\n"
-    "{%- else %}<|im_start|>{{ m['role'] }}\\n{{ m['content'] }}<|im_end|>\\n{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\\n<think>\\n{%- endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'assistant' %}<|im_start|>assistant\n{{ (m['content'] or '').split('</think>')[-1].lstrip('\\n') }}<|im_end|>\n"
+    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
 )
 
 

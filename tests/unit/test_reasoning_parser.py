@@ -276,3 +276,36 @@ def test_responses_items_are_the_same_over_any_chunking(text: str, cuts: list[in
     assert responses_output(FMT, spec, chunked(text, cuts)) == whole
     reasoning, _ = split_reasoning(FMT, spec, text)
     assert [t for kind, t in whole if kind == "reasoning"] == ([reasoning] if reasoning else [])
+
+
+# -- history ------------------------------------------------------------------------------------------
+
+
+def test_history_thinking_reaches_the_template_which_renders_or_drops_it(tmp_path: Path) -> None:
+    """Chat `reasoning` / `reasoning_content` and Responses `reasoning` items go to the template
+    as `reasoning_content`: Qwen3's renders it after the last user turn (a call's continuation)
+    and drops it before."""
+    from api.http.openai.chat.params import chat_request
+    from api.http.openai.chat.request import ChatCompletionRequest
+    from api.http.openai.responses.params import responses_params
+    from api.http.openai.responses.request import ResponsesRequest
+    from runtime.prompt_encoding import encode_prompt
+
+    tokenizer = tokenizer_with(tmp_path, QWEN3_TEMPLATE)
+    fmt = detect_thinking(tokenizer)
+
+    def chat(messages: list[dict[str, Any]]) -> str:
+        params = chat_request(msgspec.convert({"messages": messages}, ChatCompletionRequest), False, fmt)
+        return str(tokenizer.decode(encode_prompt(tokenizer, params.prompt)))
+
+    earlier = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "reasoning": "EARLIER"}, {"role": "user", "content": "c"}]
+    assert "EARLIER" not in chat(earlier) and "b<|im_end|>" in chat(earlier)
+    latest = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "reasoning_content": "LATEST"}]
+    assert "<think>\nLATEST\n</think>\n\nb" in chat(latest)
+    items = [
+        {"role": "user", "content": "a"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "LATEST"}]},
+        {"role": "assistant", "content": "b"},
+    ]
+    params = responses_params(msgspec.convert({"input": items}, ResponsesRequest), False, fmt)
+    assert "<think>\nLATEST\n</think>\n\nb" in tokenizer.decode(encode_prompt(tokenizer, params.prompt))

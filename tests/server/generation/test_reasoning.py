@@ -347,7 +347,7 @@ async def test_a_budget_ends_thinking_and_the_grammar_constrains_only_the_answer
         # three thinking tokens, then the forced end of thinking (`\n</think>`, more without a grammar)
         assert 5 <= usage["completion_tokens_details"]["reasoning_tokens"] <= 6, answer
         assert usage["completion_tokens_details"]["reasoning_tokens"] < usage["completion_tokens"]
-        assert answer["choices"][0]["message"]["reasoning"] is not None
+        assert "reasoning" in answer["choices"][0]["message"]  # (null when the random model's thoughts were whitespace)
     content = whole["choices"][0]["message"]["content"]
     assert content.lstrip().startswith("{"), whole  # the grammar started where thinking ended
     if whole["choices"][0]["finish_reason"] == "stop":
