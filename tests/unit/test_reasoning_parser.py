@@ -295,7 +295,7 @@ def test_history_thinking_reaches_the_template_which_renders_or_drops_it(tmp_pat
     fmt = detect_thinking(tokenizer)
 
     def chat(messages: list[dict[str, Any]]) -> str:
-        params = chat_request(msgspec.convert({"messages": messages}, ChatCompletionRequest), False, fmt)
+        params = chat_request(msgspec.convert({"messages": messages}, ChatCompletionRequest), False, thinking=fmt)
         return str(tokenizer.decode(encode_prompt(tokenizer, params.prompt)))
 
     earlier = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "reasoning": "EARLIER"}, {"role": "user", "content": "c"}]
@@ -307,5 +307,5 @@ def test_history_thinking_reaches_the_template_which_renders_or_drops_it(tmp_pat
         {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "LATEST"}]},
         {"role": "assistant", "content": "b"},
     ]
-    params = responses_params(msgspec.convert({"input": items}, ResponsesRequest), False, fmt)
+    params = responses_params(msgspec.convert({"input": items}, ResponsesRequest), False, thinking=fmt)
     assert "<think>\nLATEST\n</think>\n\nb" in tokenizer.decode(encode_prompt(tokenizer, params.prompt))
