@@ -20,6 +20,7 @@ from actors.scheduler import SchedulerInbox
 from runtime.errors import RequestFailed
 from runtime.logging import get_logger
 from runtime.messages import AbortReason, DropRequests, FinishReason, StepOutputs, TextDelta, TokenDelta, Usage
+from runtime.reasoning import ThinkingTracker
 from runtime.request import DecodeState
 from runtime.sampling import visible_tokens
 
@@ -90,6 +91,8 @@ class DetokenizerActor:
                 include_stop_str_in_output=params.include_stop_str_in_output,
             )
             state.first_token_time = now
+            if params.thinking is not None:
+                state.thinking = ThinkingTracker(params.thinking)
         self._count_tokens(state, item, now)
 
         finish = item.finish_reason
@@ -135,6 +138,7 @@ class DetokenizerActor:
             completion_tokens=state.num_output_tokens,
             cached_tokens=start.num_cached_tokens,
             truncated_prompt_tokens=start.num_truncated_tokens,
+            reasoning_tokens=state.thinking.count if state.thinking is not None else 0,
             batch_size=state.batch_sizes,
             queue_wait_time=state.queue_wait_us,
         )
@@ -142,6 +146,9 @@ class DetokenizerActor:
     def _count_tokens(self, state: DecodeState, item: TokenDelta, now: float) -> None:
         n = len(item.token_ids)
         state.num_output_tokens += n
+        if state.thinking is not None:
+            for token in item.token_ids:
+                state.thinking.push(token)
         state.num_draft_tokens += item.num_draft_tokens
         state.num_accepted_tokens += item.num_accepted_tokens
         since = state.last_token_time if state.last_token_time is not None else state.start.scheduled_time

@@ -118,7 +118,8 @@ def attach_drafts(core: Core, drafter: Drafter, scheduled: list[tuple[Sequence, 
     """Drafts for the decode rows of a planned step, with their blocks reserved. Only a step of
     decodes alone drafts (a prompt chunk's share of the step is the step budget's), and not a
     request whose grammar matcher would have to be advanced over the draft to mask its verify
-    rows, nor one with siblings still to fork. Penalties and logprobs hold: a verify row counts
+    rows, nor one with siblings still to fork, nor one still thinking within a budget (the
+    budget may end its thinking at any token). Penalties and logprobs hold: a verify row counts
     the draft tokens before it, and each kept token's logprob comes from its own row."""
     if core.waiting or any(n != 1 for _, n in scheduled):
         return {}
@@ -127,6 +128,8 @@ def attach_drafts(core: Core, drafter: Drafter, scheduled: list[tuple[Sequence, 
     for seq, _ in scheduled:
         params = seq.sampling
         if seq.num_output_tokens == 0 or params.guide is not None:
+            continue
+        if seq.thinking is not None and not seq.thinking.done:  # the budget may end thinking inside a draft
             continue
         room = min(seq.max_tokens - seq.num_output_tokens - 1, drafter.worth(core.step_cost, rows, seq.request_id))
         draft = drafter.propose(seq, room) if room > 0 else []

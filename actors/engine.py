@@ -42,6 +42,7 @@ from runtime.logging import get_logger
 from runtime.mailbox import DeltaMailbox, GroupSignal
 from runtime.messages import AbortReason
 from runtime.protocol import ModelInfo
+from runtime.reasoning import detect_thinking
 from runtime.request import Prompt, RequestContext
 from runtime.sampling import SamplingParams
 from runtime.stream import RequestStream
@@ -75,6 +76,8 @@ class Engine:
         self.images = images
         # Images a prompt may carry: 0 for a model that reads text only (the edge refuses them).
         self.max_images_per_prompt = config.limit_images_per_prompt if images is not None else 0
+        # A reasoning model's thinking format, from its chat template (or --reasoning-parser).
+        self.thinking = detect_thinking(tokenizer, config.reasoning_parser, config.reasoning_budgets) if self.task == "generate" else None
         # Live requests, from open() until aborted or done. Only the runtime adds or removes
         # entries (the detokenizer reports a finish through _forget); no actor holds the dict.
         self.requests: dict[str, RequestContext] = {}
@@ -155,8 +158,9 @@ class Engine:
         await nursery.start(self.detokenizer.run)
         await nursery.start(self.tokenizer_actor.run)
         self.accepting = True
+        thinking = self.thinking.card() if self.thinking is not None else None
         log.info("runtime_ready", model=self.served_name, impl=info.impl, device=info.device, dtype=info.dtype, kv_blocks=info.num_kv_blocks, max_model_len=self.max_model_len,
-            step_ms={f"{rows}x1+{tokens}": round(seconds * 1e3, 1) for rows, tokens, seconds in info.step_samples})
+            reasoning=thinking, step_ms={f"{rows}x1+{tokens}": round(seconds * 1e3, 1) for rows, tokens, seconds in info.step_samples})
 
     def _die(self, exc: BaseException) -> None:
         self.accepting = False

@@ -49,8 +49,12 @@ def plan_ahead(core: Core, in_flight: StepPlan) -> StepPlan | None:
             return None
         if item.start_pos != seq.num_computed_tokens or seq.num_tokens != item.start_pos + 1:
             return None  # not the row the core planned last (cannot happen; never guess)
-        # The token in flight is its last one: nothing to plan after it.
+        # The token in flight is its last one: nothing to plan after it. Nor when it may be
+        # its last thinking token within a budget: the core then writes the end of thinking.
         if seq.num_output_tokens + 1 >= seq.max_tokens or seq.num_tokens + 1 >= core.config.max_model_len:
+            continue
+        tracker = seq.thinking
+        if tracker is not None and not tracker.done and tracker.count + 1 + len(tracker.spec.start_ids) >= (tracker.spec.budget or 0):
             continue
         rows.append(seq)
     need = [core.blocks.blocks_needed(seq.num_tokens + 1) - len(seq.block_table) for seq in rows]

@@ -156,9 +156,9 @@ class SchedulerCore:
         batch_size = len(plan.seqs) + sum(len(item.forks or ()) for item in plan.seqs)
         for item in plan.seqs:
             seq = self.requests.get(item.request_id)
-            if seq is None or seq.status is not SeqStatus.RUNNING or item.start_pos != seq.num_computed_tokens:
-                # Left during the step, or not where the plan thought it would be (a row planned
-                # ahead of a step that finished or preempted it): its tokens are not applied.
+            stale = item.sample and seq is not None and seq.num_tokens != item.start_pos + len(item.token_ids) - item.num_draft_tokens
+            if seq is None or seq.status is not SeqStatus.RUNNING or item.start_pos != seq.num_computed_tokens or stale:
+                # Left during the step, or not where its plan put it (planned ahead of a step that finished, preempted or forced tokens into it).
                 if item.forks:  # the parent left during the step: its siblings go on alone
                     self._release_forks(item.request_id)
                 continue
@@ -206,6 +206,8 @@ class SchedulerCore:
             seq.token_ids.append(token)
             taken.append(token)
             finish, stop_token = seq.finish_reason(token, self.config.eos_token_ids, self.config.max_model_len)
+            if finish is None and seq.thinking is not None:
+                finish = seq.think(token, taken, self.config.max_model_len)
             if finish is not None:
                 self.running.remove(seq)
                 self._finish(seq)

@@ -17,6 +17,7 @@ from typing import Any
 
 from runtime.messages import FinishReason, Logprob, RegisterRequest, TokenizedRequest
 from runtime.prefix_hash import keyed_token_ids
+from runtime.reasoning import ThinkingTracker
 from runtime.sampling import SamplingParams
 
 
@@ -47,6 +48,9 @@ class Sequence:
     admitted: bool = False
     introduced: bool = False  # the runner has had its NewRequest (and with it the matcher)
     matcher: Any = None  # the grammar matcher until it is handed to the runner, then None
+    # runtime.reasoning.ThinkingTracker when the request thinks within a budget: past it, the
+    # core writes the end-of-thinking sequence itself (SchedulerCore._append_token).
+    thinking: Any = None
     prompt_logprobs: list[Logprob] = field(default_factory=list)  # collected, delivered with the first token
     mailbox: Any = None  # opaque here: handed to the detokenizer in RegisterRequest
     registered: bool = False  # its RegisterRequest went out (on its first TokenDelta)
@@ -68,6 +72,7 @@ class Sequence:
             seed=request.seed,
             arrival_time=request.arrival_time,
             matcher=request.matcher,
+            thinking=ThinkingTracker(request.sampling.thinking) if request.sampling.thinking is not None and request.sampling.thinking.budget is not None else None,
             num_truncated_tokens=request.num_truncated_tokens,
             mailbox=request.mailbox,
             prompt_keys=keyed_token_ids(request.prompt_token_ids, request.mm) if request.mm is not None and request.mm.images else None,
@@ -112,6 +117,25 @@ class Sequence:
         if self.num_output_tokens >= self.max_tokens or self.num_tokens >= max_model_len:
             return FinishReason.LENGTH, None
         return None, None
+
+    def think(self, token: int, taken: list[int], max_model_len: int) -> FinishReason | None:
+        """Follow a budgeted request's thinking over `token`, just appended; at the budget,
+        append the end-of-thinking sequence after it (to `taken` too: the step's output). The
+        next step feeds it, and the runner takes it into its history. Returns LENGTH when
+        max_tokens or the context ends inside it."""
+        tracker = self.thinking
+        tracker.push(token)
+        if not tracker.over_budget():
+            return None
+        assert self.sampling.thinking is not None
+        for forced in self.sampling.thinking.forced_end:
+            self.token_ids.append(forced)
+            taken.append(forced)
+            tracker.push(forced)
+            finish, _ = self.finish_reason(forced, frozenset(), max_model_len)
+            if finish is not None:
+                return finish
+        return None
 
     def take_register(self, now: float) -> RegisterRequest | None:
         """The detokenizer's registration, the first time it is asked for; None after."""

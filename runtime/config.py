@@ -68,6 +68,12 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     num_spec_tokens: int = 4
     # A vision-language model: images one prompt may carry (more is a 400 naming the part).
     limit_images_per_prompt: int = 8
+    # Reasoning models: how the model's thinking is read apart from its answer (runtime/reasoning.py).
+    # "auto": from its chat template and tokenizer; "qwen3" / "deepseek_r1": that family's;
+    # "none": never (the output is all answer).
+    reasoning_parser: str = "auto"
+    # Thinking budgets in tokens for reasoning_effort low/medium/high (the defaults: 512, 2048, 8192).
+    reasoning_budgets: dict[str, int] = {}
     host: str = "127.0.0.1"
     port: int = 8000
     drain_timeout: float = 30.0

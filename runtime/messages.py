@@ -253,6 +253,7 @@ class Usage(msgspec.Struct, kw_only=True, frozen=True):
     completion_tokens: int
     cached_tokens: int = 0
     truncated_prompt_tokens: int = 0  # dropped by error_behavior "truncate"
+    reasoning_tokens: int = 0  # of completion_tokens, those a reasoning model thought (tags included)
     # MindIE completions: per generated token, the batch size of the step that made it and the
     # microseconds the request waited in the queue for that step (arrival to first step for the
     # first token; end of its previous step to the start of this one after that).

@@ -19,6 +19,7 @@ import trio
 from runtime.config import RuntimeConfig
 from runtime.mailbox import GroupSignal
 from runtime.messages import AbortReason
+from runtime.reasoning import ThinkingFormat
 from runtime.request import Prompt, RequestContext
 from runtime.sampling import SamplingParams
 from runtime.stream import RequestStream
@@ -53,6 +54,7 @@ class Runtime(Protocol):
     task: str  # "generate" or "embed": which routes may send it requests
     tokenizer: Any  # the model's Hugging Face tokenizer (chat templates, logprob token text)
     eos_token_ids: frozenset[int]
+    thinking: ThinkingFormat | None  # a reasoning model's thinking format (runtime/reasoning.py); None: it does not think
     info: ModelInfo | None  # None until the runner has loaded
     max_model_len: int
     created: int  # Unix time the engine was made (the models list's `created`)

@@ -56,6 +56,7 @@ Field                                Owner        How the others learn of it
     Sequence.admitted                core         (core only)
     Sequence.introduced              core         (core only: NewRequest sent)
     Sequence.matcher                 core         NewRequest.matcher (handed to the runner once, then None here)
+    Sequence.thinking                core         (core only: a thinking budget; the tokens it forces go out as any token does)
     Sequence.prompt_logprobs         core         TokenDelta.prompt_logprobs
     Sequence.mailbox                 core         RegisterRequest.mailbox (held, never used)
     Sequence.registered              core         (core only: RegisterRequest sent)
@@ -67,9 +68,13 @@ Field                                Owner        How the others learn of it
     RequestState.num_prompt_tokens   runner       (runner only; from NewRequest)
     RequestState.matcher             runner       (runner only; from NewRequest, advanced by each sampled token)
     RequestState.mm                  runner       (runner only; from NewRequest: the prompt's images for the encoder, M-RoPE positions)
+    RequestState.thinking            runner       (runner only: where a thinking request's grammar starts)
+    RequestState.grammar_from        runner       (runner only)
+    RequestState.tracked             runner       (runner only)
     DecodeState.start                detokenizer  (the RegisterRequest it was created from)
     DecodeState.detok                detokenizer  on_finish hooks, after it finished
     DecodeState.num_output_tokens    detokenizer  Usage.completion_tokens
+    DecodeState.thinking             detokenizer  Usage.reasoning_tokens (its ThinkingTracker's count)
     DecodeState.first_token_time     detokenizer  on_finish hooks (metrics)
     DecodeState.last_token_time      detokenizer  (detokenizer only)
     DecodeState.batch_sizes          detokenizer  Usage.batch_size
@@ -139,6 +144,7 @@ class DecodeState:
     start: RegisterRequest
     detok: Any = None  # actors.detok_core.IncrementalDetokenizer, made with the first tokens
     num_output_tokens: int = 0
+    thinking: Any = None  # runtime.reasoning.ThinkingTracker when the request thinks (sampling.thinking)
     first_token_time: float | None = None
     last_token_time: float | None = None
     # MindIE completions' per-token usage: the batch each token was generated in, and the

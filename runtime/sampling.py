@@ -31,6 +31,24 @@ class Guide(msgspec.Struct, frozen=True, kw_only=True):
     prefix: str = ""
 
 
+class Thinking(msgspec.Struct, frozen=True, kw_only=True):
+    """A reasoning model's request that thinks: what the engine follows by token ids
+    (runtime/reasoning.py `ThinkingTracker`). The detokenizer counts its reasoning tokens; with
+    a `budget`, the scheduler core writes `forced_end` after the budget-th thinking token and
+    the answer follows; a guide constrains only what comes after thinking ends.
+
+    `open`: the prompt opened `<think>` (generation starts inside it); else the output opens
+    it with `start_ids` first, or never thinks. `implicit_end_ids`: tags that end thinking
+    without the end tag (a tool call's opening), which are not counted as thinking."""
+
+    open: bool
+    start_ids: tuple[int, ...] = ()
+    end_ids: tuple[int, ...]
+    implicit_end_ids: tuple[tuple[int, ...], ...] = ()
+    budget: int | None = None  # thinking tokens at most (tags included), then forced_end
+    forced_end: tuple[int, ...] = ()
+
+
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """What a request asks of generation. Ranges were checked at the edge.
 
@@ -58,6 +76,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     logprobs: int | None = None  # None: none; k >= 0: the chosen token's logprob and the top k
     prompt_logprobs: int | None = None  # the same for every prompt token after the first
     n: int = 1  # sequences generated from the prompt (best_of when more are generated than returned)
+    thinking: Thinking | None = None  # a reasoning model's request that thinks (None: it does not)
 
     @property
     def has_penalties(self) -> bool:

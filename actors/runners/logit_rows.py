@@ -35,7 +35,8 @@ class Draw:
 
     @property
     def matcher(self) -> Any:
-        return self.state.matcher
+        """The grammar matcher when it constrains this token (not while the request thinks)."""
+        return self.state.live_matcher(self.seq.sampling.thinking)
 
 
 class LogitRows:

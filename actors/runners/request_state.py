@@ -6,6 +6,9 @@ prompt logprobs and the token an overlapped step feeds read it) and the grammar 
 each sampled token advances. A request's state is made from the `NewRequest` of the first plan
 that schedules it and dropped when a plan lists it in `freed_request_ids`.
 
+A request that thinks (`sampling.thinking`) with a grammar has the grammar start where its
+thinking ends: the matcher is live only from there (`live_matcher`), so thinking is free text.
+
 The scheduler decides positions; the state follows them. Before a request samples the token at
 position p, its history is cut back to p tokens (`align`), and its matcher rolled back by as
 many: a token the core never applied (its request was preempted, or re-queued when its parent
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.messages import PENDING_TOKEN, ScheduledSeq, StepPlan
+from runtime.reasoning import ThinkingTracker
+from runtime.sampling import Thinking
 
 
 @dataclass(slots=True)
@@ -27,6 +32,51 @@ class RequestState:
     num_prompt_tokens: int
     matcher: Any = None  # llguidance matcher (the guide's grammar), or None
     mm: Any = None  # the prompt's images (runtime.messages.MultiModalPrompt) and what the model path derives from them
+    # A request that thinks: its grammar starts where thinking ends (`grammar_from`, a history
+    # position; None while it thinks), followed by `thinking` over the history up to `tracked`.
+    thinking: Any = None  # runtime.reasoning.ThinkingTracker
+    grammar_from: int | None = None
+    tracked: int = 0
+
+    def live_matcher(self, spec: Thinking | None) -> Any:
+        """The matcher when it constrains the next token: always for a request that does not
+        think; for one that does, from the end of its thinking on (the thinking is free text)."""
+        if self.matcher is None or spec is None:
+            return self.matcher
+        if self.grammar_from is None:
+            self._follow(spec)
+        return self.matcher if self.grammar_from is not None else None
+
+    def _follow(self, spec: Thinking) -> None:
+        if self.thinking is None:
+            self.thinking, self.tracked = ThinkingTracker(spec), self.num_prompt_tokens
+        tracker = self.thinking
+        while self.tracked < len(self.history) and not tracker.done:
+            tracker.push(self.history[self.tracked])
+            self.tracked += 1
+        if not tracker.done:
+            return
+        if tracker.count == 0:  # it never thought: what it wrote goes to the grammar after all
+            self.grammar_from = self.num_prompt_tokens
+            for token in self.history[self.num_prompt_tokens :]:
+                self.matcher.consume_token(token)
+        else:
+            self.grammar_from = self.tracked
+
+    def rewind(self, position: int) -> None:
+        """Forget everything from `position` on: the history, and what the matcher and the
+        thinking tracker read of it."""
+        extra = len(self.history) - position
+        if extra <= 0:
+            return
+        if self.matcher is not None and (self.thinking is None or self.grammar_from is not None):
+            start = self.grammar_from if self.grammar_from is not None else 0
+            self.matcher.rollback(len(self.history) - max(position, start))
+            if self.grammar_from is not None and position < self.grammar_from:
+                self.grammar_from = None
+        if self.thinking is not None and self.tracked > position:
+            self.thinking, self.tracked = None, 0  # followed again from the prompt's end
+        del self.history[position:]
 
 
 class UnknownRequest(KeyError):
@@ -61,11 +111,18 @@ class RequestStates:
         """The tokens to feed for `seq`, with each pending token taken from the history. A fed
         token past the history that the runner did not sample (one the core added itself) joins
         the history; a draft's tokens do not, until they are kept."""
-        history = self.get(seq.request_id).history
+        state = self.get(seq.request_id)
+        history = state.history
         fed = list(seq.token_ids)
         if PENDING_TOKEN in fed:
             fed = [history[seq.start_pos + i] if t == PENDING_TOKEN else t for i, t in enumerate(fed)]
         confirmed_end = seq.start_pos + len(fed) - seq.num_draft_tokens
+        # A token the core wrote in place of one sampled here (a forced end of thinking after
+        # the last token it kept): the history follows the core from there.
+        for pos in range(max(seq.start_pos, state.num_prompt_tokens), min(confirmed_end, len(history))):
+            if history[pos] != fed[pos - seq.start_pos]:
+                state.rewind(pos)
+                break
         if confirmed_end > len(history) >= seq.start_pos:
             history.extend(fed[len(history) - seq.start_pos : confirmed_end - seq.start_pos])
         return fed
@@ -73,10 +130,6 @@ class RequestStates:
     def align(self, request_id: str, position: int) -> RequestState:
         """The state as of `position` tokens: anything sampled past it is forgotten."""
         state = self.get(request_id)
-        extra = len(state.history) - position
-        if extra > 0:
-            del state.history[position:]
-            if state.matcher is not None:
-                state.matcher.rollback(extra)
+        state.rewind(position)
         return state
 

@@ -54,6 +54,7 @@ from runtime.logging import configure_logging, get_logger
 from runtime.model_store import resolve_model, vision_model_type
 from runtime.prefix_hash import block_hashes, keyed_token_ids
 from runtime.prompt_encoding import encode_prompt
+from runtime.reasoning import detect_thinking
 from runtime.request import Prompt
 from runtime.routing import RoutingHint
 
@@ -87,7 +88,9 @@ class PromptHasher:
                 from actors.multimodal import ImagePrompts, load_processor
 
                 images = ImagePrompts(load_processor(path, family), family)
-            entry = _Model(AutoTokenizer.from_pretrained(path), config.block_size, images)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            thinking = detect_thinking(tokenizer, config.reasoning_parser, config.reasoning_budgets)
+            entry = _Model(tokenizer, config.block_size, images, thinking)
             self._models[config.served_name or name] = entry
             self._default = self._default or entry
 
@@ -107,7 +110,7 @@ class PromptHasher:
         entry = (self._models.get(model) if isinstance(model, str) else None) or self._default
         if entry is None:
             return ()
-        found = request_prompt(doc, template_takes_tools(entry.tokenizer), responses, entry.images is not None)
+        found = request_prompt(doc, template_takes_tools(entry.tokenizer), responses, entry.images is not None, entry.thinking)
         if found is None:
             return ()
         prompt, prefix, refs = found
@@ -123,6 +126,7 @@ class _Model(msgspec.Struct, frozen=True):
     tokenizer: Any
     block_size: int
     images: Any = None  # actors.multimodal.ImagePrompts for a vision-language model
+    thinking: Any = None  # runtime.reasoning.ThinkingFormat for a reasoning model (its effort changes the prompt)
 
 
 _STAND_IN = ImageInput(width=28, height=28, pixels=bytes(28 * 28 * 3), hash="0" * 64)
@@ -142,17 +146,18 @@ def _routing_image(ref: ImageRef) -> ImageInput:
 
 
 def request_prompt(
-    doc: dict[str, Any], template_tools: bool, responses: bool = False, takes_images: bool = False
+    doc: dict[str, Any], template_tools: bool, responses: bool = False, takes_images: bool = False, thinking: Any = None
 ) -> tuple[Prompt, str, tuple[ImageRef, ...]] | None:
     """The `Prompt` a replica will encode for a chat, completions or (`responses`: the route
     says so, since an embeddings body has an `input` too) Responses body, the output start
     its guide puts after it (`Guide.prefix`), and its image parts (`takes_images`: a
-    vision-language model's), built by the replica's own params functions."""
+    vision-language model's), built by the replica's own params functions (`thinking`: a
+    reasoning model's format, which its effort turns into template kwargs)."""
     if responses:
-        params = responses_params(_struct(ResponsesRequest, doc), template_tools, takes_images)
+        params = responses_params(_struct(ResponsesRequest, doc), template_tools, takes_images, thinking)
         return params.prompt, output_prefix(params.sampling), params.images
     if isinstance(doc.get("messages"), list):
-        chat = chat_request(_struct(ChatCompletionRequest, doc), template_tools, takes_images)
+        chat = chat_request(_struct(ChatCompletionRequest, doc), template_tools, takes_images, thinking)
         return chat.prompt, output_prefix(chat.sampling), chat.images
     if "prompt" in doc:
         prompts, _ = completion_params(_struct(CompletionRequest, doc))

@@ -28,12 +28,14 @@ import msgspec
 from api.http.databricks.declared import endpoint_specs
 from api.http.platform import config as platform_config
 from runtime.config import RuntimeConfig
+from runtime.reasoning import PARSERS
 
 MODEL_KEYS = {
     "model", "served_name", "task", "device", "dtype", "kv_cache_gib", "num_kv_blocks", "block_size", "max_num_seqs",
     "max_num_batched_tokens", "max_model_len", "max_pending", "max_pending_tokens", "num_threads", "batch_invariant",
     "model_impl", "compile", "quantization", "cuda_graphs", "step_stretch", "step_deadline", "async_scheduling", "spec_decoding", "num_spec_tokens",
     "limit_images_per_prompt",
+    "reasoning_parser", "reasoning_budgets",
 }
 
 
@@ -73,6 +75,11 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
             raise SystemExit(f"{path}: models[{i}] has unknown keys {sorted(unknown_keys)}")
         if table.get("task", "chat") not in ("chat", "completions", "embeddings"):
             raise SystemExit(f"{path}: models[{i}].task must be chat, completions or embeddings")
+        if table.get("reasoning_parser", "auto") not in PARSERS:
+            raise SystemExit(f"{path}: models[{i}].reasoning_parser must be one of {', '.join(PARSERS)}")
+        budgets = table.get("reasoning_budgets", {})
+        if not isinstance(budgets, dict) or not all(k in ("low", "medium", "high") and isinstance(v, int) and v >= 0 for k, v in budgets.items()):
+            raise SystemExit(f"{path}: models[{i}].reasoning_budgets must be a table of low, medium, high = tokens")
     try:
         endpoints = endpoint_specs(document.get("endpoints", []), path)
         settings = platform_config.file_settings(document.get("platform", {}), environ, path)

@@ -96,6 +96,15 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
         "(the embedded SmolLM2's Q4_1), none the dense weights; weight-only kernels for steps of up to 4 rows, an int8 GEMM with per-row "
         "quantized activations past that (default: shipped where the checkpoint ships quantized weights and --dtype is not given, else none)",
     )  # fmt: skip
+    p.add_argument(
+        "--reasoning-parser", default=DEFAULTS.reasoning_parser, choices=["auto", "qwen3", "deepseek_r1", "none"],
+        help="how a reasoning model's thinking is read apart from its answer: auto from its chat template, a family's format, "
+        "or none (all output is answer) (default %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--reasoning-budgets", type=_budgets, default={},
+        help="thinking budgets in tokens for reasoning_effort low, medium, high, as low=512,medium=2048,high=8192 (default: those)",
+    )  # fmt: skip
     platform_config.add_arguments(p)
 
 
@@ -106,6 +115,16 @@ def _stretch(text: str) -> float | None:
     if value <= 1.0:
         raise argparse.ArgumentTypeError("must be above 1 (a step is at least its decodes), or 'off'")
     return value
+
+
+def _budgets(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in filter(None, text.split(",")):
+        name, _, value = item.partition("=")
+        if name.strip() not in ("low", "medium", "high") or not value.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"{item!r}: expected low=N, medium=N or high=N")
+        out[name.strip()] = int(value)
+    return out
 
 
 def _runtime_config(args: argparse.Namespace) -> RuntimeConfig:

@@ -79,8 +79,10 @@ class FakeRunner:
         self.requests.apply(plan)
         sampled, accepted = {}, {}
         for seq in plan.seqs:
+            # Every row's, as the torch runner reads them: a pending token (async scheduling) from
+            # the history; tokens the core wrote itself (a forced end of thinking) join it.
+            fed = self.requests.input_ids(seq)
             if seq.sample:
-                fed = self.requests.input_ids(seq)  # a pending token (async scheduling) from the history
                 base = len(fed) - seq.num_draft_tokens  # a draft (speculative decoding) is verified
                 state = self.requests.align(seq.request_id, seq.start_pos + base)
                 token, kept = self.next_token(fed[:base], seq.start_pos), 0

@@ -22,8 +22,10 @@ CORPUS = [
 ] * 4
 
 
-def build_tokenizer(path: Path):  # type: ignore[no-untyped-def]
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def build_tokenizer(path: Path, added: tuple[str, ...] = (), template: str = CHAT_TEMPLATE):  # type: ignore[no-untyped-def]
+    """`added`: tokens added as whole ones but not special (shown in decoded text, as Qwen3's
+    `<think>` and `</think>` are); `template`: the chat template."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -42,7 +44,9 @@ def build_tokenizer(path: Path):  # type: ignore[no-untyped-def]
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
     )
-    fast.chat_template = CHAT_TEMPLATE
+    if added:
+        fast.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
+    fast.chat_template = template
     fast.save_pretrained(path)
     return fast
 
@@ -53,7 +57,8 @@ def build_tiny_llama(path: Path, *, seed: int = 0, layers: int = 2) -> Path:
 
 
 def build_tiny_decoder(
-    path: Path, family: str, *, seed: int = 0, layers: int = 2, perturb_norms: bool = True, **config_overrides: object
+    path: Path, family: str, *, seed: int = 0, layers: int = 2, perturb_norms: bool = True, tokenizer_options: dict[str, object] | None = None,
+    **config_overrides: object,
 ) -> Path:
     """A tiny random decoder + tokenizer of a Llama-family architecture: "llama", "mistral",
     "qwen2" (GQA, q/k/v biases, untied), "qwen3" (GQA, per-head q/k norms, tied), with any
@@ -80,7 +85,7 @@ def build_tiny_decoder(
         "qwen3": (Qwen3Config, Qwen3ForCausalLM),
     }
     config_cls, model_cls = classes[family]
-    tokenizer = build_tokenizer(path)
+    tokenizer = build_tokenizer(path, **(tokenizer_options or {}))  # type: ignore[arg-type]
     settings: dict[str, object] = dict(
         vocab_size=len(tokenizer),
         hidden_size=64,

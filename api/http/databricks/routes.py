@@ -153,7 +153,10 @@ def register(
     app: Quart, models: ModelRegistry, endpoints: ServingEndpoints, handlers: Mapping[str, Handler], declared: list[tuple[CreateEndpointRequest, tuple[ServedEntity, ...]]]
 ) -> None:
     """Databricks' routes; `handlers`: the request formats invocations answer in (the OpenAI
-    surface's), `declared`: the config file's endpoints, checked, applied when serving starts."""
+    surface's), `declared`: the config file's endpoints, checked, applied when serving starts.
+    Chat answers in Databricks' content blocks where the handlers have that format ("chat_blocks":
+    a reasoning model's thinking as a `reasoning` block)."""
+    handlers = {**handlers, "chat": handlers.get("chat_blocks", handlers["chat"])}
 
     async def invocations(name: str) -> Response:
         return await invoke(endpoints, models, handlers, name, await read_body())

@@ -5,9 +5,10 @@ Imports msgspec, quart, api.http.shared and runtime.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 from quart import Quart, Response
 
 from api.http.shared.errors import json_response
@@ -24,6 +25,9 @@ class ModelCard(msgspec.Struct, kw_only=True):
     owned_by: str = "switchyard"
     max_model_len: int
     model_impl: str | None  # native[+int4...] | transformers; null when the runner does not say
+    # A reasoning model's thinking: its parser (qwen3, deepseek_r1), whether reasoning_effort
+    # none/minimal can turn it off, and the low/medium/high budgets. Absent for other models.
+    reasoning: dict[str, Any] | UnsetType = UNSET
 
 
 class ModelList(msgspec.Struct, kw_only=True):
@@ -33,7 +37,9 @@ class ModelList(msgspec.Struct, kw_only=True):
 
 def model_card(runtime: Runtime) -> ModelCard:
     impl = (runtime.info.impl or None) if runtime.info else None
-    return ModelCard(id=runtime.served_name, created=runtime.created, max_model_len=runtime.max_model_len, model_impl=impl)
+    thinking = getattr(runtime, "thinking", None)
+    reasoning = thinking.card() if thinking is not None else UNSET
+    return ModelCard(id=runtime.served_name, created=runtime.created, max_model_len=runtime.max_model_len, model_impl=impl, reasoning=reasoning)
 
 
 def register(app: Quart, models: ModelRegistry) -> None:

@@ -3,7 +3,8 @@
 Also what other surfaces reuse, handed to them by create_app (surfaces never import each
 other): `HANDLERS`, the request formats this surface answers (Azure ML's chat route and
 Databricks' invocations decode the same structs and answer with the same `respond`), and
-`ERRORS`, its error shape, the default for requests no other surface claims.
+`ERRORS`, its error shape, the default for requests no other surface claims. "chat_blocks" is
+the chat format answered in Databricks' content blocks for a reasoning model (chat/thinking.py).
 Imports quart, api.http.shared, api.http.openai and runtime.
 """
 
@@ -24,6 +25,7 @@ from runtime.registry import ModelRegistry
 ERRORS = OpenAIErrors()
 HANDLERS = {
     "chat": Handler(ChatCompletionRequest, chat.respond),
+    "chat_blocks": Handler(ChatCompletionRequest, chat.respond_blocks),
     "completions": Handler(CompletionRequest, completions.respond),
     "embeddings": Handler(embeddings.EmbeddingRequest, embeddings.respond),
 }

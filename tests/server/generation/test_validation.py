@@ -58,8 +58,8 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("/v1/completions", {"stop": "x" * 32769}, "stop"),
     ("/v1/completions", {"stop": ["a" * 20000, "b" * 12769]}, "stop"),
     ("/v1/chat/completions", {"stop": ["a", ""]}, "stop"),
-    # reasoning_effort (seed 001): "low", "medium" or "high".
-    ("/v1/chat/completions", {"reasoning_effort": "minimal"}, "reasoning_effort"),
+    # reasoning_effort (seed 001): "low", "medium" or "high"; also "none" and "minimal" (issue 20).
+    ("/v1/chat/completions", {"reasoning_effort": "extreme"}, "reasoning_effort"),
     # The output budget past the context is named as the client sent it.
     ("/v1/chat/completions", {"max_tokens": None, "max_completion_tokens": 100000}, "max_completion_tokens"),
     ("/v1/chat/completions", {"max_tokens": 100000}, "max_tokens"),

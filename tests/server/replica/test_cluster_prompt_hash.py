@@ -92,3 +92,27 @@ def test_routing_hash_of_a_responses_request_is_the_replica_cache_chain(model_di
     hint = hasher.hint({"method": "POST", "path": "/v1/responses", "headers": []}, raw)
     assert hint is not None and hint.block_hashes == hashes
     assert hasher.hint({"method": "POST", "path": "/v1/embeddings", "headers": []}, raw) is None
+
+
+def test_a_reasoning_models_prompt_is_hashed_as_its_effort_renders_it(tmp_path: Path) -> None:
+    """Issue 20 through the prefix router with no special case: the ingress reads the model's
+    thinking format from the same tokenizer, so `reasoning_effort: none` (Qwen3's
+    `enable_thinking=False`: an empty thinking block after the generation prompt) is hashed as
+    the replica renders it, on Chat and Responses."""
+    from tests.support.tiny_model import build_tokenizer
+    from tests.support.tiny_thinking import QWEN3_TEMPLATE, THINK_TOKENS
+
+    tokenizer = build_tokenizer(tmp_path, added=THINK_TOKENS, template=QWEN3_TEMPLATE)
+    (tmp_path / "config.json").write_text("{}")  # a model directory, as far as the ingress looks
+    hasher = PromptHasher([tiny_config(tmp_path)])
+    messages = [{"role": "user", "content": "What is the weather in Paris today? Answer in a word."}]
+
+    def rendered(**kwargs: Any) -> tuple[int, ...]:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+        return tuple(block_hashes(tokenizer.encode(text, add_special_tokens=False), 4))
+
+    off, on = rendered(enable_thinking=False), rendered()
+    assert off != on
+    assert hasher.hashes({"messages": messages, "reasoning_effort": "none"}) == off
+    assert hasher.hashes({"messages": messages, "reasoning_effort": "low"}) == hasher.hashes({"messages": messages}) == on
+    assert hasher.hashes({"input": messages, "reasoning": {"effort": "minimal"}}, responses=True) == off

@@ -17,6 +17,7 @@ import msgspec
 from api.http.openai.chat.request import ChatCompletionRequest, ChatMessage
 from api.http.openai.common.grammars import format_guide
 from api.http.openai.common.images import MARKER, image_ref, text_only
+from api.http.openai.common.reasoning import thinking_params
 from api.http.openai.common.sampling import sampling_params
 from api.http.openai.tools.grammar import tool_guide
 from api.http.openai.tools.prompt import render_conversation
@@ -24,6 +25,7 @@ from api.http.openai.tools.spec import ToolSet
 from api.http.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
 from runtime.images import ImageRef
+from runtime.reasoning import ThinkingFormat
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
 
@@ -41,15 +43,16 @@ class ChatParams:
         return self.toolset if self.toolset is not None and self.toolset.callable() else None
 
 
-def chat_params(req: ChatCompletionRequest, template_tools: bool = False) -> tuple[Prompt, SamplingParams]:
+def chat_params(req: ChatCompletionRequest, template_tools: bool = False, thinking: ThinkingFormat | None = None) -> tuple[Prompt, SamplingParams]:
     """What the engine runs for a chat request (the cluster's ingress hashes its prompt)."""
-    params = chat_request(req, template_tools)
+    params = chat_request(req, template_tools, thinking=thinking)
     return params.prompt, params.sampling
 
 
-def chat_request(req: ChatCompletionRequest, template_tools: bool = False, takes_images: bool = False) -> ChatParams:
+def chat_request(req: ChatCompletionRequest, template_tools: bool = False, takes_images: bool = False, thinking: ThinkingFormat | None = None) -> ChatParams:
     """`template_tools`: the model's chat template renders `tools` (tools/prompt.py);
-    `takes_images`: a vision-language model (else image parts are a 400)."""
+    `takes_images`: a vision-language model (else image parts are a 400); `thinking`: a
+    reasoning model's format (common/reasoning.py `thinking_params`)."""
     if req.top_logprobs is not None and not req.logprobs:
         raise InvalidRequest("top_logprobs requires logprobs to be true.", param="top_logprobs")
     toolset = build_toolset(req.tools, req.tool_choice, req.parallel_tool_calls)
@@ -69,6 +72,9 @@ def chat_request(req: ChatCompletionRequest, template_tools: bool = False, takes
     kwargs: dict[str, Any] = {**(req.chat_template_kwargs or {}), **tool_kwargs}
     if req.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+    kwargs, control = thinking_params(thinking, kwargs, req.reasoning_effort, req.chat_template_kwargs, guide, "reasoning_effort")
+    if control is not None:
+        sampling = msgspec.structs.replace(sampling, thinking=control)
     return ChatParams(Prompt(messages=messages, chat_template_kwargs=kwargs), sampling, toolset, tuple(images))
 
 
@@ -127,4 +133,7 @@ def _message_dict(index: int, message: ChatMessage, images: list[ImageRef] | Non
         out["tool_calls"] = message.tool_calls
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
+    reasoning = message.reasoning if message.reasoning is not None else message.reasoning_content
+    if message.role == "assistant" and reasoning:  # the template renders it or drops it, as the model was trained
+        out["reasoning_content"] = reasoning
     return out

@@ -31,6 +31,9 @@ class ChatMessage(msgspec.Struct, kw_only=True):
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
+    # An earlier assistant turn's thinking (`reasoning`, or the older `reasoning_content`):
+    # handed to the chat template as `reasoning_content`, which renders or drops it.
+    reasoning: str | None = None
     reasoning_content: str | None = None
 
 
@@ -43,9 +46,10 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
-    # The Databricks reference: "low", "medium" (the default) or "high"; Azure ML's chat
-    # completions have no such field.
-    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    # The Databricks reference: "low", "medium" (the default) or "high"; OpenAI's also "none" and
+    # "minimal" (thinking off where the template can turn it off). Checked in params.py (a 400
+    # naming it); ignored by a model that does not think. Azure ML's chat has no such field.
+    reasoning_effort: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     metadata: dict[str, str] | None = None
     store: bool | None = None

@@ -10,7 +10,7 @@ api.http.openai.common.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -39,8 +39,14 @@ class ToolCall(msgspec.Struct, kw_only=True):
 
 
 class AssistantMessage(msgspec.Struct, kw_only=True):
+    """A reasoning model's message also has its thinking as `reasoning` and, under the older
+    name many clients still read, `reasoning_content` (null when it did not think); another
+    model's has neither."""
+
     role: Literal["assistant"] = "assistant"
-    content: str | None
+    content: str | list[dict[str, Any]] | None  # a list: Databricks' content blocks (chat/thinking.py)
+    reasoning: str | None | UnsetType = UNSET
+    reasoning_content: str | None | UnsetType = UNSET
     refusal: None = None
     tool_calls: list[ToolCall] | None = None
 
@@ -81,7 +87,9 @@ class Delta(msgspec.Struct, kw_only=True):
     """Empty (`{}`) on the chunk that carries a finish_reason."""
 
     role: Literal["assistant"] | UnsetType = UNSET
-    content: str | UnsetType = UNSET
+    content: str | list[dict[str, Any]] | UnsetType = UNSET
+    reasoning: str | UnsetType = UNSET  # a reasoning model's thinking, as it streams (both names)
+    reasoning_content: str | UnsetType = UNSET
     tool_calls: list[ToolCallDelta] | UnsetType = UNSET
 
 

@@ -15,8 +15,8 @@ from quart import Quart, Response
 
 from api.http.openai.chat.params import ChatParams, chat_request
 from api.http.openai.chat.request import ChatCompletionRequest
-from api.http.openai.chat.response import AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Delta
-from api.http.openai.chat.tool_calls import ChatDeltas, chat_message_parts
+from api.http.openai.chat.response import ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Delta
+from api.http.openai.chat.thinking import StreamedMessage, assistant_message, message_parts
 from api.http.openai.common.generation import Collected, Generation, sse_stream
 from api.http.openai.common.grammars import validated
 from api.http.openai.common.images import with_images
@@ -41,29 +41,36 @@ def register(app: Quart, models: ModelRegistry) -> None:
     bind(app, "chat_completions", chat_completions, ChatCompletionRequest)
 
 
-async def respond(models: ModelRegistry, req: ChatCompletionRequest) -> Response:
-    """A decoded chat request → its JSON body or SSE stream."""
+async def respond(models: ModelRegistry, req: ChatCompletionRequest, blocks: bool = False) -> Response:
+    """A decoded chat request → its JSON body or SSE stream. `blocks`: a reasoning model answers
+    in Databricks' content blocks (chat/thinking.py)."""
     runtime = models.resolve(req.model)
     template_tools = template_takes_tools(runtime.tokenizer)
-    params = await validated(chat_request, req, template_tools, runtime.max_images_per_prompt > 0, compiles=bool(req.tools or req.response_format))
+    params = await validated(chat_request, req, template_tools, runtime.max_images_per_prompt > 0, runtime.thinking, compiles=bool(req.tools or req.response_format))
     prompt = await with_images(params.prompt, params.images, runtime, media_policy())
     gen = await Generation(runtime, [prompt], params.sampling, params.sampling.n).start()
     completion_id, created, model, fingerprint = f"chatcmpl-{gen.request_id}", int(time.time()), runtime.served_name, runtime.fingerprint
     if req.stream:
         head = ChatCompletionChunk(id=completion_id, created=created, model=model, system_fingerprint=fingerprint, choices=[])
-        return _stream(runtime, gen, head, req, params)
+        return _stream(runtime, gen, head, req, params, blocks)
     outs = await gen.collect()
-    choices = [_choice(runtime, i, out, req.logprobs, params) for i, out in enumerate(outs)]
-    usage = chat_usage([o.usage for o in outs if o.usage is not None])
+    choices = [_choice(runtime, i, out, req.logprobs, params, blocks) for i, out in enumerate(outs)]
+    usage = chat_usage([o.usage for o in outs if o.usage is not None], flat_reasoning=blocks and runtime.thinking is not None)
     return json_response(ChatCompletion(id=completion_id, created=created, model=model, system_fingerprint=fingerprint, choices=choices, usage=usage))
 
 
-def _choice(runtime: Runtime, index: int, out: Collected, want_logprobs: bool, params: ChatParams) -> Choice:
-    toolset = params.callable_tools
-    content, calls = chat_message_parts(out.text, toolset, output_prefix(params.sampling)) if toolset is not None else (out.text, [])
+async def respond_blocks(models: ModelRegistry, req: ChatCompletionRequest) -> Response:
+    """`respond` in Databricks' shape: a reasoning model's thinking as content blocks."""
+    return await respond(models, req, blocks=True)
+
+
+def _choice(runtime: Runtime, index: int, out: Collected, want_logprobs: bool, params: ChatParams, blocks: bool) -> Choice:
+    fmt = runtime.thinking
+    content, calls, reasoning = message_parts(out.text, fmt, params.sampling.thinking, params.callable_tools, output_prefix(params.sampling))
+    message = assistant_message(content, calls, reasoning, fmt is not None, blocks)
     return Choice(
         index=index,
-        message=AssistantMessage(content=content, tool_calls=calls or None),
+        message=message,
         logprobs=chat_logprobs(runtime.tokenizer, out.logprobs) if want_logprobs else None,
         finish_reason=_finish_reason(out.finish_reason, bool(calls)),
         stop_reason=out.stop_reason,
@@ -77,14 +84,14 @@ def _finish_reason(reason: FinishReason | None, called: bool) -> str | None:
     return "tool_calls" if called and reason.value == "stop" else reason.value
 
 
-def _stream(runtime: Runtime, gen: Generation, head: ChatCompletionChunk, req: ChatCompletionRequest, params: ChatParams) -> Response:
+def _stream(runtime: Runtime, gen: Generation, head: ChatCompletionChunk, req: ChatCompletionRequest, params: ChatParams, blocks: bool) -> Response:
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     if include_usage:
         head = msgspec.structs.replace(head, usage=None)
     toolset, prefix = params.callable_tools, output_prefix(params.sampling)
     sent_role: set[int] = set()
     finished: dict[int, Collected] = {}
-    tools: dict[int, ChatDeltas] = {}
+    parsers: dict[int, StreamedMessage] = {}
 
     def chunk(index: int, delta: Delta, finish_reason: str | None = None, logprobs: ChatLogprobs | None = None) -> bytes:
         choice = ChunkChoice(index=index, delta=delta, logprobs=logprobs, finish_reason=finish_reason)
@@ -96,16 +103,16 @@ def _stream(runtime: Runtime, gen: Generation, head: ChatCompletionChunk, req: C
             sent_role.add(index)
             out.append(chunk(index, Delta(role="assistant", content="")))
         logprobs = chat_logprobs(runtime.tokenizer, delta.logprobs or []) if req.logprobs else None
-        parser = tools.setdefault(index, ChatDeltas(toolset, prefix)) if toolset is not None else None
-        pieces = parser.feed(delta.text) if parser is not None else [Delta(content=delta.text)] if delta.text else []
-        if parser is not None and delta.finish_reason is not None:
+        parser = parsers.get(index) or parsers.setdefault(index, StreamedMessage(runtime.thinking, params.sampling.thinking, toolset, prefix, blocks))
+        pieces = parser.feed(delta.text)
+        if delta.finish_reason is not None:
             pieces += parser.finish()
         if not pieces and logprobs and logprobs.content:
             pieces = [Delta(content="")]
         for k, piece in enumerate(pieces):
             out.append(chunk(index, piece, logprobs=logprobs if k == 0 else None))
         if delta.finish_reason is not None:
-            out.append(chunk(index, Delta(), _finish_reason(delta.finish_reason, parser is not None and parser.called)))
+            out.append(chunk(index, Delta(), _finish_reason(delta.finish_reason, parser.called)))
             finished[index] = Collected(usage=delta.usage)
         return out
 
@@ -113,7 +120,8 @@ def _stream(runtime: Runtime, gen: Generation, head: ChatCompletionChunk, req: C
         out = []
         if include_usage:
             usages = [u for i in sorted(finished) if (u := finished[i].usage) is not None]
-            out.append(sse.data(msgspec.structs.replace(head, choices=[], usage=chat_usage(usages))))
+            usage = chat_usage(usages, flat_reasoning=blocks and runtime.thinking is not None)
+            out.append(sse.data(msgspec.structs.replace(head, choices=[], usage=usage)))
         out.append(sse.DONE)
         return out
 

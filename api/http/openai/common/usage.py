@@ -28,8 +28,9 @@ class ChatUsage(msgspec.Struct, kw_only=True):
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails
     truncated_prompt_tokens: int | UnsetType = UNSET  # only when error_behavior cut the prompt
-    # No served model has a thinking template yet, so no completion token is a reasoning token.
+    # Of completion_tokens, those a reasoning model thought (0 for a model that does not think).
     completion_tokens_details: CompletionTokensDetails = msgspec.field(default_factory=CompletionTokensDetails)
+    reasoning_tokens: int | UnsetType = UNSET  # the seeds' flat field: Databricks' answers from a reasoning model
 
 
 class CompletionUsage(msgspec.Struct, kw_only=True):
@@ -44,18 +45,22 @@ class CompletionUsage(msgspec.Struct, kw_only=True):
     queue_wait_time: list[int]
 
 
-def chat_usage(usages: Sequence[Usage]) -> ChatUsage | None:
-    """One request's sequences (n of them share the prompt): the prompt counted once."""
+def chat_usage(usages: Sequence[Usage], flat_reasoning: bool = False) -> ChatUsage | None:
+    """One request's sequences (n of them share the prompt): the prompt counted once.
+    `flat_reasoning`: say reasoning_tokens at the top level too (Databricks)."""
     if not usages:
         return None
     first = usages[0]
     completion = sum(u.completion_tokens for u in usages)
+    reasoning = sum(u.reasoning_tokens for u in usages)
     return ChatUsage(
         prompt_tokens=first.prompt_tokens,
         completion_tokens=completion,
         total_tokens=first.prompt_tokens + completion,
         prompt_tokens_details=PromptTokensDetails(first.cached_tokens),
         truncated_prompt_tokens=first.truncated_prompt_tokens or UNSET,
+        completion_tokens_details=CompletionTokensDetails(reasoning),
+        reasoning_tokens=reasoning if flat_reasoning else UNSET,
     )
 
 

@@ -6,6 +6,7 @@ define them) and their increasing `sequence_number`:
 
     response.created → response.in_progress →
       per output item: response.output_item.added →
+        reasoning: response.reasoning_text.delta* → response.reasoning_text.done
         message: response.content_part.added → response.output_text.delta* →
                  response.output_text.done → response.content_part.done
         function_call: response.function_call_arguments.delta* → .done
@@ -44,6 +45,8 @@ from api.http.openai.responses.response import (
     MessageItem,
     OutputItem,
     OutputText,
+    ReasoningItem,
+    ReasoningText,
     ResponseError,
     ResponseObject,
     ResponseUsage,
@@ -127,6 +130,16 @@ class CustomInputDone(_InItem, kw_only=True, tag="response.custom_tool_call_inpu
     input: str
 
 
+class ReasoningTextDelta(_InItem, kw_only=True, tag="response.reasoning_text.delta"):
+    content_index: int = 0
+    delta: str
+
+
+class ReasoningTextDone(_InItem, kw_only=True, tag="response.reasoning_text.done"):
+    content_index: int = 0
+    text: str
+
+
 class ErrorEvent(ResponseEvent, kw_only=True, tag="error"):
     code: str
     message: str
@@ -135,7 +148,7 @@ class ErrorEvent(ResponseEvent, kw_only=True, tag="error"):
 
 Event = tuple[str, ResponseEvent]  # (event name, its payload, whose "type" is the name)
 
-_ITEM_PREFIX = {MessageItem: "msg", FunctionCallItem: "fc", CustomToolCallItem: "ctc"}
+_ITEM_PREFIX = {MessageItem: "msg", FunctionCallItem: "fc", CustomToolCallItem: "ctc", ReasoningItem: "rs"}
 _END = {"completed": Completed, "incomplete": Incomplete}
 
 
@@ -206,6 +219,20 @@ class ResponsesEventBuilder:
         events.append(self._event(OutputTextDelta, **self._where(), delta=delta, logprobs=_event_logprobs(logprobs or [])))
         return events
 
+    def reasoning(self, delta: str) -> list[Event]:
+        """Thinking for the current reasoning item (opened if need be)."""
+        if not delta:
+            return []
+        events: list[Event] = []
+        if not isinstance(self._item, ReasoningItem):
+            events += self._close_item(complete=True)
+            events.append(self._add_item(ReasoningItem(id=self._new_id(_ITEM_PREFIX[ReasoningItem]), content=[ReasoningText()])))
+        item = self._item
+        assert isinstance(item, ReasoningItem)
+        item.content[0].text += delta
+        events.append(self._event(ReasoningTextDelta, **self._where(), delta=delta))
+        return events
+
     def call_start(self, kind: str, name: str, call_id: str) -> list[Event]:
         """Open a function_call (kind "function") or custom_tool_call (kind "custom") item."""
         events = self._close_item(complete=True)
@@ -215,7 +242,7 @@ class ResponsesEventBuilder:
 
     def call_delta(self, delta: str) -> list[Event]:
         item = self._item
-        assert item is not None and not isinstance(item, MessageItem), "call_delta outside a call"
+        assert isinstance(item, FunctionCallItem | CustomToolCallItem), "call_delta outside a call"
         if not delta:
             return []
         if isinstance(item, FunctionCallItem):
@@ -256,6 +283,8 @@ class ResponsesEventBuilder:
             events.append(self._event(ContentPartDone, **where, part=copy.deepcopy(part)))
         elif isinstance(item, FunctionCallItem):
             events.append(self._event(ArgumentsDone, **where, arguments=item.arguments))
+        elif isinstance(item, ReasoningItem):
+            events.append(self._event(ReasoningTextDone, **where, text=item.content[0].text))
         else:
             events.append(self._event(CustomInputDone, **where, input=item.input))
         done = msgspec.structs.replace(item, status="completed" if complete else "incomplete")

@@ -4,9 +4,10 @@ chat template reads: assistant `tool_calls`, `tool` results, files as text.
 Inputs the model cannot read are refused with a 400 naming the item: `input_image` on a model
 that reads text only (a vision-language model gets it as an image part of its message) and `input_file` unless it is a text file sent inline as
 `file_data` (a data URI: text/*, JSON, XML, YAML, CSV...), whose text is then put in the
-prompt inside `<file name="...">...</file>`. A `reasoning` input item is accepted and skipped:
-its `encrypted_content` is opaque and these models do not reason in hidden tokens. Imports
-runtime.
+prompt inside `<file name="...">...</file>`. A `reasoning` input item (an earlier turn's
+thinking) goes to the assistant turn it precedes as `reasoning_content`, which the chat template
+renders or drops as the model was trained; its `encrypted_content` is opaque and ignored.
+Imports runtime.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ def _item(messages: list[dict[str, Any]], names: dict[str, str], item: dict[str,
         if role not in ("user", "assistant", "system", "developer"):
             raise InvalidRequest(f"Unknown role {role!r}; use user, assistant, system or developer.", param=f"{p}.role")
         content = _content(item.get("content"), f"{p}.content", images if role == "user" else None)
+        last = messages[-1] if messages else None
+        if role == "assistant" and last is not None and last["role"] == "assistant" and not last["content"] and not last.get("tool_calls"):
+            last["content"] = content  # the message its reasoning item opened
+            return
         messages.append({"role": "system" if role == "developer" else role, "content": content})
     elif kind in ("function_call", "custom_tool_call"):
         name, call_id = _str(item, "name", p), _str(item, "call_id", p)
@@ -67,11 +72,20 @@ def _item(messages: list[dict[str, Any]], names: dict[str, str], item: dict[str,
             message["name"] = names[call_id]
         messages.append(message)
     elif kind == "reasoning":
-        return  # opaque (encrypted_content); nothing for these models to read
+        text = _reasoning_text(item)
+        if text:
+            messages.append({"role": "assistant", "content": "", "reasoning_content": text})
     elif kind == "item_reference":
         raise InvalidRequest("Item references need stored responses, which this server does not keep.", param=f"{p}.type", code="unsupported_parameter")
     else:
         raise InvalidRequest(f"Input items of type {kind!r} are not supported.", param=f"{p}.type")
+
+
+def _reasoning_text(item: dict[str, Any]) -> str:
+    """A reasoning item's thinking: its `reasoning_text` content, else its summary."""
+    parts = item.get("content") or item.get("summary") or []
+    texts: list[str] = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)] if isinstance(parts, list) else []
+    return "\n".join(texts)
 
 
 def _assistant_turn(messages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.http.openai.common.grammars import format_guide
+from api.http.openai.common.reasoning import thinking_params
 from api.http.openai.common.sampling import check_stream_options
 from api.http.openai.responses.input import input_messages
 from api.http.openai.responses.request import ResponsesRequest
@@ -34,6 +35,7 @@ from api.http.openai.tools.spec import ToolSet
 from api.http.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
 from runtime.images import ImageRef
+from runtime.reasoning import ThinkingFormat
 from runtime.request import Prompt
 from runtime.sampling import Guide, SamplingParams
 
@@ -50,7 +52,7 @@ HARMLESS = {"store": False}
 LOGPROBS = "message.output_text.logprobs"
 INCLUDABLE = {
     LOGPROBS,
-    "reasoning.encrypted_content",  # accepted; there are no reasoning items to carry it
+    "reasoning.encrypted_content",  # accepted; reasoning items carry their text in the clear
     "message.input_image.image_url",
     "computer_call_output.output.image_url",
     "file_search_call.results",
@@ -70,7 +72,9 @@ class ResponsesParams:
     images: tuple[ImageRef, ...] = ()  # the input_image parts, in order, to fetch before the prompt is opened
 
 
-def responses_params(req: ResponsesRequest, template_tools: bool = False, takes_images: bool = False) -> ResponsesParams:
+def responses_params(req: ResponsesRequest, template_tools: bool = False, takes_images: bool = False, thinking: ThinkingFormat | None = None) -> ResponsesParams:
+    """`takes_images`: a vision-language model (else input_image is a 400); `thinking`: a
+    reasoning model's format (common/reasoning.py `thinking_params`)."""
     _refuse(req)
     toolset = build_toolset(req.tools, req.tool_choice, req.parallel_tool_calls, req.max_tool_calls)
     text_format = _text_format(req)
@@ -78,8 +82,10 @@ def responses_params(req: ResponsesRequest, template_tools: bool = False, takes_
     guide: Guide | None = tool_guide(toolset, text_guide) if toolset is not None else text_guide
     images: list[ImageRef] = []
     messages, kwargs = render_conversation(input_messages(req.input, req.instructions, images if takes_images else None), toolset, template_tools)
-    if req.reasoning is not None and req.reasoning.effort is not None:
-        kwargs.setdefault("reasoning_effort", req.reasoning.effort)
+    effort = req.reasoning.effort if req.reasoning is not None else None
+    if effort is not None:
+        kwargs.setdefault("reasoning_effort", effort)
+    kwargs, control = thinking_params(thinking, kwargs, effort, None, guide, "reasoning.effort")
     logprobs = req.top_logprobs is not None or LOGPROBS in (req.include or ())
     sampling = SamplingParams(
         max_tokens=req.max_output_tokens,
@@ -88,6 +94,7 @@ def responses_params(req: ResponsesRequest, template_tools: bool = False, takes_
         top_p=1.0 if req.top_p is None else req.top_p,
         guide=guide,
         logprobs=(req.top_logprobs or 0) if logprobs else None,
+        thinking=control,
     )
     prompt = Prompt(messages=messages, chat_template_kwargs=kwargs, truncate=req.truncation == "auto")
     return ResponsesParams(prompt, sampling, toolset, echoed(req, toolset, text_format), logprobs, tuple(images))

@@ -54,7 +54,21 @@ class CustomToolCallItem(msgspec.Struct, kw_only=True, tag_field="type", tag="cu
     name: str
 
 
-OutputItem = MessageItem | FunctionCallItem | CustomToolCallItem
+class ReasoningText(msgspec.Struct, kw_only=True, tag_field="type", tag="reasoning_text"):
+    text: str = ""
+
+
+class ReasoningItem(msgspec.Struct, kw_only=True, tag_field="type", tag="reasoning"):
+    """A reasoning model's thinking, before the message or calls it led to: the raw thinking
+    as one `reasoning_text` part (no summary is made)."""
+
+    id: str
+    summary: list[Any] = []
+    content: list[ReasoningText] = []
+    status: Status = "in_progress"
+
+
+OutputItem = MessageItem | FunctionCallItem | CustomToolCallItem | ReasoningItem
 
 
 # -- the Response -----------------------------------------------------------------------------
@@ -80,7 +94,7 @@ class InputTokensDetails(msgspec.Struct, kw_only=True):
 
 
 class OutputTokensDetails(msgspec.Struct, kw_only=True):
-    reasoning_tokens: int = 0  # these models spend no hidden reasoning tokens
+    reasoning_tokens: int = 0  # of output_tokens, those a reasoning model thought
 
 
 class ResponseUsage(msgspec.Struct, kw_only=True):
@@ -148,5 +162,6 @@ def response_usage(usage: Usage | None) -> ResponseUsage | None:
         input_tokens=usage.prompt_tokens,
         input_tokens_details=InputTokensDetails(cached_tokens=usage.cached_tokens),
         output_tokens=usage.completion_tokens,
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=usage.reasoning_tokens),
         total_tokens=usage.prompt_tokens + usage.completion_tokens,
     )

@@ -27,6 +27,7 @@ from api.http.openai.common.generation import Generation
 from api.http.openai.common.grammars import validated
 from api.http.openai.common.images import with_images
 from api.http.openai.common.logprobs import token_logprobs
+from api.http.openai.common.reasoning import ReasoningParser
 from api.http.openai.responses.events import Event, ResponsesEventBuilder, new_id
 from api.http.openai.responses.params import responses_params
 from api.http.openai.responses.request import ResponsesRequest
@@ -55,7 +56,7 @@ def register(app: Quart, models: ModelRegistry) -> None:
         req = await decode_body(ResponsesRequest)
         runtime = models.resolve(req.model)
         template_tools = template_takes_tools(runtime.tokenizer)
-        params = await validated(responses_params, req, template_tools, runtime.max_images_per_prompt > 0, compiles=bool(req.tools or req.text))
+        params = await validated(responses_params, req, template_tools, runtime.max_images_per_prompt > 0, runtime.thinking, compiles=bool(req.tools or req.text))
         prompt = await with_images(params.prompt, params.images, runtime, media_policy())
         gen: Generation | RequestFailed
         try:
@@ -64,6 +65,8 @@ def register(app: Quart, models: ModelRegistry) -> None:
             gen = exc
         response = msgspec.structs.replace(params.response, id=new_id("resp"), created_at=int(time.time()), model=runtime.served_name)
         output = _Output(ResponsesEventBuilder(response), params.toolset, runtime.tokenizer if params.logprobs else None, output_prefix(params.sampling))
+        if runtime.thinking is not None:  # the output parser pipeline: thinking first, then the answer's calls
+            output.reasoning = ReasoningParser(runtime.thinking, params.sampling.thinking)
         # Usage goes in every final Response, streamed or not: OpenAI's does, its SDK has no way
         # to ask for it, and agent frameworks read it there (stream_options.include_usage,
         # which the Databricks reference lists, is accepted and changes nothing).
@@ -116,7 +119,9 @@ async def _events(gen: Generation | RequestFailed, output: _Output) -> AsyncGene
 
 
 class _Output:
-    """Generated text → builder events, through the tool-call parser when tools may be called.
+    """Generated text → builder events: a reasoning model's thinking as a reasoning item (its
+    `reasoning` parser first), then the answer through the tool-call parser when tools may be
+    called.
 
     With logprobs asked for (`tokenizer` set), each delta's token logprobs go with the output
     text that delta made: a text event gets the logprobs of every delta whose text it overlaps
@@ -129,6 +134,7 @@ class _Output:
         self.parser = ToolCallParser(toolset, prefix) if toolset is not None and toolset.callable() else None
         self.tokenizer = tokenizer
         self._fed = 0  # characters of output so far
+        self.reasoning: ReasoningParser | None = None
         self._pending: deque[tuple[int, int, list[Logprob]]] = deque()  # (start, end, logprobs) per delta
 
     def feed(self, text: str, logprobs: list[Logprob] | None = None) -> list[Event]:
@@ -138,12 +144,27 @@ class _Output:
             if self._pending and self._pending[-1][0] == self._pending[-1][1] == start:  # a delta with no text yet
                 logprobs = self._pending.pop()[2] + logprobs
             self._pending.append((start, self._fed, logprobs))
+        if self.reasoning is None:
+            return self._answer(text, start)
+        thought, answer = self.reasoning.feed(text)
+        return self.builder.reasoning(thought) + self._answer(answer, self._answer_start(answer))
+
+    def _answer(self, text: str, start: int) -> list[Event]:
         if self.parser is None:
             return self._text(text, start)
         return self._apply(self.parser.feed(text))
 
+    def _answer_start(self, answer: str) -> int:
+        """Where an answer piece the reasoning parser just gave starts in the whole output."""
+        assert self.reasoning is not None
+        return self.reasoning.fed - len(answer)
+
     def finish(self, reason: FinishReason | None, usage: Usage | None) -> list[Event]:
-        events = self._apply(self.parser.finish()) if self.parser is not None else []
+        events: list[Event] = []
+        if self.reasoning is not None:
+            thought, answer = self.reasoning.finish()
+            events = self.builder.reasoning(thought) + self._answer(answer, self._answer_start(answer))
+        events += self._apply(self.parser.finish()) if self.parser is not None else []
         if reason is FinishReason.ABORT:
             return events + self.builder.fail("The request was aborted.", usage=response_usage(usage))
         # LENGTH is max_output_tokens or, without it, the end of the context window; the SDK's
@@ -178,7 +199,8 @@ class _Output:
         events: list[Event] = []
         for kind, *rest in parsed:
             if kind == "text":
-                events += self._text(rest[0], rest[1])
+                base = self.reasoning.answer_base if self.reasoning is not None else 0
+                events += self._text(rest[0], rest[1] + (base or 0))
             elif kind == "start":
                 events += self.builder.call_start(rest[0].kind, rest[0].name, rest[0].call_id)
             elif kind == "delta":

@@ -1,0 +1,180 @@
+"""Reasoning models: a model's thinking format, found from its chat template and tokenizer, and
+`ThinkingTracker`, which follows a request's thinking by token ids.
+
+Owns: `ThinkingFormat` (the tags, their token ids, the end-of-thinking sequence the engine
+forces at a budget, whether the template's generation prompt opens `<think>` itself, the
+template switch that turns thinking off, the effort budgets), `detect_thinking` (the format of
+a tokenizer and chat template: `--reasoning-parser auto|qwen3|deepseek_r1|none`) and
+`ThinkingTracker` (thinking or answering, and how many tokens thought, one token at a time:
+the detokenizer counts usage's reasoning tokens with it, the scheduler core enforces a
+budget, the runner starts a grammar at the end of thinking).
+
+Families (both write `<think>...</think>` before the answer):
+- qwen3: Qwen3's template. Thinking is on unless `enable_thinking=False`, which renders an
+  empty `<think>\\n\\n</think>\\n\\n` after the generation prompt. The original Qwen3 lets the
+  model open `<think>`; Qwen3-Thinking-2507 and later templates write it in the prompt.
+- deepseek_r1: DeepSeek-R1's template: the generation prompt ends with `<think>\\n` (R1-0528 and
+  later) or the model opens it; no switch turns thinking off.
+Imports msgspec and runtime; the tokenizer object is transformers'.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from runtime.sampling import Thinking
+
+PARSERS = ("auto", "qwen3", "deepseek_r1", "none")
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")  # xhigh and max: the high budget
+# Thinking budgets in tokens per effort, unless the model's config sets its own.
+DEFAULT_BUDGETS = {"low": 512, "medium": 2048, "high": 8192}
+START, END = "<think>", "</think>"
+_PROBE = [{"role": "user", "content": "Hi"}]
+
+
+class ThinkingFormat(msgspec.Struct, frozen=True, kw_only=True):
+    """How one served model thinks, found once at start-up."""
+
+    name: str  # "qwen3" | "deepseek_r1"
+    start: str = START
+    end: str = END
+    start_ids: tuple[int, ...]
+    end_ids: tuple[int, ...]
+    # Tags that end thinking without its end tag (deepseek_r1: a tool call's opening, which its
+    # distilled models write without closing `</think>`): they belong to the answer. Qwen3
+    # always closes thinking first, so a `<tool_call>` it writes while thinking stays thinking.
+    implicit_ends: tuple[str, ...] = ()
+    implicit_end_ids: tuple[tuple[int, ...], ...] = ()
+    # What the engine writes at the budget: before the answer text, and before a grammar's start
+    # (a grammar's first token comes right after the end tag).
+    forced_end: tuple[int, ...] = ()
+    forced_end_bare: tuple[int, ...] = ()
+    opens_in_prompt: bool  # the generation prompt (thinking on) ends inside `<think>`
+    switch: str | None = None  # the template kwarg that turns thinking off (False), if any
+    budgets: dict[str, int] = msgspec.field(default_factory=lambda: dict(DEFAULT_BUDGETS))
+
+    def card(self) -> dict[str, Any]:
+        """What /v1/models says of it."""
+        return {"parser": self.name, "can_disable": self.switch is not None, "budgets": dict(self.budgets)}
+
+    def thinking_on(self, kwargs: dict[str, Any]) -> bool:
+        """Whether a prompt rendered with these template kwargs thinks."""
+        return self.switch is None or kwargs.get(self.switch, True) is not False
+
+    def control(self, on: bool, budget: int | None, guided: bool) -> Thinking | None:
+        """The engine's per-request view: None when thinking is off (nothing to track)."""
+        if not on:
+            return None
+        return Thinking(
+            open=self.opens_in_prompt,
+            start_ids=self.start_ids,
+            end_ids=self.end_ids,
+            implicit_end_ids=self.implicit_end_ids,
+            budget=budget,
+            forced_end=self.forced_end_bare if guided else self.forced_end,
+        )
+
+
+def detect_thinking(tokenizer: Any, parser: str = "auto", budgets: dict[str, int] | None = None) -> ThinkingFormat | None:
+    """The thinking format of this tokenizer's chat template; None for a model that does not
+    think (or `parser` "none"). `parser` names the family to force one the template does not
+    show; "auto" reads the template."""
+    if parser not in PARSERS:
+        raise ValueError(f"reasoning parser must be one of {', '.join(PARSERS)}, not {parser!r}")
+    if parser == "none":
+        return None
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("default")
+    text = template if isinstance(template, str) else ""
+    if parser == "auto":
+        if START not in text or END not in text:
+            return None
+        parser = "qwen3" if "enable_thinking" in text else "deepseek_r1"
+    switch = "enable_thinking" if parser == "qwen3" and "enable_thinking" in text else None
+    opens = _opens_in_prompt(tokenizer, {}) if text else False
+    if switch is not None and _opens_in_prompt(tokenizer, {switch: False}):
+        switch = None  # the switch does not close thinking: nothing turns it off
+    ids = _ids(tokenizer)
+    implicit = ("<tool_call>",) if parser == "deepseek_r1" else ()
+    return ThinkingFormat(
+        name=parser,
+        implicit_ends=implicit,
+        start_ids=ids(START),
+        end_ids=ids(END),
+        implicit_end_ids=tuple(ids(tag) for tag in implicit if _single(tokenizer, tag)),
+        forced_end=ids("\n" + END + "\n\n"),
+        forced_end_bare=ids("\n" + END),
+        opens_in_prompt=opens,
+        switch=switch,
+        budgets={**DEFAULT_BUDGETS, **(budgets or {})},
+    )
+
+
+def _ids(tokenizer: Any) -> Any:
+    return lambda text: tuple(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _single(tokenizer: Any, text: str) -> bool:
+    return len(tokenizer.encode(text, add_special_tokens=False)) == 1
+
+
+def _opens_in_prompt(tokenizer: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether the generation prompt leaves a `<think>` open (the model starts thinking)."""
+    try:
+        whole = tokenizer.apply_chat_template(_PROBE, tokenize=False, add_generation_prompt=True, **kwargs)
+        bare = tokenizer.apply_chat_template(_PROBE, tokenize=False, add_generation_prompt=False, **kwargs)
+    except Exception:  # a template that needs more than a user turn: assume the model opens it
+        return False
+    tail = whole[len(bare) :] if whole.startswith(bare) else whole[-64:]
+    return tail.rfind(START) > tail.rfind(END)
+
+
+class ThinkingTracker:
+    """One request's thinking, token by token: `count` tokens thought so far (tags included),
+    `thinking` while it has not ended. Linear: each token is compared with the end of the tags
+    only."""
+
+    __slots__ = ("spec", "count", "thinking", "maybe", "_recent", "_pending")
+
+    def __init__(self, spec: Thinking) -> None:
+        self.spec = spec
+        self.count = 0
+        self.thinking = spec.open
+        self.maybe = not spec.open and bool(spec.start_ids)  # the output may still open it
+        self._recent: list[int] = []
+        self._pending = 0  # tokens of a start tag matched so far (when the output opens it)
+
+    @property
+    def done(self) -> bool:
+        """Thinking is over (or never started): what follows is the answer."""
+        return not self.thinking and not self.maybe
+
+    def push(self, token: int) -> None:
+        if self.maybe:
+            start = self.spec.start_ids
+            if token == start[self._pending]:
+                self._pending += 1
+                if self._pending == len(start):
+                    self.maybe, self.thinking, self.count = False, True, len(start)
+                return
+            self.maybe = False
+            return
+        if not self.thinking:
+            return
+        if any(len(tag) == 1 and token == tag[0] for tag in self.spec.implicit_end_ids):
+            self.thinking = False
+            return
+        self.count += 1
+        end = self.spec.end_ids
+        self._recent.append(token)
+        if len(self._recent) > len(end):
+            del self._recent[0]
+        if tuple(self._recent) == end:
+            self.thinking = False
+
+    def over_budget(self) -> bool:
+        budget = self.spec.budget
+        return self.thinking and budget is not None and self.count >= budget
