@@ -29,7 +29,7 @@ from ops.harness.results import REPO_ROOT
 IMAGE_PACKAGES = ("torch", "transformers")  # the GPU image's own: recorded, never carried
 NOT_NEEDED = ("gguf",)  # converts the embedded GGUF only
 TEST_PACKAGES = ("pytest", "pytest-trio", "httpx")  # what tests/engine needs of the test extra
-IMPORT_NAMES = {"quart-trio": "quart_trio", "prometheus-client": "prometheus_client", "pytest-trio": "pytest_trio"}
+IMPORT_NAMES = {"quart-trio": "quart_trio", "prometheus-client": "prometheus_client", "pytest-trio": "pytest_trio", "pillow": "PIL"}
 STACK = ("actors.build", "actors.runners.torch_runner", "api.process.main", "llguidance.torch", "ops.bench.run.cli", "ops.bench.step_ab")
 
 
