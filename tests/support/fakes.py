@@ -20,6 +20,21 @@ from runtime.messages import StepPlan, StepResult
 from runtime.protocol import ModelInfo
 
 
+class CountingMatcher:
+    """A grammar matcher that accepts every token and remembers them (runner-state tests)."""
+
+    def __init__(self) -> None:
+        self.consumed: list[int] = []
+
+    def consume_token(self, token: int) -> bool:
+        self.consumed.append(token)
+        return True
+
+    def rollback(self, n: int) -> bool:
+        del self.consumed[len(self.consumed) - n :]
+        return True
+
+
 class InjectedFailure(RuntimeError):
     pass
 

@@ -9,19 +9,7 @@ import pytest
 from actors.runners.request_state import RequestStates, UnknownRequest
 from runtime.messages import PENDING_TOKEN, NewRequest, ScheduledSeq, StepPlan
 from runtime.sampling import SamplingParams
-
-
-class CountingMatcher:
-    def __init__(self) -> None:
-        self.consumed: list[int] = []
-
-    def consume_token(self, token: int) -> bool:
-        self.consumed.append(token)
-        return True
-
-    def rollback(self, n: int) -> bool:
-        del self.consumed[len(self.consumed) - n :]
-        return True
+from tests.support.fakes import CountingMatcher
 
 
 def seq(rid: str, tokens: list[int], start: int) -> ScheduledSeq:

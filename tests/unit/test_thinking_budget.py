@@ -8,6 +8,7 @@ from actors.lookahead import plan_ahead
 from actors.runners.request_state import RequestStates
 from runtime.messages import NewRequest, ScheduledSeq, StepPlan
 from runtime.sampling import SamplingParams, Thinking
+from tests.support.fakes import CountingMatcher
 from tests.support.sched_driver import Driver, make_core, prompt_of
 
 END = (7, 8)  # "\n", "</think>"
@@ -42,22 +43,9 @@ def test_no_step_is_planned_ahead_over_a_budget_that_may_end() -> None:
     assert nxt is not None and plan_ahead(core, nxt) is None  # its token in flight may be the budget's last
 
 
-class Matcher:
-    def __init__(self) -> None:
-        self.consumed: list[int] = []
-
-    def consume_token(self, token: int) -> bool:
-        self.consumed.append(token)
-        return True
-
-    def rollback(self, n: int) -> bool:
-        del self.consumed[len(self.consumed) - n :]
-        return True
-
-
 def test_the_grammar_starts_where_thinking_ends_and_follows_rewinds() -> None:
     states = RequestStates()
-    matcher = Matcher()
+    matcher = CountingMatcher()
     states.apply(StepPlan(step_id=0, seqs=(), new_requests=(NewRequest(request_id="r", prompt_token_ids=(1, 2), matcher=matcher),)))
     spec = Thinking(open=True, end_ids=(8,))
     state = states.get("r")
