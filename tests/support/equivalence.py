@@ -51,13 +51,18 @@ def reference(model_dir: Path, prompts: list[list[int]]) -> list[list[int]]:
 
 
 async def run_engine(model_dir: Path, prompts: list[list[int]], **overrides: object) -> tuple[list[list[int]], dict]:
+    return await greedy_concurrently(model_dir, [Prompt(token_ids=p) for p in prompts], NUM_NEW, 0.004, **overrides)
+
+
+async def greedy_concurrently(model_dir: Path, prompts: list[Prompt], num_new: int, stagger: float, **overrides: object) -> tuple[list[list[int]], dict]:
+    """Greedy tokens of each prompt on the tiny engine, submitted concurrently and staggered (later
+    ones join a running batch), and the engine's statistics after."""
     runtime = build_engine(tiny_config(model_dir, **overrides))
     results: list[list[int]] = [[] for _ in prompts]
 
     async def one(i: int) -> None:
-        await trio.sleep(0.004 * i)  # staggered: later ones join a running batch
-        sampling = SamplingParams(temperature=0.0, max_tokens=NUM_NEW, ignore_eos=True)
-        async with runtime.submit(Prompt(token_ids=prompts[i]), sampling) as stream:
+        await trio.sleep(stagger * i)
+        async with runtime.submit(prompts[i], SamplingParams(temperature=0.0, max_tokens=num_new, ignore_eos=True)) as stream:
             async for delta in stream:
                 results[i] += delta.token_ids
 

@@ -9,11 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import trio
-
 from runtime.images import ImageInput, content_hash
 from runtime.request import Prompt
-from runtime.sampling import SamplingParams
 from tests.support.images import pil_image, png_bytes
 from tests.support.tiny_model import build_tokenizer
 
@@ -162,25 +159,10 @@ VISION_CASES = [
 
 async def run_all(model_dir: Path, cases: list[tuple[str, list[int]]], stagger: float, num_new: int, **overrides: object) -> tuple[list[list[int]], dict]:
     """Greedy tokens of each case on the engine, submitted concurrently (staggered), and its statistics after."""
-    from actors.build import build_engine
-    from tests.support.servers import tiny_config
+    from tests.support.equivalence import greedy_concurrently
 
-    runtime = build_engine(tiny_config(model_dir, **overrides))
-    results: list[list[int]] = [[] for _ in cases]
-
-    async def one(i: int) -> None:
-        await trio.sleep(stagger * i)
-        messages, images, _ = case(*cases[i])
-        prompt = Prompt(messages=messages, images=tuple(images))
-        async with runtime.submit(prompt, SamplingParams(temperature=0.0, max_tokens=num_new, ignore_eos=True)) as stream:
-            async for delta in stream:
-                results[i] += delta.token_ids
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(runtime.run)
-        async with trio.open_nursery() as clients:
-            for i in range(len(cases)):
-                clients.start_soon(one, i)
-        stats = runtime.statistics()
-        nursery.cancel_scope.cancel()
-    return results, stats
+    prompts = []
+    for text, picks in cases:
+        messages, images, _ = case(text, picks)
+        prompts.append(Prompt(messages=messages, images=tuple(images)))
+    return await greedy_concurrently(model_dir, prompts, num_new, stagger, **overrides)
