@@ -138,7 +138,7 @@ class SchedulerCore:
     def schedule_ahead(self, in_flight: StepPlan) -> StepPlan | None:
         """The next step, planned while `in_flight` runs, when it can be (actors/lookahead.py),
         and not while a request would draft: a draft starts from the token in flight."""
-        if self.drafter is not None and self.drafter.wants(self.step_cost, [s.request_id for s in in_flight.seqs]):
+        if self.drafter is not None and self.drafter.wants(self.step_cost, [self.requests[s.request_id] for s in in_flight.seqs if s.request_id in self.requests]):
             return None
         return plan_ahead(self, in_flight)
 
@@ -352,7 +352,7 @@ class SchedulerCore:
         seq.status = SeqStatus.FINISHED
         del self.requests[seq.request_id]
         if self.drafter is not None:
-            self.drafter.forget(seq.request_id)
+            self.drafter.forget(seq)
         self.plans.freed.append(seq.request_id)
 
     def _make_plan(self, scheduled: list[tuple[Sequence, int]], drafts: dict[str, list[int]]) -> StepPlan:

@@ -239,7 +239,7 @@ class TorchRunner:
         rows = LogitRows.plan(seqs, self.requests)
         guided = [(i, d.matcher) for i, d in enumerate(rows.draws) if d.matcher is not None]
         bitmask = self._bitmask(len(guided)) if guided else None
-        masks: Future[dict[int, str]] | None = self._mask_pool.submit(self._fill_masks, guided, bitmask) if guided else None
+        masks: Future[dict[int, str]] | None = self._mask_pool.submit(self._fill_masks, guided, _mask_tasks(rows.draws, guided), bitmask) if guided else None
         keep = torch.tensor(rows.index or [input_ids.shape[0] - 1], dtype=torch.long, device=self.device)
         logits = self.model.forward(input_ids, positions, step, keep, self.k_cache, self.v_cache)
         if not rows.index:
@@ -290,21 +290,12 @@ class TorchRunner:
                 continue
             if draw.checks is not None:  # a verify row: the draft stands while it is what was sampled
                 if token == draw.checks:
-                    kept[draw.request_id] = kept.get(draw.request_id, 0) + 1
-                    draw.state.history.append(token)
+                    if _consume(draw, token, failed):
+                        kept[draw.request_id] = kept.get(draw.request_id, 0) + 1
                     continue
                 kept.setdefault(draw.request_id, 0)
-            if draw.matcher is not None:
-                try:
-                    accepted = draw.matcher.consume_token(token)
-                except Exception as exc:
-                    accepted, failed[draw.request_id] = True, f"grammar error: {type(exc).__name__}: {exc}"
-                if not accepted:
-                    failed[draw.request_id] = f"grammar error: token {token} rejected: {draw.matcher.get_error()}"
-                if draw.request_id in failed:
-                    continue
-            draw.state.history.append(token)
-            sampled[draw.request_id] = token
+            if _consume(draw, token, failed):
+                sampled[draw.request_id] = token
         return sampled, failed, kept
 
     def _sample_rows(
@@ -347,16 +338,22 @@ class TorchRunner:
 
         return llguidance.torch.allocate_token_bitmask(rows, self.vocab_size)
 
-    def _fill_masks(self, guided: list[tuple[int, Any]], bitmask: torch.Tensor) -> dict[int, str]:
-        """Helper thread: each guided draw's allowed tokens into `bitmask`; the draws whose
-        matcher is broken (they fail; the rest of the step goes on)."""
+    def _fill_masks(self, guided: list[tuple[int, Any]], tasks: list[tuple[Any, int, list[int]]], bitmask: torch.Tensor) -> dict[int, str]:
+        """Helper thread: each guided draw's allowed tokens into `bitmask` (a draft's verify
+        rows each by the matcher advanced over the draft tokens before it, then rolled back);
+        the draws whose matcher is broken (they fail; the rest of the step goes on)."""
         import llguidance
         import llguidance.torch
 
         if self._ll_executor is None:
             self._ll_executor = llguidance.LLExecutor(num_threads=1)
         try:
-            llguidance.torch.fill_next_token_bitmask_par(self._ll_executor, [(m, j) for j, (_, m) in enumerate(guided)], bitmask)
+            plain = [(matcher, row) for matcher, row, draft in tasks if not draft]
+            drafted = [task for task in tasks if task[2]]
+            if plain:
+                llguidance.torch.fill_next_token_bitmask_par(self._ll_executor, plain, bitmask)
+            if drafted:
+                llguidance.torch.fill_next_token_bitmask_par_with_draft_tokens(self._ll_executor, drafted, bitmask)
         except Exception as exc:  # the batch call raised instead of flagging one matcher: fail the guided draws, not the step
             return {i: f"grammar mask failed: {exc}" for i, _ in guided}
         return {i: matcher.get_error() for i, matcher in guided if matcher.is_error()}
@@ -373,3 +370,34 @@ class TorchRunner:
                 broken.setdefault(i, "the grammar allows no next token")
                 allowed[j] = True  # keeps the batched sampling well-defined; the draw is dropped
         return allowed, broken
+
+
+def _mask_tasks(draws: list[Draw], guided: list[tuple[int, Any]]) -> list[tuple[Any, int, list[int]]]:
+    """llguidance's mask jobs for the guided draws: (matcher, its first mask row, the draft its
+    next rows follow). A draft's verify draws are consecutive and share one matcher: the first
+    carries the whole draft, and its k + 1 rows are filled from it; a plain draw has none."""
+    tasks: list[tuple[Any, int, list[int]]] = []
+    row = 0
+    while row < len(guided):
+        i, matcher = guided[row]
+        draw = draws[i]
+        draft = list(draw.seq.token_ids[-draw.seq.num_draft_tokens :]) if draw.checks is not None and not draw.prefix else []
+        tasks.append((matcher, row, draft))
+        row += len(draft) + 1
+    return tasks
+
+
+def _consume(draw: Draw, token: int, failed: dict[str, str]) -> bool:
+    """`token` becomes `draw`'s: its grammar matcher (if live) takes it, then its history.
+    False, with the request failed, when the grammar refuses it."""
+    matcher = draw.matcher
+    if matcher is not None:
+        try:
+            if not matcher.consume_token(token):
+                failed[draw.request_id] = f"grammar error: token {token} rejected: {matcher.get_error()}"
+        except Exception as exc:
+            failed[draw.request_id] = f"grammar error: {type(exc).__name__}: {exc}"
+        if draw.request_id in failed:
+            return False
+    draw.state.history.append(token)
+    return True

@@ -118,3 +118,42 @@ def test_a_step_is_not_planned_ahead_while_a_request_would_draft() -> None:
         core.update(plan, verify(plan))
         decode = core.schedule()
         assert decode is not None and (core.schedule_ahead(decode) is not None) is ahead
+
+
+def test_a_request_that_wont_draft_does_not_hold_back_planning_ahead() -> None:
+    """Only a request that may draft makes async scheduling wait: one decoding under a grammar
+    that thinks first (it never drafts) is planned ahead as with drafting off."""
+    from runtime.sampling import Guide, Thinking
+
+    core = make_core(4)
+    thinking = Thinking(open=True, start_ids=(5,), end_ids=(6,))
+    sampling = SamplingParams(guide=Guide(kind="json_object", param="response_format"), thinking=thinking)
+    core.add(TokenizedRequest(request_id="r", prompt_token_ids=[10, 11, 12], sampling=sampling, max_tokens=20, seed=0, arrival_time=0.0))
+    plan = core.schedule()
+    assert plan is not None
+    core.update(plan, verify(plan))
+    decode = core.schedule()
+    assert decode is not None and core.schedule_ahead(decode) is not None
+
+
+def test_the_shared_pool_drafts_what_an_earlier_request_wrote() -> None:
+    """A request with no repeat of its own drafts from a finished request's output; the pool
+    keeps at most its capacity, the least recently used n-grams going first."""
+    # "w" and "x" write the same text (the cyclic text of a one-letter id) after the same
+    # prompt: on a core that served "w" first, "x" drafts from its first token on.
+    core = make_core(4)
+    first, _ = run(core, [("w", [70, 71, 72], 30)], {})
+    assert core.drafter is not None and len(core.drafter.pool) > 0
+    warm, warm_steps = run(core, [("x", [70, 71, 72], 30)], {})
+    cold, cold_steps = run(make_core(4), [("x", [70, 71, 72], 30)], {})
+    assert warm["x"] == cold["x"] == first["w"]
+    assert warm_steps < cold_steps, (warm_steps, cold_steps)
+
+    from actors.drafting import NgramPool
+
+    pool = NgramPool(capacity=6, span=3)
+    pool.add([1, 2, 3, 4, 5, 6, 7], first_output=3)
+    assert len(pool) == 6 and pool.propose([9, 3, 4, 5], 2) == [6, 7]
+    assert pool.propose([1, 2], 3) == []  # an n-gram of the prompt alone is never learnt
+    pool.add([20, 21, 22, 23], first_output=1)
+    assert len(pool) == 6 and pool.propose([3, 4, 5], 1) == [6]  # still there: used last

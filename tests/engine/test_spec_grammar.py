@@ -1,0 +1,65 @@
+"""Speculative decoding under a grammar: each verify row is masked by the matcher advanced over
+the draft before it, so a guided request drafts and still gets exactly its step-by-step tokens.
+
+Greedy and seeded requests under a regular expression (text that repeats, which n-gram drafts
+catch) and under JSON mode run concurrently with drafting on and off: the same tokens, the
+regex's text valid, drafts kept, and every block and runner state back at the end.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import trio
+from transformers import AutoTokenizer
+
+from actors.build import build_engine
+from runtime.request import Prompt
+from runtime.sampling import Guide, SamplingParams
+from tests.support.servers import tiny_config
+
+PHRASE = "hello world "
+REPEATING = Guide(kind="regex", definition=f"({PHRASE})+", param="response_format")
+REQUESTS = [
+    ([5, 6, 7, 5, 6, 7], SamplingParams(temperature=0.0, max_tokens=40, guide=REPEATING)),
+    ([12, 13, 14], SamplingParams(temperature=0.9, seed=3, max_tokens=40, guide=REPEATING)),
+    ([20, 21, 20, 21, 20, 21], SamplingParams(temperature=0.0, max_tokens=40, guide=Guide(kind="json_object", param="response_format"))),
+    ([30, 31, 32], SamplingParams(temperature=0.8, seed=4, max_tokens=40, guide=Guide(kind="json_object", param="response_format"))),
+]
+
+
+async def run(model_dir: Path, spec: str) -> tuple[list[list[int]], dict, int]:
+    engine = build_engine(tiny_config(model_dir, spec_decoding=spec))
+    tokens: list[list[int]] = [[] for _ in REQUESTS]
+
+    async def one(i: int) -> None:
+        await trio.sleep(0.01 * i)
+        prompt, sampling = REQUESTS[i]
+        async with engine.submit(Prompt(token_ids=prompt), sampling) as stream:
+            async for delta in stream:
+                tokens[i] += delta.token_ids
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(engine.run)
+        async with trio.open_nursery() as clients:
+            for i in range(len(REQUESTS)):
+                clients.start_soon(one, i)
+        async with engine.submit(Prompt(token_ids=[9, 9]), SamplingParams(max_tokens=2, ignore_eos=True)) as stream:
+            assert sum([len(d.token_ids) async for d in stream]) == 2  # its plan frees the others' runner state
+        stats = engine.statistics()
+        kept = len(engine.runner.requests)  # type: ignore[attr-defined]
+        nursery.cancel_scope.cancel()
+    return tokens, stats, kept
+
+
+async def test_guided_drafts_change_no_token(tiny_model_dir: Path) -> None:
+    plain, _, _ = await run(tiny_model_dir, "off")
+    drafted, stats, kept = await run(tiny_model_dir, "ngram")
+    assert drafted == plain and all(plain)
+    assert stats["spec_accepted_tokens"] > 0, stats
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for tokens in drafted[:2]:
+        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        assert re.fullmatch(f"({PHRASE})*", text[: len(text) - len(text) % len(PHRASE)]) and PHRASE.startswith(text[len(text) - len(text) % len(PHRASE) :]), text
+    assert stats["kv_blocks_used"] == 0 and stats["requests"] == 0 and kept == 1
