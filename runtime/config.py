@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import msgspec
 
+SPEC_DECODING_MODES = ("off", "ngram", "auto")
+
 
 class RuntimeConfig(msgspec.Struct, kw_only=True):
     model: str | None = None  # None: the embedded default of `task`; else a local HF directory
@@ -62,8 +64,10 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # goes from step to step without waiting for the event loop (docs/performance.md, "Async
     # scheduling": more tokens a second and fewer stalls at c=32, the same at c=1).
     async_scheduling: bool = True
-    # Speculative decoding: "ngram" drafts from each request's own tokens (actors/drafting.py),
-    # at most `num_spec_tokens` a step, verified in the packed step; "off": none.
+    # Speculative decoding (SPEC_DECODING_MODES): "ngram" drafts from each request's own tokens
+    # and from the n-grams finished requests wrote (actors/drafting.py), at most
+    # `num_spec_tokens` a step, verified in the packed step, as much as the step cost fit says
+    # pays; "auto": the drafter that suits the deployment (today n-gram); "off": none.
     spec_decoding: str = "off"
     num_spec_tokens: int = 4
     # A vision-language model: images one prompt may carry (more is a 400 naming the part).

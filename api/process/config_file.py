@@ -27,7 +27,7 @@ import msgspec
 
 from api.http.databricks.declared import endpoint_specs
 from api.http.platform import config as platform_config
-from runtime.config import RuntimeConfig
+from runtime.config import SPEC_DECODING_MODES, RuntimeConfig
 from runtime.reasoning import PARSERS
 
 MODEL_KEYS = {
@@ -77,6 +77,8 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
             raise SystemExit(f"{path}: models[{i}].task must be chat, completions or embeddings")
         if table.get("reasoning_parser", "auto") not in PARSERS:
             raise SystemExit(f"{path}: models[{i}].reasoning_parser must be one of {', '.join(PARSERS)}")
+        if table.get("spec_decoding", "off") not in SPEC_DECODING_MODES:
+            raise SystemExit(f"{path}: models[{i}].spec_decoding must be one of {', '.join(SPEC_DECODING_MODES)}")
         budgets = table.get("reasoning_budgets", {})
         if not isinstance(budgets, dict) or not all(k in ("low", "medium", "high") and isinstance(v, int) and v >= 0 for k, v in budgets.items()):
             raise SystemExit(f"{path}: models[{i}].reasoning_budgets must be a table of low, medium, high = tokens")

@@ -12,7 +12,7 @@ import argparse
 from dataclasses import dataclass
 
 from api.http.platform import config as platform_config
-from runtime.config import RuntimeConfig
+from runtime.config import SPEC_DECODING_MODES, RuntimeConfig
 
 DEFAULTS = RuntimeConfig()  # one place for every default: the CLI shows the same ones
 
@@ -88,7 +88,7 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=DEFAULTS.compile, help="torch.compile the native path's single-stream decode step on a background thread: the eager step serves at once and the graph is swapped in when ready (minutes the first time on a small CPU, inductor's disk cache after; default: on for the native path on a CPU, --no-compile: eager only)")
     p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_const", const=False, default=None, help="on a GPU, run decode steps eager instead of replaying one captured CUDA graph per batch and key-length bucket (native path; default: graphs on CUDA)")
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=DEFAULTS.async_scheduling, help="plan each decode-only step while the one before it runs, so the device never waits for the event loop between them (default on; --no-async-scheduling: the serial step)")
-    p.add_argument("--spec-decoding", default=DEFAULTS.spec_decoding, choices=["off", "ngram"], help="speculative decoding: ngram drafts each request's next tokens from its own prompt and output and verifies them in the same step (default %(default)s)")
+    p.add_argument("--spec-decoding", default=DEFAULTS.spec_decoding, choices=SPEC_DECODING_MODES, help="speculative decoding: ngram drafts each request's next tokens from its own prompt and output, and from what finished requests wrote, and verifies them in the same step, as much as the measured step cost says pays; auto: the drafter that suits the deployment (today ngram) (default %(default)s)")
     p.add_argument("--num-spec-tokens", type=int, default=DEFAULTS.num_spec_tokens, help="the most draft tokens a request verifies in one step; how many it drafts follows the step cost fit and its acceptance (default %(default)s)")
     p.add_argument(
         "--quantization", default=None, choices=["none", "int8", "int4", "shipped"],
