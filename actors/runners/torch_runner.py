@@ -19,7 +19,7 @@ import torch
 from actors.runners import calibration, paged_attention
 from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, choose
-from actors.runners.native.decode_graph import DecodeGraph
+from actors.runners.native.decode_graph import MAX_FEW_TOKENS, DecodeGraph
 from actors.runners.native.path import NativePath
 from actors.runners.request_state import RequestStates
 from actors.runners.sampler import SamplingBatch, apply_penalties, sample, unpack_bitmask
@@ -148,9 +148,11 @@ class TorchRunner:
         num_blocks = self._num_kv_blocks or max(
             16, int(self._kv_cache_gib * (1 << 30) // (bytes_per_slot * self.block_size))
         )
-        # A compiled path keeps one block past those it reports: the background compile decodes there.
-        num_slots = (num_blocks + (1 if self._decode_graph() is not None else 0)) * self.block_size
-        self._scratch_block = num_blocks
+        # A compiled path keeps blocks past those it reports: the background compile runs its
+        # steps there (the longest: MAX_FEW_TOKENS after one token of context).
+        scratch = -(-(MAX_FEW_TOKENS + 1) // self.block_size) if self._decode_graph() is not None else 0
+        num_slots = (num_blocks + scratch) * self.block_size
+        self._scratch_blocks = list(range(num_blocks, num_blocks + scratch))
         shape = (model.num_kv_heads, num_slots, model.head_dim)  # head-major: see paged_attention
         self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(model.num_layers)]
         self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(model.num_layers)]
@@ -206,7 +208,7 @@ class TorchRunner:
         graph = self._decode_graph()
         if graph is not None and not graph.ready:
             assert isinstance(self.model, NativePath)
-            self.model.compile_in_background(self._scratch_block, self.block_size, self.k_cache, self.v_cache)
+            self.model.compile_in_background(self._scratch_blocks, self.block_size, self.k_cache, self.v_cache)
         return graph
 
     def _decode_graph(self) -> DecodeGraph | None:

@@ -66,3 +66,43 @@ def test_one_row_decode_graph_matches_eager_and_never_recompiles(tiny_model_dir:
     for got, want in zip(compiled.k_cache + compiled.v_cache, eager.k_cache + eager.v_cache, strict=True):
         got = got[:, : want.shape[1]]  # past them: the block the background compile decoded in
         torch.testing.assert_close(got.float(), want.float(), rtol=tolerance, atol=tolerance)  # the graph wrote slots 6..17 in place
+
+
+def _verify_steps(runner: TorchRunner, prompt: list[int], feeds: list[list[int]]) -> list[torch.Tensor]:
+    """Prefill `prompt`, then steps of one sequence fed each of `feeds` (a token and a draft):
+    every fed token's logits."""
+    assert runner.model is not None
+    out = []
+    with torch.inference_mode():
+        start = 0
+        for ids in [prompt, *feeds]:
+            step, positions = runner.model.build_step([(start, len(ids))], [TABLE], BLOCK, runner.k_cache, runner.v_cache)
+            logits = runner.model.forward(torch.tensor(ids), positions, step, torch.arange(len(ids)), runner.k_cache, runner.v_cache).float()
+            if start:
+                out.append(logits)
+            start += len(ids)
+    return out
+
+
+@pytest.mark.parametrize(("dtype", "quantization", "tolerance"), [("float32", None, 1e-4), ("bfloat16", "int4", 0.05)])
+def test_few_token_graph_runs_every_draft_length_and_matches_eager(tiny_model_dir: Path, dtype: str, quantization: str | None, tolerance: float) -> None:
+    """A verify step (one sequence fed its token and a draft) runs the few-token graph, compiled
+    once for every token count and context length, with the eager step's logits and cache."""
+    eager, compiled = _runners(tiny_model_dir, dtype=dtype, quantization=quantization)
+    graph = compiled.model.decode_graph
+    assert graph is not None and graph.wait_few_ready(300)
+    runs = []
+    inner = graph.compiled_few
+    graph.compiled_few = lambda *args: runs.append(1) or inner(*args)
+    feeds = [[11, 12], [13, 14, 15, 16, 17], [18, 19, 20], [21, 22, 23, 24]]  # context 6 → 20: crosses blocks
+    torch._dynamo.config.error_on_recompile = True
+    try:
+        got = _verify_steps(compiled, [5, 6, 7, 8, 9, 10], feeds)
+    finally:
+        torch._dynamo.config.error_on_recompile = False
+    want = _verify_steps(eager, [5, 6, 7, 8, 9, 10], feeds)
+    assert len(runs) == len(feeds)  # every verify step ran the graph, the prefill did not
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and (g - w).norm() / w.norm() < tolerance
+    for g, w in zip(compiled.k_cache + compiled.v_cache, eager.k_cache + eager.v_cache, strict=True):
+        torch.testing.assert_close(g[:, : w.shape[1]].float(), w.float(), rtol=tolerance, atol=tolerance)

@@ -1,8 +1,10 @@
-"""One compiled graph for the native model's whole one-row decode step.
+"""Compiled graphs for the native model's whole step of one sequence: one token, or a few.
 
 Owns: `DecodeGraph`, the decode step of a single sequence (embedding, every layer with its
-paged attention, final norm, lm_head) as one `torch.compile(fullgraph=True)` graph, and
-`applies()`, which says which steps it runs.
+paged attention, final norm, lm_head) as one `torch.compile(fullgraph=True)` graph, and beside
+it the same for one sequence fed a few tokens after its context (2 to MAX_FEW_TOKENS: a
+speculative draft's verify step, or a short last prompt chunk); `applies()` and `applies_few()`
+say which steps they run.
 
 Why: at one row a step is ~6,000 small aten calls around 121 weight products, and those calls,
 not the weights' bytes, were a third of its time (SmolLM2-135M int4 on this EPYC: 8.5 ms of a
@@ -17,6 +19,14 @@ reaches the graph only as the size of the gather's row index, marked dynamic, so
 context never recompiles; the cache write (`index_copy_` into the layer's cache, a graph input)
 is done in place by inductor, not by copying the cache. Sequences of length 1 are left to the
 eager step (torch would specialise the size 1 and compile again).
+
+A verify step of one stream (its token and a draft of k) is that step again with k + 1 query
+rows and a causal mask, and eager it cost as much over the one-row graph as the draft saved:
+with the one-row step compiled, n-gram drafts at c=1 no longer paid. Its own graph, the token
+count and the context both dynamic (one graph for every draft length), ran it 1.4-2.0x faster
+than eager (SmolLM2 Q4_1, 2 threads, T = 2..5; /tmp prototype, see docs/performance.md's
+speculative decoding section for the server figures), and is compiled after the one-row graph
+on the same background thread.
 
 This is all `--compile` compiles. Every other step (prompt chunks, two or more decode rows)
 runs eager: compiling the layers' dense parts for them (a dynamic token dimension, four graphs)
@@ -41,7 +51,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
+from actors.runners.native.attention import write_kv
 from actors.runners.native.llama import rms_norm
 from actors.runners.paged_attention import float32_decode
 from runtime.logging import get_logger
@@ -84,6 +96,23 @@ def attend_one(
     return float32_decode(qg, keys, values, 0.0, scale).view(1, num_heads, head_dim)
 
 
+def attend_few(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    write_rows: torch.Tensor, ctx_rows: torch.Tensor, mask: torch.Tensor, scale: float,
+) -> torch.Tensor:  # fmt: skip
+    """A few tokens of one sequence: q [T, H, d], k/v [T, KVH, d] → [T, H, d]. k/v go to the
+    cache first, then the context (`ctx_rows`, head-major) is attended under `mask` [1, 1, T, L]
+    (causal over the new tokens), as attention.py's prefill does for one chunk."""
+    kv_heads, _, head_dim = k_cache.shape
+    k_rows, v_rows = write_kv(k, v, k_cache, v_cache, write_rows)
+    tokens = q.shape[0]
+    length = ctx_rows.shape[0] // kv_heads
+    keys = k_rows.index_select(0, ctx_rows).view(1, kv_heads, length, head_dim)
+    values = v_rows.index_select(0, ctx_rows).view(1, kv_heads, length, head_dim)
+    out = F.scaled_dot_product_attention(q.view(1, tokens, -1, head_dim).transpose(1, 2), keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
+    return out.transpose(1, 2).reshape(tokens, -1, head_dim)
+
+
 def _own_code(fn: Any) -> types.FunctionType:
     return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
@@ -105,6 +134,18 @@ def applies(input_ids: torch.Tensor, step: Any, keep: torch.Tensor) -> bool:
     )
 
 
+MAX_FEW_TOKENS = 8  # a draft of up to 7 tokens and the token before it
+
+
+def applies_few(input_ids: torch.Tensor, step: Any) -> bool:
+    """A step the few-token graph runs: one sequence fed 2..MAX_FEW_TOKENS tokens after a
+    context in the cache, nothing else."""
+    if len(step.prefills) != 1 or step.paged.decode_idx is not None:
+        return False
+    batch = step.prefills[0]
+    return batch.num_chunks == 1 and batch.ctx_rows is not None and 2 <= input_ids.shape[0] <= MAX_FEW_TOKENS
+
+
 class DecodeGraph:
     """The native model's one-row decode step, compiled whole on a background thread."""
 
@@ -117,7 +158,10 @@ class DecodeGraph:
         # guards gone a second model in the process must never find this one's graph.
         step = types.MethodType(_own_code(DecodeGraph._step), self)
         self.compiled = torch.compile(step, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards})
+        few = types.MethodType(_own_code(DecodeGraph._few), self)
+        self.compiled_few = torch.compile(few, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards})
         self._ready = threading.Event()
+        self._few_ready = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _step(
@@ -135,6 +179,33 @@ class DecodeGraph:
         h = rms_norm(h, model.w.final_norm, model.cfg.rms_norm_eps)
         return model.linear(h, model.w.lm_head, None)
 
+    def _few(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, write_rows: torch.Tensor, ctx_rows: torch.Tensor, mask: torch.Tensor,
+        k_cache: list[torch.Tensor], v_cache: list[torch.Tensor],
+    ) -> torch.Tensor:  # fmt: skip
+        model = self.model
+        h = torch.nn.functional.embedding(input_ids, model.w.embed)
+        cos = model.cos[positions][:, None, :]
+        sin = model.sin[positions][:, None, :]
+        for i, layer in enumerate(model.w.layers):
+            q, k, v = model.pre_attention(h, layer, cos, sin)
+            o = attend_few(q, k, v, k_cache[i], v_cache[i], write_rows, ctx_rows, mask, model.scale)
+            h = model.post_attention(h, o, layer)
+        h = rms_norm(h, model.w.final_norm, model.cfg.rms_norm_eps)
+        return model.linear(h, model.w.lm_head, None)
+
+    def few(self, input_ids: torch.Tensor, positions: torch.Tensor, step: Any, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> torch.Tensor:
+        """Logits `[T, V]` of every fed token of a step `applies_few` accepts (once `few_ready`)."""
+        batch = step.prefills[0]
+        for tensor, dims in ((input_ids, (0,)), (positions, (0,)), (step.paged.write_rows, (0,)), (batch.ctx_rows, (0,)), (batch.mask, (2, 3))):
+            for dim in dims:  # one graph for every token count and context length
+                torch._dynamo.mark_dynamic(tensor, dim)
+        return self.compiled_few(input_ids, positions, step.paged.write_rows, batch.ctx_rows, batch.mask, k_cache, v_cache)
+
+    @property
+    def few_ready(self) -> bool:
+        return self._few_ready.is_set()
+
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, step: Any, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> torch.Tensor:
         """Logits `[1, V]` of the step's one token (once `ready`; until then the eager step runs)."""
         read_rows = step.paged.decode_rows
@@ -148,31 +219,49 @@ class DecodeGraph:
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
 
-    def compile_in_background(self, scratch_step: Callable[[], tuple[Any, torch.Tensor]], k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> None:
-        """Compile on a thread of its own while the eager step serves, then swap the graph in.
+    def wait_few_ready(self, timeout: float | None = None) -> bool:
+        return self._few_ready.wait(timeout)
 
-        `scratch_step()` builds a step decoding one token in a KV block no request ever holds
-        (the runner keeps one past the blocks it reports), so the compiling call may write the
-        live caches while the device thread runs steps in other rows. The first start pays
-        minutes of inductor (on disk after); nothing waits for it.
+    def compile_in_background(
+        self, scratch_step: Callable[[list[tuple[int, int]]], tuple[Any, torch.Tensor]], k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]
+    ) -> None:
+        """Compile on a thread of its own while the eager step serves, then swap each graph in
+        (the one-row graph first, then the few-token one).
+
+        `scratch_step(seqs)` builds a step in a KV block no request ever holds (the runner keeps
+        one past the blocks it reports), so the compiling calls may write the live caches while
+        the device thread runs steps in other rows. The first start pays minutes of inductor
+        (on disk after); nothing waits for it.
         """
         if self._thread is not None:  # started already
             return
+        device = k_cache[0].device
 
-        def compile_once() -> None:
-            started = time.perf_counter()
-            log.info("compiling", part="decode graph (one row, whole step)", background=True)
-            try:
-                with torch.inference_mode():  # the device thread's mode: its tensors pass the graph's guards
-                    step, positions = scratch_step()
-                    ids = torch.ones(1, dtype=torch.long, device=k_cache[0].device)
-                    self(ids, positions, step, k_cache, v_cache)
-            except Exception as exc:  # the eager step goes on serving; say why the graph never came
-                log.error("compile_failed", part="decode graph (one row, whole step)", error=repr(exc)[:500])
-                return
-            self._ready.set()
-            seconds = round(time.perf_counter() - started, 1)
-            log.info("compiled", part="decode graph (one row, whole step)", seconds=seconds, swapped_in=True, cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+        def one_row() -> None:
+            step, positions = scratch_step([(1, 1)])
+            self(torch.ones(1, dtype=torch.long, device=device), positions, step, k_cache, v_cache)
 
-        self._thread = threading.Thread(target=compile_once, name="switchyard-compile", daemon=True)
+        def few_tokens() -> None:
+            # A quantized linear switches kernels past `max_rows` rows (quant.QuantLinear): a
+            # graph for each side, so no draft length compiles on the device thread.
+            max_rows = getattr(self.model.linear, "max_rows", MAX_FEW_TOKENS)
+            for tokens in sorted({2, min(max_rows + 1, MAX_FEW_TOKENS)}):
+                step, positions = scratch_step([(1, tokens)])
+                self.few(torch.ones(tokens, dtype=torch.long, device=device), positions, step, k_cache, v_cache)
+
+        def compile_all() -> None:
+            for part, run, ready in (("decode graph (one row, whole step)", one_row, self._ready), ("few-token graph (one row, a draft's verify step)", few_tokens, self._few_ready)):
+                started = time.perf_counter()
+                log.info("compiling", part=part, background=True)
+                try:
+                    with torch.inference_mode():  # the device thread's mode: its tensors pass the graph's guards
+                        run()
+                except Exception as exc:  # the eager step goes on serving; say why the graph never came
+                    log.error("compile_failed", part=part, error=repr(exc)[:500])
+                    return
+                ready.set()
+                seconds = round(time.perf_counter() - started, 1)
+                log.info("compiled", part=part, seconds=seconds, swapped_in=True, cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+
+        self._thread = threading.Thread(target=compile_all, name="switchyard-compile", daemon=True)
         self._thread.start()

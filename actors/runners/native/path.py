@@ -9,7 +9,6 @@ decode through the compiled graph with `--compile` (decode_graph.py), every othe
 from __future__ import annotations
 
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -98,11 +97,13 @@ class NativePath:
         log.info("shipped_weights", matrices=dict(served), dense_past_rows=dense_rows, seconds=round(time.perf_counter() - started, 2))
         return shipped.describe(served)
 
-    def compile_in_background(self, scratch_block: int, block_size: int, k_cache, v_cache) -> None:
+    def compile_in_background(self, scratch_blocks: list[int], block_size: int, k_cache, v_cache) -> None:
         """Once warm: compile the one-row decode graph off the device thread (--compile), its
-        compiling call decoding in `scratch_block`, a KV block no request holds."""
+        compiling calls running in `scratch_blocks`, KV blocks no request holds."""
         if self.decode_graph is not None:
-            scratch = partial(attention.build_step, [(1, 1)], [[scratch_block]], block_size, k_cache, v_cache)
+            def scratch(seqs: list[tuple[int, int]]) -> tuple[Any, torch.Tensor]:
+                return attention.build_step(seqs, [scratch_blocks], block_size, k_cache, v_cache)
+
             self.decode_graph.compile_in_background(scratch, k_cache, v_cache)
 
     def build_step(self, seqs, tables, block_size, k_cache, v_cache):
@@ -119,6 +120,9 @@ class NativePath:
         if isinstance(step, DecodeBatch):
             assert self.bucketed is not None
             return self.bucketed(input_ids, step, keep, k_cache, v_cache)
-        if self.decode_graph is not None and self.decode_graph.ready and decode_graph.applies(input_ids, step, keep):
-            return self.decode_graph(input_ids, positions, step, k_cache, v_cache)
+        graph = self.decode_graph
+        if graph is not None and graph.ready and decode_graph.applies(input_ids, step, keep):
+            return graph(input_ids, positions, step, k_cache, v_cache)
+        if graph is not None and graph.few_ready and decode_graph.applies_few(input_ids, step):
+            return graph.few(input_ids, positions, step, k_cache, v_cache)[keep]  # one sequence: its tokens are the step's rows
         return self.model.forward(input_ids, positions, step, keep, k_cache, v_cache)
