@@ -129,6 +129,30 @@ async def test_effort_none_turns_qwen3_thinking_off(qwen_dir: Path) -> None:
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "reasoning_effort"
 
 
+@pytest.mark.parametrize("lead", ["\n", "\n\n "])
+async def test_thinking_opened_after_whitespace_is_counted_and_budgeted(qwen_dir: Path, lead: str) -> None:
+    """A model that writes whitespace before `<think>` (`\n<think>`, as Qwen3 and R1 models
+    may): the text parser drops it and reads the thinking, and the token tracker agrees: the
+    whitespace and the tag count as reasoning tokens, and a budget applies."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(qwen_dir)
+    opening = len(tokenizer.encode(lead, add_special_tokens=False)) + 1  # the whitespace, then `<think>`
+    forced = tokenizer.encode("\n</think>\n\n", add_special_tokens=False)
+    end = forced.index(tokenizer.encode("</think>", add_special_tokens=False)[0]) + 1
+    answer_tokens = len(tokenizer.encode("ok", add_special_tokens=False)) + 1
+    async with thinker(qwen_dir, budgets={"low": opening + 2}, opens=True, lead=lead) as srv:
+        cut = (await post(srv, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": opening + 3})).json()
+        low = (await post(srv, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 30, "reasoning_effort": "low"})).json()
+    message, usage = cut["choices"][0]["message"], cut["usage"]
+    assert message["reasoning"] == "a a a" and message["content"] == ""
+    assert usage["completion_tokens_details"]["reasoning_tokens"] == usage["completion_tokens"] == opening + 3  # all of it thought
+    message, usage = low["choices"][0]["message"], low["usage"]
+    assert message["reasoning"] == "a a" and message["content"] == "ok"  # the budget: the whitespace, the tag and two thoughts
+    assert usage["completion_tokens_details"]["reasoning_tokens"] == opening + 2 + end
+    assert usage["completion_tokens"] == opening + 2 + len(forced) + answer_tokens
+
+
 async def test_responses_reasoning_item_events_and_usage(open_dir: Path) -> None:
     async with thinker(open_dir, thoughts=2) as srv:
 
