@@ -53,8 +53,7 @@ def plan_ahead(core: Core, in_flight: StepPlan) -> StepPlan | None:
         # its last thinking token within a budget: the core then writes the end of thinking.
         if seq.num_output_tokens + 1 >= seq.max_tokens or seq.num_tokens + 1 >= core.config.max_model_len:
             continue
-        tracker = seq.thinking
-        if tracker is not None and not tracker.done and tracker.count + 1 + len(tracker.spec.start_ids) >= (tracker.spec.budget or 0):
+        if seq.thinking is not None and seq.thinking.may_reach_budget(1):
             continue
         rows.append(seq)
     need = [core.blocks.blocks_needed(seq.num_tokens + 1) - len(seq.block_table) for seq in rows]

@@ -30,7 +30,10 @@ class PlanBuilder:
         start = seq.num_computed_tokens
         end = start + num_new
         scheduled = self._scheduled(seq, seq.token_ids[start:end] + (draft or []), start, forks)
-        return msgspec.structs.replace(scheduled, num_draft_tokens=len(draft)) if draft else scheduled
+        if draft:
+            scheduled = msgspec.structs.replace(scheduled, num_draft_tokens=len(draft))
+        forced_pos, forced = seq.forced_to_score(start, end)  # a thinking budget's tokens, to score for their logprobs
+        return msgspec.structs.replace(scheduled, forced_ids=forced, forced_pos=forced_pos) if forced else scheduled
 
     def ahead(self, seq: Sequence) -> ScheduledSeq:
         """`seq`'s decode after the step in flight: it feeds the token that step is sampling,

@@ -182,6 +182,7 @@ class SchedulerCore:
             if logprobs and item.sample and seq.sampling.logprobs is not None and seq.request_id in result.sampled:
                 num_out = 1 + len(kept)
                 sampled_logprobs, logprobs = logprobs[-num_out:], logprobs[:-num_out]
+            logprobs = seq.score_forced(item, logprobs)  # before those, a thinking budget's forced tokens' (Sequence.held)
             if logprobs:
                 self._collect_prompt_logprobs(seq, item.start_pos, logprobs)
             if seq.num_computed_tokens >= seq.num_prompt_tokens and seq.request_id in self.forks:
@@ -199,19 +200,19 @@ class SchedulerCore:
     def _append_token(
         self, seq: Sequence, tokens: list[int], batch_size: int, logprobs: list[Logprob] | None, outputs: list[TokenDelta], spec: tuple[int, int] = (0, 0)
     ) -> None:
-        """The step's new tokens for `seq` (a kept draft's, then the sampled one), up to the first
-        that finishes it."""
-        finish, stop_token, taken = None, None, []
-        for token in tokens:
+        """The step's new tokens for `seq` (forced ones it held for their logprobs, a kept draft's, the sampled one), up to the first that finishes it."""
+        (taken, logprobs, finish), stop_token = seq.release_held(logprobs), None
+        for token in tokens if finish is None else ():  # a finish inside the held tokens drops the token sampled after them
             seq.token_ids.append(token)
             taken.append(token)
             finish, stop_token = seq.finish_reason(token, self.config.eos_token_ids, self.config.max_model_len)
             if finish is None and seq.thinking is not None:
                 finish = seq.think(token, taken, self.config.max_model_len)
             if finish is not None:
-                self.running.remove(seq)
-                self._finish(seq)
                 break
+        if finish is not None:
+            self.running.remove(seq)
+            self._finish(seq)
         started, finished = self._step_times
         outputs.append(
             TokenDelta(
@@ -327,8 +328,7 @@ class SchedulerCore:
     def _attach_cached_prefix(self, seq: Sequence) -> None:
         if seq.sampling.prompt_logprobs is not None and len(seq.prompt_logprobs) < seq.num_prompt_tokens - 1:
             return  # prompt logprobs need every prompt position computed, not served from cache
-        # Keep at least one token to compute: the step must produce this request's logits.
-        hits, last_hash = self.blocks.match_prefix(seq.all_token_ids, seq.num_tokens - 1)
+        hits, last_hash = self.blocks.match_prefix(seq.all_token_ids, seq.cache_limit())
         seq.block_table = hits
         seq.num_computed_tokens = len(hits) * self.config.block_size
         seq.num_hashed_blocks = len(hits)

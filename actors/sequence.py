@@ -7,6 +7,10 @@ table and tokens in `ScheduledSeq`, the prompt and the grammar matcher once in `
 (the runner keeps its own history and advances the matcher from then on), new tokens in
 `TokenDelta`, and once per request the `RegisterRequest` that carries the core's cached-token
 count to the detokenizer.
+
+Tokens a thinking budget forces were never sampled: for a request with logprobs they are held
+(`Held`) until the step that feeds them has scored each from the row before it (`ScheduledSeq.
+forced_ids`), then go out with their entries, ahead of the token sampled after them.
 """
 
 from __future__ import annotations
@@ -15,10 +19,21 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.messages import FinishReason, Logprob, RegisterRequest, TokenizedRequest
+from runtime.messages import FinishReason, Logprob, RegisterRequest, ScheduledSeq, TokenizedRequest
 from runtime.prefix_hash import keyed_token_ids
 from runtime.reasoning import ThinkingTracker
 from runtime.sampling import SamplingParams
+
+
+@dataclass(slots=True)
+class Held:
+    """Forced tokens at the end of a request's tokens, from position `first`, not yet sent:
+    their logprobs as scored so far (in order), and the finish reached inside them (max_tokens
+    or the context), which ends the request once they are scored."""
+
+    first: int
+    logprobs: list[Logprob] = field(default_factory=list)
+    finish: FinishReason | None = None
 
 
 class SeqStatus(enum.Enum):
@@ -51,6 +66,7 @@ class Sequence:
     # runtime.reasoning.ThinkingTracker when the request thinks within a budget: past it, the
     # core writes the end-of-thinking sequence itself (SchedulerCore._append_token).
     thinking: Any = None
+    held: Held | None = None  # forced tokens awaiting their logprobs (a request with logprobs)
     prompt_logprobs: list[Logprob] = field(default_factory=list)  # collected, delivered with the first token
     mailbox: Any = None  # opaque here: handed to the detokenizer in RegisterRequest
     registered: bool = False  # its RegisterRequest went out (on its first TokenDelta)
@@ -122,20 +138,67 @@ class Sequence:
         """Follow a budgeted request's thinking over `token`, just appended; at the budget,
         append the end-of-thinking sequence after it (to `taken` too: the step's output). The
         next step feeds it, and the runner takes it into its history. Returns LENGTH when
-        max_tokens or the context ends inside it."""
+        max_tokens or the context ends inside it.
+
+        A request with logprobs holds the forced tokens instead (`held`): the step that feeds
+        them scores them, and they go out then, a finish inside them with them."""
         tracker = self.thinking
         tracker.push(token)
         if not tracker.over_budget():
             return None
         assert self.sampling.thinking is not None
+        if self.sampling.logprobs is not None:
+            self.held = Held(first=self.num_tokens)
         for forced in self.sampling.thinking.forced_end:
             self.token_ids.append(forced)
-            taken.append(forced)
+            if self.held is None:
+                taken.append(forced)
             tracker.push(forced)
             finish, _ = self.finish_reason(forced, frozenset(), max_model_len)
+            if finish is not None and self.held is not None:
+                self.held.finish = finish  # it runs one more step, which scores them
+                return None
             if finish is not None:
                 return finish
         return None
+
+    def forced_to_score(self, start: int, end: int) -> tuple[int, tuple[int, ...]]:
+        """Of the held tokens not scored yet, those a row feeding positions [start, end) scores
+        (position q from the row at q - 1): (the first one's position, their ids)."""
+        held = self.held
+        if held is None:
+            return 0, ()
+        first = max(held.first + len(held.logprobs), start + 1)
+        return first, tuple(self.token_ids[first : min(self.num_tokens, end + 1)])
+
+    def score_forced(self, item: ScheduledSeq, logprobs: list[Logprob] | None) -> list[Logprob] | None:
+        """Take a step's entries for the held tokens it scored (`item.forced_ids`, the last of
+        what is left of its entries once the new tokens' are taken); those scored already (the
+        same rows computed again after a preemption) are skipped. The rest: prompt logprobs."""
+        held, n = self.held, len(item.forced_ids)
+        if not logprobs or not n:
+            return logprobs
+        for offset, entry in enumerate(logprobs[-n:]):
+            if held is not None and item.forced_pos + offset == held.first + len(held.logprobs):
+                held.logprobs.append(entry)
+        return logprobs[:-n]
+
+    def release_held(self, logprobs: list[Logprob] | None) -> tuple[list[int], list[Logprob] | None, FinishReason | None]:
+        """The held tokens, scored by the step that fed them and sampled after them: they go out
+        first, their entries before `logprobs` (the new tokens'), with the finish reached
+        inside them (the token sampled after such a finish is dropped)."""
+        held, self.held = self.held, None
+        if held is None:
+            return [], logprobs, None
+        return self.token_ids[held.first :], held.logprobs + (logprobs or []), held.finish
+
+    def cache_limit(self) -> int:
+        """How many of its tokens the prefix cache may serve: all but the last (a step must
+        produce its logits), and none from the row that scores a held token not scored yet."""
+        limit = self.num_tokens - 1
+        if self.held is not None:
+            limit = min(limit, self.held.first + len(self.held.logprobs) - 1)
+        return limit
 
     def take_register(self, now: float) -> RegisterRequest | None:
         """The detokenizer's registration, the first time it is asked for; None after."""

@@ -136,6 +136,12 @@ class ScheduledSeq(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     # samples every one of their positions and keeps the draft while it equals what it sampled
     # (StepResult.accepted); `sampled` is then the token after the last kept one.
     num_draft_tokens: int = 0
+    # Tokens the core wrote in place of sampled ones (a thinking budget's end of thinking), for a
+    # request with logprobs: `forced_ids[j]` is the token at position `forced_pos + j`, which
+    # the row at the position before it (one of those this seq feeds) scores. Their entries
+    # come back before the sampled token's (StepResult.logprobs).
+    forced_ids: tuple[int, ...] = ()
+    forced_pos: int = 0
 
 
 # A token id the scheduler has not learned yet because the step that samples it is in flight
@@ -187,8 +193,9 @@ class StepResult(msgspec.Struct, kw_only=True, frozen=True):
 
     step_id: int
     sampled: dict[str, int]
-    # Per request: logprobs of the prompt tokens this step computed (when asked), then of the
-    # sampled token (when asked).
+    # Per request: logprobs of the prompt tokens this step computed (when asked), then of its
+    # forced tokens (ScheduledSeq.forced_ids), then of the kept draft and the sampled token
+    # (when asked).
     logprobs: dict[str, list[Logprob]] = {}
     embeddings: dict[str, list[float]] = {}  # embedding models: one pooled vector per request
     # Requests that failed on their own (their grammar state broke, their sampling raised);

@@ -42,6 +42,8 @@ class ThinkingFormat(msgspec.Struct, frozen=True, kw_only=True):
     end: str = END
     start_ids: tuple[int, ...]
     end_ids: tuple[int, ...]
+    # The tokens whose text is whitespace alone: an output may open thinking after them (`\n<think>`).
+    space_ids: frozenset[int] = frozenset()
     # Tags that end thinking without its end tag (deepseek_r1: a tool call's opening, which its
     # distilled models write without closing `</think>`): they belong to the answer. Qwen3
     # always closes thinking first, so a `<tool_call>` it writes while thinking stays thinking.
@@ -70,6 +72,7 @@ class ThinkingFormat(msgspec.Struct, frozen=True, kw_only=True):
         return Thinking(
             open=self.opens_in_prompt,
             start_ids=self.start_ids,
+            space_ids=self.space_ids,
             end_ids=self.end_ids,
             implicit_end_ids=self.implicit_end_ids,
             budget=budget,
@@ -103,6 +106,7 @@ def detect_thinking(tokenizer: Any, parser: str = "auto", budgets: dict[str, int
         name=parser,
         implicit_ends=implicit,
         start_ids=ids(START),
+        space_ids=frozenset() if opens else _space_ids(tokenizer),
         end_ids=ids(END),
         implicit_end_ids=tuple(ids(tag) for tag in implicit if _single(tokenizer, tag)),
         forced_end=ids("\n" + END + "\n\n"),
@@ -115,6 +119,14 @@ def detect_thinking(tokenizer: Any, parser: str = "auto", budgets: dict[str, int
 
 def _ids(tokenizer: Any) -> Any:
     return lambda text: tuple(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _space_ids(tokenizer: Any) -> frozenset[int]:
+    """The tokens whose text is whitespace alone (as `str.isspace`, so as `str.lstrip` drops
+    it: the text parser's rule), each decoded on its own: one batch over the vocabulary at
+    start-up, for a model that opens thinking itself."""
+    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+    return frozenset(i for i, text in enumerate(texts) if text.isspace())
 
 
 def _single(tokenizer: Any, text: str) -> bool:
@@ -135,15 +147,22 @@ def _opens_in_prompt(tokenizer: Any, kwargs: dict[str, Any]) -> bool:
 class ThinkingTracker:
     """One request's thinking, token by token: `count` tokens thought so far (tags included),
     `thinking` while it has not ended. Linear: each token is compared with the end of the tags
-    only."""
+    only.
 
-    __slots__ = ("spec", "count", "thinking", "maybe", "_recent", "_pending")
+    An output that opens thinking itself may write whitespace first (`\n<think>`), which the
+    text parser drops: those tokens count as thinking once the tag follows (so thinking plus
+    answer tokens are the output), and as answer if anything else does. Both families' tags
+    are tokenizer-added tokens, matched before byte-level BPE and without lstrip/rstrip, so the
+    tokenizer never merges a tag with the whitespace beside it."""
+
+    __slots__ = ("spec", "count", "thinking", "maybe", "lead", "_recent", "_pending")
 
     def __init__(self, spec: Thinking) -> None:
         self.spec = spec
         self.count = 0
         self.thinking = spec.open
         self.maybe = not spec.open and bool(spec.start_ids)  # the output may still open it
+        self.lead = 0  # whitespace tokens before the start tag (while it may still open)
         self._recent: list[int] = []
         self._pending = 0  # tokens of a start tag matched so far (when the output opens it)
 
@@ -158,7 +177,10 @@ class ThinkingTracker:
             if token == start[self._pending]:
                 self._pending += 1
                 if self._pending == len(start):
-                    self.maybe, self.thinking, self.count = False, True, len(start)
+                    self.maybe, self.thinking, self.count = False, True, self.lead + len(start)
+                return
+            if self._pending == 0 and token in self.spec.space_ids:
+                self.lead += 1
                 return
             self.maybe = False
             return
@@ -178,3 +200,11 @@ class ThinkingTracker:
     def over_budget(self) -> bool:
         budget = self.spec.budget
         return self.thinking and budget is not None and self.count >= budget
+
+    def may_reach_budget(self, more: int) -> bool:
+        """Whether `more` tokens more could bring it to its budget (the core would then write
+        the end of thinking after them): a step planned ahead must not guess past that."""
+        if self.done or self.spec.budget is None:
+            return False
+        opening = self.lead + len(self.spec.start_ids) if self.maybe else 0  # the tag may yet open it, whitespace and all
+        return self.count + opening + more >= self.spec.budget

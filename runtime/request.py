@@ -56,7 +56,8 @@ Field                                Owner        How the others learn of it
     Sequence.admitted                core         (core only)
     Sequence.introduced              core         (core only: NewRequest sent)
     Sequence.matcher                 core         NewRequest.matcher (handed to the runner once, then None here)
-    Sequence.thinking                core         (core only: a thinking budget; the tokens it forces go out as any token does)
+    Sequence.thinking                core         (core only: a thinking budget; the tokens it forces go out as any token does, with logprobs once scored: Sequence.held)
+    Sequence.held                    core         ScheduledSeq.forced_ids / forced_pos; TokenDelta.token_ids and logprobs once scored
     Sequence.prompt_logprobs         core         TokenDelta.prompt_logprobs
     Sequence.mailbox                 core         RegisterRequest.mailbox (held, never used)
     Sequence.registered              core         (core only: RegisterRequest sent)

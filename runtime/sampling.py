@@ -38,11 +38,14 @@ class Thinking(msgspec.Struct, frozen=True, kw_only=True):
     the answer follows; a guide constrains only what comes after thinking ends.
 
     `open`: the prompt opened `<think>` (generation starts inside it); else the output opens
-    it with `start_ids` first, or never thinks. `implicit_end_ids`: tags that end thinking
-    without the end tag (a tool call's opening), which are not counted as thinking."""
+    it with `start_ids` first, after any whitespace (`space_ids`: the tokens whose text is
+    whitespace alone, as a model that writes `\n<think>` starts), or never thinks.
+    `implicit_end_ids`: tags that end thinking without the end tag (a tool call's opening),
+    which are not counted as thinking."""
 
     open: bool
     start_ids: tuple[int, ...] = ()
+    space_ids: frozenset[int] = frozenset()
     end_ids: tuple[int, ...]
     implicit_end_ids: tuple[tuple[int, ...], ...] = ()
     budget: int | None = None  # thinking tokens at most (tags included), then forced_end

@@ -1,8 +1,9 @@
 """Which rows of a packed step get logits, and the draws and logprobs made from them.
 
 Owns: `LogitRows` (the kept positions of a step, what each is for: a sampled token, a fork's
-token from its parent's row, prompt logprobs) and `Draw`, one token to sample. Model-agnostic:
-both model paths (native and transformers) hand the runner logits for exactly these rows.
+token from its parent's row, prompt logprobs, a forced token's logprobs) and `Draw`, one token
+to sample. Model-agnostic: both model paths (native and transformers) hand the runner logits
+for exactly these rows.
 """
 
 from __future__ import annotations
@@ -44,12 +45,15 @@ class LogitRows:
 
     A sampling sequence needs its last position (so do its forks). A sequence asking for prompt
     logprobs needs every position of its chunk (position p's distribution scores token p + 1).
+    Tokens the core forced (`ScheduledSeq.forced_ids`) need the rows before them: the model's
+    distribution at their positions, which never sampled them.
     """
 
     def __init__(self) -> None:
         self.index: list[int] = []  # packed-step positions passed to logits_to_keep
         self.draws: list[Draw] = []
         self.prompt_rows: dict[int, tuple[int, int]] = {}  # seq → (first kept row, count)
+        self.forced_rows: dict[int, list[int]] = {}  # seq → the kept row scoring each of its forced tokens
         self._wanted: dict[int, int] = {}
 
     @classmethod
@@ -58,11 +62,18 @@ class LogitRows:
         cursor = 0
         for i, s in enumerate(seqs):
             end = cursor + len(s.token_ids)
+            forced = [s.forced_pos + j - 1 - s.start_pos for j in range(len(s.forced_ids))]  # fed offsets of their rows
             if s.sampling.prompt_logprobs is not None and s.start_pos < s.num_prompt_tokens:
                 rows.prompt_rows[i] = (len(rows.index), len(s.token_ids))
+                if forced:
+                    rows.forced_rows[i] = [len(rows.index) + offset for offset in forced]
                 rows.index.extend(range(cursor, end))
-            elif s.sample:
-                rows.index.extend(range(end - 1 - s.num_draft_tokens, end))  # a draft's verify rows too
+            else:
+                if forced:  # before the sampling rows: the last row samples, never scores a forced token
+                    rows.forced_rows[i] = list(range(len(rows.index), len(rows.index) + len(forced)))
+                    rows.index.extend(cursor + offset for offset in forced)
+                if s.sample:
+                    rows.index.extend(range(end - 1 - s.num_draft_tokens, end))  # a draft's verify rows too
             if s.sample and s.num_draft_tokens:
                 rows.draws += _verify_draws(s, len(rows.index) - 1 - s.num_draft_tokens, states)
             elif s.sample:
@@ -78,6 +89,10 @@ class LogitRows:
         for first, count in self.prompt_rows.values():
             wanted.extend(range(first, first + count))
         seen = set(wanted)
+        for i, forced in self.forced_rows.items():
+            if i not in self.prompt_rows:  # else kept already
+                wanted.extend(forced)
+                seen.update(forced)
         for d in self.draws:  # forks share their parent's row
             if d.seq.sampling.logprobs is not None and d.row not in seen:
                 wanted.append(d.row)
@@ -88,8 +103,8 @@ class LogitRows:
     def collect_logprobs(
         self, seqs: tuple[ScheduledSeq, ...], states: RequestStates, logprobs: torch.Tensor, sampled: dict[str, int], kept: dict[str, int] | None = None
     ) -> dict[str, list[Logprob]]:
-        """Prompt logprobs, then the new tokens' (a kept draft's, then the sampled one), per
-        request. One gather for all values;
+        """Prompt logprobs, then the forced tokens', then the new tokens' (a kept draft's, then
+        the sampled one), per request. One gather for all values;
         top-k once per distinct width, over the rows that asked for it (a beam re-asking for a
         wide k must not make every other row pay for it)."""
         wanted: list[tuple[str, int, int, int]] = []  # (request id, kept row, token, width)
@@ -100,6 +115,9 @@ class LogitRows:
                 pos = s.start_pos + offset + 1  # the token this row's distribution scores
                 if pos < s.num_prompt_tokens:
                     wanted.append((s.request_id, first + offset, history[pos], s.sampling.prompt_logprobs or 0))
+        for i, forced in self.forced_rows.items():
+            s = seqs[i]
+            wanted += [(s.request_id, row, token, s.sampling.logprobs or 0) for row, token in zip(forced, s.forced_ids)]
         for d in self.draws:
             if d.seq.sampling.logprobs is None or d.request_id not in sampled:
                 continue

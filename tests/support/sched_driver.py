@@ -69,7 +69,11 @@ class Driver:
         self.prompts[request_id] = list(prompt)
 
     def full(self, request_id: str) -> list[int]:
-        return self.prompts[request_id] + self.outputs[request_id]
+        """What the plans must feed: the prompt, the outputs so far, and forced tokens the core
+        holds until their logprobs come (Sequence.held)."""
+        seq = self.core.requests.get(request_id)
+        held = seq.token_ids[seq.held.first :] if seq is not None and seq.held is not None else []
+        return self.prompts[request_id] + self.outputs[request_id] + held
 
     def schedule(self) -> StepPlan | None:
         plan = self.core.schedule()

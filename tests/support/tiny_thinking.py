@@ -58,9 +58,12 @@ class ThinkingRunner(FakeRunner):
     """A FakeRunner whose next token follows a request's output so far: `think` (token ids)
     over and over while it thinks, then `answer` once its thinking has ended (`</think>` in its
     output, written by it or forced by a budget), then EOS. With `opens`, the first token is
-    `<think>` (a template that lets the model open it)."""
+    `<think>` (a template that lets the model open it), after `lead` (whitespace, as Qwen3 and
+    R1 models may write before it: `\n<think>`)."""
 
-    def __init__(self, tokenizer: Any, think: str = " a", answer: str = "ok", thoughts: int | None = None, opens: bool = False, **kw: Any) -> None:
+    def __init__(
+        self, tokenizer: Any, think: str = " a", answer: str = "ok", thoughts: int | None = None, opens: bool = False, lead: str = "", **kw: Any
+    ) -> None:
         super().__init__(vocab_size=len(tokenizer), **kw)
         ids = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
         self.start, self.end = ids("<think>")[0], ids("</think>")[0]
@@ -68,6 +71,7 @@ class ThinkingRunner(FakeRunner):
         self.newlines = set(ids("\n\n") + ids("\n"))  # what a forced end writes after `</think>`
         self.thoughts = thoughts  # write `</think>` itself after this many thinking tokens (None: never)
         self.opens = opens
+        self.lead = ids(lead) if opens else []
         self.prompts: list[list[int]] = []  # every prompt it sampled after, as the history holds it
 
     def execute(self, plan: StepPlan) -> StepResult:
@@ -86,12 +90,13 @@ class ThinkingRunner(FakeRunner):
         return StepResult(step_id=plan.step_id, sampled=sampled)
 
     def pick(self, output: list[int]) -> int:
-        if self.opens and not output and self.end not in output:
-            return self.start
+        opening = [*self.lead, self.start] if self.opens else []
+        if len(output) < len(opening) and self.end not in output:
+            return opening[len(output)]
         if self.end in output:
             after = [t for t in output[output.index(self.end) + 1 :] if t not in self.newlines]
             return self.answer[len(after)] if len(after) < len(self.answer) else self.eos
-        thought = len(output) - (1 if self.opens else 0)
+        thought = len(output) - len(opening)
         if self.thoughts is not None and thought >= self.thoughts:
             return self.end
         return self.think[thought % len(self.think)]

@@ -171,6 +171,53 @@ def test_the_tracker_counts_thinking_tokens_by_id() -> None:
     assert implicit.done and implicit.count == 1
 
 
+def test_whitespace_before_the_start_tag_is_thought_once_the_tag_follows() -> None:
+    """`\n<think>`: the newline counts as thinking with the tag (the text parser drops it),
+    and the budget applies; whitespace then anything else is all answer."""
+    spec = Thinking(open=False, start_ids=(1,), space_ids=frozenset({9}), end_ids=(2,), budget=4)
+    tracker = ThinkingTracker(spec)
+    for token in (9, 9, 1):
+        assert not tracker.may_reach_budget(1) or token == 1
+        tracker.push(token)
+    assert tracker.thinking and tracker.count == 3 and not tracker.over_budget()
+    tracker.push(5)
+    assert tracker.over_budget()
+    answer = ThinkingTracker(spec)
+    for token in (9, 5, 1):
+        answer.push(token)
+    assert answer.done and answer.count == 0
+
+
+@pytest.fixture(scope="module")
+def qwen_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return tokenizer_with(tmp_path_factory.mktemp("qwen-tok"), QWEN3_TEMPLATE)
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.sampled_from(["<think>", "</think>", " ", "\n", "\n\n", "  ", "\t", "x", "a b"]), max_size=10))
+def test_the_token_tracker_agrees_with_the_text_parser(qwen_tokenizer: Any, parts: list[str]) -> None:
+    """Over outputs made of whole tags, whitespace and text (as a model writes them, token by
+    token): the tracker thinks exactly when the text parser does, and its count ends where
+    the answer begins."""
+    fmt = detect_thinking(qwen_tokenizer)
+    assert fmt is not None and not fmt.opens_in_prompt
+    spec = fmt.control(True, None, guided=False)
+    assert spec is not None
+    ids = [t for part in parts for t in qwen_tokenizer.encode(part, add_special_tokens=False)]
+    tracker = ThinkingTracker(spec)
+    for token in ids:
+        tracker.push(token)
+    parser = ReasoningParser(fmt, spec)
+    text = qwen_tokenizer.decode(ids)
+    _, a1 = parser.feed(text)
+    _, a2 = parser.finish()
+    assert (tracker.count > 0) == parser.thought, (parts, tracker.count)
+    if parser.thought:
+        assert a1 + a2 == qwen_tokenizer.decode(ids[tracker.count :]).lstrip(), parts  # thinking + answer tokens = the output
+    else:
+        assert a1 + a2 == text
+
+
 # -- reasoning_effort -----------------------------------------------------------------------------
 
 

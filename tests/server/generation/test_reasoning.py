@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import torch
 import trio
 
 from runtime.config import RuntimeConfig
@@ -127,6 +128,30 @@ async def test_effort_none_turns_qwen3_thinking_off(qwen_dir: Path) -> None:
     assert on["usage"]["completion_tokens_details"]["reasoning_tokens"] == 4  # <think>, " a" x2, </think>
     assert kept["choices"][0]["message"]["reasoning"] == "a a"  # an explicit chat_template_kwargs wins
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "reasoning_effort"
+
+
+@pytest.mark.parametrize("lead", ["\n", "\n\n "])
+async def test_thinking_opened_after_whitespace_is_counted_and_budgeted(qwen_dir: Path, lead: str) -> None:
+    """A model that writes whitespace before `<think>` (`\n<think>`, as Qwen3 and R1 models
+    may): the text parser drops it and reads the thinking, and the token tracker agrees: the
+    whitespace and the tag count as reasoning tokens, and a budget applies."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(qwen_dir)
+    opening = len(tokenizer.encode(lead, add_special_tokens=False)) + 1  # the whitespace, then `<think>`
+    forced = tokenizer.encode("\n</think>\n\n", add_special_tokens=False)
+    end = forced.index(tokenizer.encode("</think>", add_special_tokens=False)[0]) + 1
+    answer_tokens = len(tokenizer.encode("ok", add_special_tokens=False)) + 1
+    async with thinker(qwen_dir, budgets={"low": opening + 2}, opens=True, lead=lead) as srv:
+        cut = (await post(srv, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": opening + 3})).json()
+        low = (await post(srv, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 30, "reasoning_effort": "low"})).json()
+    message, usage = cut["choices"][0]["message"], cut["usage"]
+    assert message["reasoning"] == "a a a" and message["content"] == ""
+    assert usage["completion_tokens_details"]["reasoning_tokens"] == usage["completion_tokens"] == opening + 3  # all of it thought
+    message, usage = low["choices"][0]["message"], low["usage"]
+    assert message["reasoning"] == "a a" and message["content"] == "ok"  # the budget: the whitespace, the tag and two thoughts
+    assert usage["completion_tokens_details"]["reasoning_tokens"] == opening + 2 + end
+    assert usage["completion_tokens"] == opening + 2 + len(forced) + answer_tokens
 
 
 async def test_responses_reasoning_item_events_and_usage(open_dir: Path) -> None:
@@ -352,3 +377,53 @@ async def test_a_budget_ends_thinking_and_the_grammar_constrains_only_the_answer
     assert content.lstrip().startswith("{"), whole  # the grammar started where thinking ended
     if whole["choices"][0]["finish_reason"] == "stop":
         assert isinstance(json.loads(content), dict)
+
+
+@pytest.fixture(scope="module")
+def qwen_ref(qwen_model_dir: Path) -> Any:
+    """The thinking model in transformers, float32: the logprobs' oracle."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.support.reference import Reference
+
+    model = AutoModelForCausalLM.from_pretrained(qwen_model_dir, dtype=torch.float32).eval()
+    return Reference(tokenizer=AutoTokenizer.from_pretrained(qwen_model_dir), model=model)
+
+
+@pytest.mark.parametrize("engine", [{"async_scheduling": True}, {"async_scheduling": False}, {"spec_decoding": "ngram"}], ids=["async", "sync", "drafts"])
+async def test_forced_tokens_have_the_models_logprobs_whole_and_streamed(qwen_model_dir: Path, qwen_ref: Any, engine: dict[str, Any]) -> None:
+    """With logprobs on and a budget, every output token has its entry on Chat, whole and
+    streamed: the forced end of thinking too, each with the model's log-probability at its
+    position (transformers in float32 over the same tokens) and its top alternatives. The
+    random model falls into loops after it, which n-gram drafts catch."""
+    from tests.support.reference import TOL
+    from tests.support.servers import start_server, tiny_config
+
+    ref = qwen_ref
+    forced = ref.tokenizer.encode("\n</think>\n\n", add_special_tokens=False)
+    config = tiny_config(qwen_model_dir, reasoning_budgets={"low": 3}, **engine)
+    body = {"messages": MESSAGES, "max_tokens": 24, "reasoning_effort": "low", "temperature": 0, "logprobs": True, "top_logprobs": 2}
+    async with trio.open_nursery() as nursery:
+        srv = await start_server(nursery, config)
+        try:
+            whole = (await post(srv, "/v1/chat/completions", body)).json()
+            chunks = sse_data((await post(srv, "/v1/chat/completions", {**body, "stream": True, "stream_options": {"include_usage": True}})).text)
+        finally:
+            srv.stop.set()
+    content = whole["choices"][0]["logprobs"]["content"]
+    streamed = [e for c in chunks if c["choices"] and c["choices"][0].get("logprobs") for e in c["choices"][0]["logprobs"]["content"]]
+    assert len(content) == whole["usage"]["completion_tokens"] and len(streamed) == chunks[-1]["usage"]["completion_tokens"]
+    assert [e["token"] for e in streamed] == [e["token"] for e in content]
+    assert [e["logprob"] for e in streamed] == pytest.approx([e["logprob"] for e in content], abs=TOL)  # (the prefix cache served the second)
+    prompt = ref.chat_ids(MESSAGES)
+    assert whole["usage"]["prompt_tokens"] == len(prompt)
+    thoughts = ref.greedy(prompt, 3)
+    assert not set(thoughts) & {forced[1], ref.eos}  # three thoughts, then the budget's end
+    assert [e["token"] for e in content[3 : 3 + len(forced)]] == [ref.token_text(t) for t in forced]  # the forced entries carry the forced tokens
+    answer = ref.greedy(prompt + thoughts + forced, len(content) - 3 - len(forced))
+    assert [e["token"] for e in content] == [ref.token_text(t) for t in thoughts + forced + answer]
+    lp = ref.logprobs(prompt + thoughts + forced + answer)
+    for j, token in enumerate(thoughts + forced + answer):
+        row = lp[len(prompt) + j - 1]
+        assert content[j]["logprob"] == pytest.approx(float(row[token]), abs=TOL), j
+        assert content[j]["top_logprobs"][0]["logprob"] == pytest.approx(float(row.max()), abs=TOL), j
