@@ -63,9 +63,12 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # scheduling": more tokens a second and fewer stalls at c=32, the same at c=1).
     async_scheduling: bool = True
     # Speculative decoding: "ngram" drafts from each request's own tokens (actors/drafting.py),
-    # at most `num_spec_tokens` a step, verified in the packed step; "off": none.
+    # "draft" from `draft_model` (a smaller Llama-family model with the target's tokenizer, run in
+    # the runner: actors/runners/draft_model.py), at most `num_spec_tokens` a step, verified in
+    # the packed step; "off": none.
     spec_decoding: str = "off"
     num_spec_tokens: int = 4
+    draft_model: str | None = None  # a local HF directory or a built-in name, as `model`
     # A vision-language model: images one prompt may carry (more is a 400 naming the part).
     limit_images_per_prompt: int = 8
     # Reasoning models: how the model's thinking is read apart from its answer (runtime/reasoning.py).

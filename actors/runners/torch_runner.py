@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from actors.runners import calibration, paged_attention
+from actors.runners.draft_model import DraftModel
 from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, choose
 from actors.runners.native.decode_graph import DecodeGraph
@@ -105,6 +106,7 @@ class TorchRunner:
         quantization: str | None = None,
         cuda_graphs: bool | None = None,
         max_num_seqs: int = 256,
+        draft_model: Path | None = None,
     ) -> None:
         self.model_dir = Path(model_dir)
         self._requested_device = device
@@ -129,6 +131,7 @@ class TorchRunner:
         self._mask_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchyard-masks")
         self._ll_executor: Any = None
         self.requests = RequestStates()  # per-request history and grammar state; this thread its only writer
+        self.draft = DraftModel(draft_model) if draft_model is not None else None  # --spec-decoding draft
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -157,6 +160,10 @@ class TorchRunner:
         self.vocab_size = model.vocab_size
         max_len = self._max_model_len or model.max_position_embeddings
         self._max_len = int(max_len)
+        if self.draft is not None:  # its own cache, the same slots and block tables (actors/runners/draft_model.py)
+            if model.takes_images:
+                raise ValueError(f"--spec-decoding draft: {self.model_dir} is a vision-language model; a draft model drafts for text models only")
+            self.draft.load(self.dtype, self.device, num_slots, self.block_size, self.vocab_size, self._max_len)
         fingerprint_src = json.dumps(
             [_weights_identity(self.model_dir), str(self.dtype), self.device.type, num_blocks, self.block_size, int(max_len), torch.__version__, self._batch_invariant, model.impl]
         )
@@ -193,7 +200,7 @@ class TorchRunner:
             bucketed.capture_all(self.k_cache, self.v_cache)
         timed, slots = calibration.plans(self.block_size, self.k_cache[0].shape[1] // self.block_size, self._max_len)
         samples = calibration.time_steps(self.execute, timed)
-        for cache in (*self.k_cache, *self.v_cache):
+        for cache in (*self.k_cache, *self.v_cache, *(self.draft.caches() if self.draft is not None else ())):
             cache[:, : max(3 * self.block_size, slots)].zero_()
         self.requests = RequestStates()  # nothing of the warm-up's requests stays
         self.compile_in_background()  # serve eager now, the compiled graph when it is ready
@@ -217,6 +224,8 @@ class TorchRunner:
         self.model = None
         self.k_cache = []
         self.v_cache = []
+        if self.draft is not None:
+            self.draft.close()
 
     # -- one step -----------------------------------------------------------------------------
 
@@ -235,7 +244,11 @@ class TorchRunner:
             positions = self.model.with_images(seqs, self.requests, positions)
         if plan.block_copies:
             paged_attention.copy_blocks(self.k_cache, self.v_cache, list(plan.block_copies), self.block_size)
-        input_ids = torch.tensor([t for s in seqs for t in self.requests.input_ids(s)], dtype=torch.long, device=self.device)
+        fed = [self.requests.input_ids(s) for s in seqs]
+        drafts = self.draft.propose(plan.block_copies, seqs, fed) if self.draft is not None else None
+        if drafts is not None:  # DRAFT_TOKEN placeholders filled with the draft model's tokens
+            seqs, fed = drafts.seqs, drafts.fed
+        input_ids = torch.tensor([t for tokens in fed for t in tokens], dtype=torch.long, device=self.device)
         rows = LogitRows.plan(seqs, self.requests)
         guided = [(i, d.matcher) for i, d in enumerate(rows.draws) if d.matcher is not None]
         bitmask = self._bitmask(len(guided)) if guided else None
@@ -254,7 +267,8 @@ class TorchRunner:
             allowed, broken = self._allowed(guided, bitmask, masks.result()) if masks is not None else (None, {})
             sampled, failed, kept = self._sample(all_logits, rows.draws, guided, allowed, broken)
         collected = rows.collect_logprobs(seqs, self.requests, logprobs, sampled, kept) if logprobs is not None else {}
-        return StepResult(step_id=plan.step_id, sampled=sampled, failed=failed, accepted=kept, logprobs=collected, elapsed=time.perf_counter() - started)
+        spec = self.draft.finish(drafts, kept) if drafts is not None and self.draft is not None else {}
+        return StepResult(step_id=plan.step_id, sampled=sampled, failed=failed, accepted=kept, logprobs=collected, elapsed=time.perf_counter() - started, **spec)
 
     def _sample(
         self,
