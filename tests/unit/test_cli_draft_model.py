@@ -79,3 +79,12 @@ def test_what_is_allowed(tmp_path: Path) -> None:
     assert draft_error(RuntimeConfig(model=str(target), spec_decoding="ngram"), SUPPORTED) is None
     # The embedding model served beside it inherits the flags and ignores them.
     assert draft_error(RuntimeConfig(task="embeddings", spec_decoding="draft"), SUPPORTED) is None
+
+
+def test_a_models_table_takes_a_draft_model(tmp_path: Path) -> None:
+    from api.process.config_file import model_configs, read_config_file
+
+    config = tmp_path / "switchyard.toml"
+    config.write_text('[[models]]\nname = "a"\nmodel = "/t"\nspec_decoding = "draft"\ndraft_model = "/d"\n')
+    (served,) = model_configs(RuntimeConfig(), read_config_file(str(config)), with_embeddings=False)
+    assert (served.spec_decoding, served.draft_model) == ("draft", "/d")
