@@ -95,18 +95,20 @@ class DraftModel:
         if copies:
             paged_attention.copy_blocks(self.k_cache, self.v_cache, list(copies), self.block_size)
         drafting = [i for i, s in enumerate(seqs) if s.num_draft_tokens and s.token_ids[-1] == DRAFT_TOKEN]
-        counts = [len(tokens) - (s.num_draft_tokens if i in drafting else 0) for i, (s, tokens) in enumerate(zip(seqs, fed))]
+        fills = set(drafting)
+        counts = [len(tokens) - (s.num_draft_tokens if i in fills else 0) for i, (s, tokens) in enumerate(zip(seqs, fed))]
         cursor, last = 0, {}
         for i, n in enumerate(counts):
             cursor += n
             last[i] = cursor - 1
         ids = [t for tokens, n in zip(fed, counts) for t in tokens[:n]]
         logits = self._forward([(s.start_pos, n) for s, n in zip(seqs, counts)], [s.block_table for s in seqs], ids, [last[i] for i in drafting])
+        # Greedy: a draft token is a point mass, for which the verify rows' keep-while-equal rule is exact rejection sampling.
         drafts: dict[int, list[int]] = {i: [token] for i, token in zip(drafting, logits.argmax(-1).tolist())}
         out = Drafts(seqs=seqs, fed=fed)
         started = time.perf_counter()
         for j in range(1, max((seqs[i].num_draft_tokens for i in drafting), default=0)):
-            live = [i for i in drafting if seqs[i].num_draft_tokens > j]  # draft token j (0-based) at start + count + j - 1 gives j + 1
+            live = [i for i in drafting if seqs[i].num_draft_tokens > j]  # draft token j - 1 (0-based), fed at its position, gives token j
             rows = [(seqs[i].start_pos + counts[i] + j - 1, 1) for i in live]
             logits = self._forward(rows, [seqs[i].block_table for i in live], [drafts[i][-1] for i in live], list(range(len(live))))
             for i, token in zip(live, logits.argmax(-1).tolist()):
