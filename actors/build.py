@@ -9,6 +9,8 @@ the model's weights load later, on the device thread, when the engine runs.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from actors.engine import Engine
 from actors.runners.base import Runner
 from runtime.config import RuntimeConfig
@@ -54,5 +56,22 @@ def build_engine(config: RuntimeConfig) -> Engine:
         path, device=config.device, dtype=config.dtype, num_kv_blocks=config.num_kv_blocks, kv_cache_gib=config.kv_cache_gib, block_size=config.block_size,
         num_threads=config.num_threads, max_model_len=config.max_model_len, batch_invariant=config.batch_invariant, model_impl=config.model_impl,
         compile=config.compile, quantization=config.quantization, cuda_graphs=config.cuda_graphs, max_num_seqs=config.max_num_seqs,
+        draft_model=_draft_model(config),
     )
     return Engine(config, runner, tokenizer, config.served_name or name, frozenset(eos), images=images)
+
+
+def _draft_model(config: RuntimeConfig) -> Path | None:
+    """--spec-decoding draft (or auto with a draft model): the draft model's directory, checked
+    against the target as the command line checks it (again here: the embedded default may
+    have been converted since)."""
+    if config.drafter() != "draft":
+        return None
+    from actors.runners.native.config import SUPPORTED
+    from runtime.draft_models import draft_error
+    from runtime.model_store import resolve_model
+
+    error = draft_error(config, SUPPORTED)
+    if error:
+        raise ValueError(error)
+    return resolve_model(config.draft_model)[1]

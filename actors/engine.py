@@ -191,7 +191,8 @@ class Engine:
                 step_samples=info.step_samples,
                 max_model_len=self.max_model_len,
                 eos_token_ids=self.eos_token_ids,
-                num_spec_tokens=cfg.num_spec_tokens if cfg.spec_decoding in ("ngram", "auto") else 0,
+                num_spec_tokens=cfg.num_spec_tokens if cfg.drafter() != "off" else 0,
+                draft_model=cfg.drafter() == "draft",
             )
         )
 

@@ -27,6 +27,7 @@ from collections import deque
 from actors.blocks import BlockManager
 from actors.drafting import Drafter, attach_drafts
 from actors.lookahead import plan_ahead
+from actors.model_drafts import ModelDrafter, observe_step
 from actors.plans import PlanBuilder
 from actors.sequence import SchedulerConfig, SeqStatus, Sequence
 from actors.step_cost import PromptTokens, StepCostModel
@@ -50,7 +51,7 @@ class SchedulerCore:
         # cache still serves it every full block.
         self.forks: dict[str, list[Sequence]] = {}
         self.plans = PlanBuilder(config.block_size)
-        self.drafter = Drafter(config.num_spec_tokens) if config.num_spec_tokens > 0 else None
+        self.drafter = (ModelDrafter if config.draft_model else Drafter)(config.num_spec_tokens) if config.num_spec_tokens > 0 else None
         self._step_times = (0.0, 0.0)  # (started, finished) of the step update() is applying
         self.num_prefill_tokens = 0  # prompt tokens computed (not served from cache), lifetime
         self.num_preemptions = 0
@@ -94,7 +95,6 @@ class SchedulerCore:
         budget = self.config.max_num_batched_tokens
         prompt = PromptTokens(self._prompt_allowance())
         scheduled: list[tuple[Sequence, int]] = []
-
         preemptions_before = self.num_preemptions
         for seq in list(self.running):
             if budget == 0:
@@ -152,7 +152,7 @@ class SchedulerCore:
         outputs: list[TokenDelta] = []
         self._step_times = (started, finished)
         if result.error is None:
-            self.step_cost.observe(plan.num_decode_rows, plan.num_prefill_tokens, finished - started)
+            observe_step(self.step_cost, self.drafter, plan, result, finished - started)  # a draft model's own forwards apart
         batch_size = len(plan.seqs) + sum(len(item.forks or ()) for item in plan.seqs)
         for item in plan.seqs:
             seq = self.requests.get(item.request_id)
@@ -172,7 +172,7 @@ class SchedulerCore:
             fed = len(item.token_ids) - item.num_draft_tokens  # a draft's tokens count once kept
             if fed > 1 or item.start_pos < seq.num_prompt_tokens:
                 self.num_prefill_tokens += fed
-            kept = item.token_ids[fed:][: result.accepted.get(seq.request_id, 0)]
+            kept = result.drafted.get(seq.request_id, item.token_ids[fed:])[: result.accepted.get(seq.request_id, 0)]  # a draft model's tokens, or the planned ones
             seq.num_computed_tokens += fed + len(kept)
             self.blocks.commit_full_blocks(seq, seq.num_computed_tokens)
             logprobs = result.logprobs.get(seq.request_id)

@@ -229,4 +229,5 @@ class SchedulerConfig:
     step_stretch: float | None = None
     step_samples: tuple[tuple[int, int, float], ...] = ()  # the runner's timed start-up steps, to seed it
     num_spec_tokens: int = 0  # speculative decoding: the most draft tokens a request verifies in a step (0: off)
+    draft_model: bool = False  # drafts come from the runner's draft model (actors/model_drafts.py), not n-grams
     eos_token_ids: frozenset[int] = frozenset()

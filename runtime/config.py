@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgspec
 
-SPEC_DECODING_MODES = ("off", "ngram", "auto")
+SPEC_DECODING_MODES = ("off", "ngram", "draft", "auto")
 
 
 class RuntimeConfig(msgspec.Struct, kw_only=True):
@@ -65,11 +65,14 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # scheduling": more tokens a second and fewer stalls at c=32, the same at c=1).
     async_scheduling: bool = True
     # Speculative decoding (SPEC_DECODING_MODES): "ngram" drafts from each request's own tokens
-    # and from the n-grams finished requests wrote (actors/drafting.py), at most
-    # `num_spec_tokens` a step, verified in the packed step, as much as the step cost fit says
-    # pays; "auto": the drafter that suits the deployment (today n-gram); "off": none.
+    # and from the n-grams finished requests wrote (actors/drafting.py); "draft" from
+    # `draft_model` (a smaller Llama-family model with the target's tokenizer, run in the
+    # runner: actors/runners/draft_model.py); "auto": the draft model when one is given, else
+    # n-gram (`drafter()`); at most `num_spec_tokens` a step, verified in the packed step, as
+    # many as the step cost fit says pay; "off": none.
     spec_decoding: str = "off"
     num_spec_tokens: int = 4
+    draft_model: str | None = None  # a local HF directory or a built-in name, as `model`
     # A vision-language model: images one prompt may carry (more is a 400 naming the part).
     limit_images_per_prompt: int = 8
     # Reasoning models: how the model's thinking is read apart from its answer (runtime/reasoning.py).
@@ -84,3 +87,10 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     step_deadline: float = 60.0  # /health turns 503 when one step runs longer than this
     log_level: str = "info"
     log_prompts: bool = False
+
+    def drafter(self) -> str:
+        """What `spec_decoding` drafts with: "off", "ngram" or "draft" ("auto": the draft model
+        when one is given, else n-gram)."""
+        if self.spec_decoding == "auto":
+            return "draft" if self.draft_model else "ngram"
+        return self.spec_decoding

@@ -134,7 +134,10 @@ class ScheduledSeq(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     forks: tuple[ForkedSeq, ...] | None = None  # siblings sampled from this seq's row (sample is set)
     # Speculative decoding: the last `num_draft_tokens` of token_ids are a draft. The runner
     # samples every one of their positions and keeps the draft while it equals what it sampled
-    # (StepResult.accepted); `sampled` is then the token after the last kept one.
+    # (StepResult.accepted); `sampled` is then the token after the last kept one. A draft the
+    # runner's draft model makes (--spec-decoding draft) is planned as `num_draft_tokens`
+    # DRAFT_TOKEN placeholders: its slots, positions and blocks are the core's as for any draft,
+    # its tokens the runner's (StepResult.drafted).
     num_draft_tokens: int = 0
     # Tokens the core wrote in place of sampled ones (a thinking budget's end of thinking), for a
     # request with logprobs: `forced_ids[j]` is the token at position `forced_pos + j`, which
@@ -147,6 +150,8 @@ class ScheduledSeq(msgspec.Struct, kw_only=True, frozen=True, gc=False):
 # A token id the scheduler has not learned yet because the step that samples it is in flight
 # (an overlapped step's decode rows); the runner takes it from its own history.
 PENDING_TOKEN = -1
+# A draft token the runner's draft model proposes in the step itself (--spec-decoding draft).
+DRAFT_TOKEN = -2
 
 
 class StepPlan(msgspec.Struct, kw_only=True, frozen=True):
@@ -202,6 +207,13 @@ class StepResult(msgspec.Struct, kw_only=True, frozen=True):
     # the rest of the step stands. request id -> message.
     failed: dict[str, str] = {}
     accepted: dict[str, int] = {}  # per request that drafted: how many draft tokens it kept
+    # --spec-decoding draft: the draft model's tokens for each request planned with DRAFT_TOKEN
+    # placeholders (the core keeps drafted[:accepted]), and the seconds its forwards past the
+    # one every step runs took (its one-row draft decodes), and how many there were: the step
+    # cost fit learns the step without them, the drafter what a draft forward costs.
+    drafted: dict[str, list[int]] = {}
+    draft_seconds: float = 0.0
+    draft_forwards: int = 0
     error: str | None = None  # the whole step failed
     elapsed: float = 0.0
 

@@ -68,17 +68,31 @@ def resolve_model(model: str | None, task: str = "chat") -> tuple[str, Path]:
     return path.name, path
 
 
-def model_error(model: str | None) -> str | None:
+def model_error(model: str | None, flag: str = "--model") -> str | None:
     """Why `resolve_model` would refuse this model argument, found without loading or
     converting anything (the command line checks it before it starts); None when it is fine."""
     if model in (None, "", DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL):
         return None
     path = Path(model).expanduser()
     if not path.is_dir():
-        return f"--model {model!r}: no such directory (give a local Hugging Face model directory, or {DEFAULT_CHAT_MODEL})"
+        return f"{flag} {model!r}: no such directory (give a local Hugging Face model directory, or {DEFAULT_CHAT_MODEL})"
     if not (path / "config.json").is_file():
-        return f"--model {model!r}: not a model directory (it has no config.json)"
+        return f"{flag} {model!r}: not a model directory (it has no config.json)"
     return None
+
+
+def local_model_dir(model: str | None, task: str = "chat") -> Path | None:
+    """The directory `resolve_model` would give, found without converting anything: None while
+    the embedded default chat model is not converted yet."""
+    if model in (None, "") and task == "embeddings" or model == DEFAULT_EMBEDDING_MODEL:
+        try:
+            return _package_dir(_EMBEDDING_PACKAGE) / "model"
+        except FileNotFoundError:
+            return None
+    if model in (None, "", DEFAULT_CHAT_MODEL):
+        target = store_root() / _DEFAULT_CHAT_ENTRY
+        return target if (target / "config.json").is_file() else None
+    return Path(str(model)).expanduser()
 
 
 # Vision-language families the generation engine serves (actors/runners/vision/families.py).

@@ -10,19 +10,20 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from actors.runners import calibration, paged_attention
+from actors.runners.draft_model import DraftModel
+from actors.runners.grammar_masks import GrammarMasks, consume
 from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, choose
 from actors.runners.native.decode_graph import MAX_FEW_TOKENS, DecodeGraph
 from actors.runners.native.path import NativePath
 from actors.runners.request_state import RequestStates
-from actors.runners.sampler import SamplingBatch, apply_penalties, sample, unpack_bitmask
+from actors.runners.sampler import SamplingBatch, apply_penalties, sample
 from runtime.messages import NewRequest, ScheduledSeq, StepPlan, StepResult
 from runtime.protocol import ModelInfo
 from runtime.sampling import SamplingParams
@@ -105,6 +106,7 @@ class TorchRunner:
         quantization: str | None = None,
         cuda_graphs: bool | None = None,
         max_num_seqs: int = 256,
+        draft_model: Path | None = None,
     ) -> None:
         self.model_dir = Path(model_dir)
         self._requested_device = device
@@ -124,11 +126,11 @@ class TorchRunner:
         self.model: ModelPath | None = None
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
-        # Grammar masks are computed on this helper thread while the forward runs (llguidance
+        # Grammar masks are computed on a helper thread while the forward runs (llguidance
         # releases the GIL), so constrained requests add little to the step's critical path.
-        self._mask_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchyard-masks")
-        self._ll_executor: Any = None
+        self.masks: GrammarMasks | None = None  # made with the vocabulary, at load
         self.requests = RequestStates()  # per-request history and grammar state; this thread its only writer
+        self.draft = DraftModel(draft_model) if draft_model is not None else None  # --spec-decoding draft
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -157,8 +159,13 @@ class TorchRunner:
         self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(model.num_layers)]
         self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(model.num_layers)]
         self.vocab_size = model.vocab_size
+        self.masks = GrammarMasks(self.vocab_size)
         max_len = self._max_model_len or model.max_position_embeddings
         self._max_len = int(max_len)
+        if self.draft is not None:  # its own cache, the same slots and block tables (actors/runners/draft_model.py)
+            if model.takes_images:
+                raise ValueError(f"--spec-decoding draft: {self.model_dir} is a vision-language model; a draft model drafts for text models only")
+            self.draft.load(self.dtype, self.device, num_slots, self.block_size, self.vocab_size, self._max_len)
         fingerprint_src = json.dumps(
             [_weights_identity(self.model_dir), str(self.dtype), self.device.type, num_blocks, self.block_size, int(max_len), torch.__version__, self._batch_invariant, model.impl]
         )
@@ -195,7 +202,7 @@ class TorchRunner:
             bucketed.capture_all(self.k_cache, self.v_cache)
         timed, slots = calibration.plans(self.block_size, self.k_cache[0].shape[1] // self.block_size, self._max_len)
         samples = calibration.time_steps(self.execute, timed)
-        for cache in (*self.k_cache, *self.v_cache):
+        for cache in (*self.k_cache, *self.v_cache, *(self.draft.caches() if self.draft is not None else ())):
             cache[:, : max(3 * self.block_size, slots)].zero_()
         self.requests = RequestStates()  # nothing of the warm-up's requests stays
         self.compile_in_background()  # serve eager now, the compiled graph when it is ready
@@ -215,10 +222,13 @@ class TorchRunner:
         return self.model.decode_graph if isinstance(self.model, NativePath) else None
 
     def close(self) -> None:
-        self._mask_pool.shutdown(wait=True)
+        if self.masks is not None:
+            self.masks.close()
         self.model = None
         self.k_cache = []
         self.v_cache = []
+        if self.draft is not None:
+            self.draft.close()
 
     # -- one step -----------------------------------------------------------------------------
 
@@ -237,11 +247,14 @@ class TorchRunner:
             positions = self.model.with_images(seqs, self.requests, positions)
         if plan.block_copies:
             paged_attention.copy_blocks(self.k_cache, self.v_cache, list(plan.block_copies), self.block_size)
-        input_ids = torch.tensor([t for s in seqs for t in self.requests.input_ids(s)], dtype=torch.long, device=self.device)
+        fed = [self.requests.input_ids(s) for s in seqs]
+        drafts = self.draft.propose(plan.block_copies, seqs, fed) if self.draft is not None else None
+        if drafts is not None:  # DRAFT_TOKEN placeholders filled with the draft model's tokens
+            seqs, fed = drafts.seqs, drafts.fed
+        input_ids = torch.tensor([t for tokens in fed for t in tokens], dtype=torch.long, device=self.device)
         rows = LogitRows.plan(seqs, self.requests)
-        guided = [(i, d.matcher) for i, d in enumerate(rows.draws) if d.matcher is not None]
-        bitmask = self._bitmask(len(guided)) if guided else None
-        masks: Future[dict[int, str]] | None = self._mask_pool.submit(self._fill_masks, guided, _mask_tasks(rows.draws, guided), bitmask) if guided else None
+        assert self.masks is not None
+        masks = self.masks.start(rows.draws)
         keep = torch.tensor(rows.index or [input_ids.shape[0] - 1], dtype=torch.long, device=self.device)
         logits = self.model.forward(input_ids, positions, step, keep, self.k_cache, self.v_cache)
         if not rows.index:
@@ -253,10 +266,11 @@ class TorchRunner:
         failed: dict[str, str] = {}
         kept: dict[str, int] = {}
         if rows.draws:
-            allowed, broken = self._allowed(guided, bitmask, masks.result()) if masks is not None else (None, {})
-            sampled, failed, kept = self._sample(all_logits, rows.draws, guided, allowed, broken)
+            allowed, broken = self.masks.allowed(masks) if masks is not None else (None, {})
+            sampled, failed, kept = self._sample(all_logits, rows.draws, masks.guided if masks is not None else [], allowed, broken)
         collected = rows.collect_logprobs(seqs, self.requests, logprobs, sampled, kept) if logprobs is not None else {}
-        return StepResult(step_id=plan.step_id, sampled=sampled, failed=failed, accepted=kept, logprobs=collected, elapsed=time.perf_counter() - started)
+        spec = self.draft.finish(drafts, kept) if drafts is not None and self.draft is not None else {}
+        return StepResult(step_id=plan.step_id, sampled=sampled, failed=failed, accepted=kept, logprobs=collected, elapsed=time.perf_counter() - started, **spec)
 
     def _sample(
         self,
@@ -292,11 +306,11 @@ class TorchRunner:
                 continue
             if draw.checks is not None:  # a verify row: the draft stands while it is what was sampled
                 if token == draw.checks:
-                    if _consume(draw, token, failed):
+                    if consume(draw, token, failed):
                         kept[draw.request_id] = kept.get(draw.request_id, 0) + 1
                     continue
                 kept.setdefault(draw.request_id, 0)
-            if _consume(draw, token, failed):
+            if consume(draw, token, failed):
                 sampled[draw.request_id] = token
         return sampled, failed, kept
 
@@ -329,77 +343,3 @@ class TorchRunner:
             logits[local] = logits[local].masked_fill(~rows_allowed, float("-inf"))
         batch = SamplingBatch.build([params[i] for i in which], self.device)
         return sample(logits, batch).tolist()
-
-    # Grammar masks: llguidance fills a packed bitmask on the helper thread while the forward
-    # runs (it releases the GIL and runs no torch kernel). Allocating and unpacking the mask are
-    # torch ops and stay on the device thread: torch work on a second long-lived thread would
-    # give it an OpenMP team of its own (runtime/thread_bridge.py says why that is slow).
-
-    def _bitmask(self, rows: int) -> torch.Tensor:
-        import llguidance.torch
-
-        return llguidance.torch.allocate_token_bitmask(rows, self.vocab_size)
-
-    def _fill_masks(self, guided: list[tuple[int, Any]], tasks: list[tuple[Any, int, list[int]]], bitmask: torch.Tensor) -> dict[int, str]:
-        """Helper thread: each guided draw's allowed tokens into `bitmask` (a draft's verify
-        rows each by the matcher advanced over the draft tokens before it, then rolled back);
-        the draws whose matcher is broken (they fail; the rest of the step goes on)."""
-        import llguidance
-        import llguidance.torch
-
-        if self._ll_executor is None:
-            self._ll_executor = llguidance.LLExecutor(num_threads=1)
-        try:
-            plain = [(matcher, row) for matcher, row, draft in tasks if not draft]
-            drafted = [task for task in tasks if task[2]]
-            if plain:
-                llguidance.torch.fill_next_token_bitmask_par(self._ll_executor, plain, bitmask)
-            if drafted:
-                llguidance.torch.fill_next_token_bitmask_par_with_draft_tokens(self._ll_executor, drafted, bitmask)
-        except Exception as exc:  # the batch call raised instead of flagging one matcher: fail the guided draws, not the step
-            return {i: f"grammar mask failed: {exc}" for i, _ in guided}
-        return {i: matcher.get_error() for i, matcher in guided if matcher.is_error()}
-
-    def _allowed(
-        self, guided: list[tuple[int, Any]], bitmask: torch.Tensor | None, broken: dict[int, str]
-    ) -> tuple[torch.Tensor, dict[int, str]]:
-        """Allowed tokens `[G, V]` per guided draw; a draw whose grammar allows nothing fails."""
-        assert bitmask is not None
-        allowed = unpack_bitmask(bitmask, self.vocab_size)
-        empty = (~allowed.any(dim=-1)).tolist()  # one reduction and one sync for every row
-        for j, (i, _) in enumerate(guided):
-            if i in broken or empty[j]:
-                broken.setdefault(i, "the grammar allows no next token")
-                allowed[j] = True  # keeps the batched sampling well-defined; the draw is dropped
-        return allowed, broken
-
-
-def _mask_tasks(draws: list[Draw], guided: list[tuple[int, Any]]) -> list[tuple[Any, int, list[int]]]:
-    """llguidance's mask jobs for the guided draws: (matcher, its first mask row, the draft its
-    next rows follow). A draft's verify draws are consecutive and share one matcher: the first
-    carries the whole draft, and its k + 1 rows are filled from it; a plain draw has none."""
-    tasks: list[tuple[Any, int, list[int]]] = []
-    row = 0
-    while row < len(guided):
-        i, matcher = guided[row]
-        draw = draws[i]
-        draft = list(draw.seq.token_ids[-draw.seq.num_draft_tokens :]) if draw.checks is not None and not draw.prefix else []
-        tasks.append((matcher, row, draft))
-        row += len(draft) + 1
-    return tasks
-
-
-def _consume(draw: Draw, token: int, failed: dict[str, str]) -> bool:
-    """`token` becomes `draw`'s: its grammar matcher (if live) takes it, then its history.
-    False, with the request failed, when the grammar refuses it."""
-    matcher = draw.matcher
-    if matcher is not None:
-        try:
-            if not matcher.consume_token(token):
-                failed[draw.request_id] = f"grammar error: token {token} rejected: {matcher.get_error()}"
-        except Exception as exc:
-            failed[draw.request_id] = f"grammar error: {type(exc).__name__}: {exc}"
-        if draw.request_id in failed:
-            return False
-    draw.state.history.append(token)
-    return True

@@ -17,12 +17,14 @@ from typing import Any, NoReturn
 
 import trio
 
+from actors.runners.native.config import SUPPORTED as NATIVE_ARCHITECTURES
 from api.cluster.cli import serve_ray
 from api.http.platform import config as platform_config
 from api.process.config_file import model_configs, read_config_file
 from api.process.flags import CommandLine, parse_args
 from api.process.server import BindError, listen, serve_runtime
 from runtime.config import RuntimeConfig
+from runtime.draft_models import draft_error
 from runtime.logging import configure_logging
 from runtime.memory import bound_native_caches
 from runtime.model_store import architecture_error, model_error
@@ -49,6 +51,10 @@ def load(argv: list[str] | None = None) -> Launch:
         error = model_error(model) or architecture_error(model, task)
         if error:  # checked now: loading the other models first would take a while
             raise SystemExit(f"{file.path}: models[{i}].model: {error}" if file and file.models else f"switchyard: {error}")
+    for i, config in enumerate(configs):
+        error = draft_error(config, NATIVE_ARCHITECTURES)
+        if error:
+            raise SystemExit(f"{file.path}: models[{i}]: {error}" if file and file.models else f"switchyard: {error}")
     try:
         platform = platform_config.from_args(command.args, file.platform if file else None, file.endpoints if file else ())
     except ValueError as exc:

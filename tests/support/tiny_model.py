@@ -116,3 +116,23 @@ def build_tiny_decoder(
     )
     model.save_pretrained(path)
     return path
+
+
+def build_noisy_copy(target: Path, path: Path, *, noise: float = 0.1, seed: int = 0) -> Path:
+    """A different model with `target`'s tokenizer and shape: its weights plus Gaussian noise of
+    `noise` times each tensor's spread (0.1 on the tiny Llama: a draft model whose greedy token
+    is the target's about half the time)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path.mkdir(parents=True, exist_ok=True)
+    for file in target.iterdir():
+        if file.suffix != ".safetensors":
+            shutil.copy(file, path / file.name)
+    generator = torch.Generator().manual_seed(seed)
+    tensors = load_file(str(target / "model.safetensors"))
+    noisy = {name: t + noise * t.std() * torch.randn(t.shape, generator=generator) for name, t in tensors.items()}
+    save_file(noisy, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path

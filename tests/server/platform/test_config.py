@@ -123,7 +123,7 @@ def test_config_file_models_endpoints_and_platform(tiny_model_dir: Path, tmp_pat
         ('[[endpoints]]\nname = "e"\nrouting = "x"\nserved = [{ model = "a" }]\n', "endpoints[0] has unknown keys ['routing']"),
         ('[[models]]\nname = "a"\n[[endpoints]]\nname = "e"\nserved = [{ model = "zz" }]\n', "serves 'zz', which no [[models]] table names"),
         ('[[models]]\nname = "a"\ncolour = "red"\n', "models[0] has unknown keys ['colour']"),
-        ('[[models]]\nname = "a"\nspec_decoding = "eagle"\n', "models[0].spec_decoding must be one of off, ngram, auto"),
+        ('[[models]]\nname = "a"\nspec_decoding = "eagle"\n', "models[0].spec_decoding must be one of off, ngram, draft, auto"),
         ("models = 3\n", "models must be an array of tables"),
         ("[[models]\n", "not valid TOML"),
     ],
