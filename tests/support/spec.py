@@ -5,6 +5,8 @@ request's deltas. `always_draft` makes the drafter propose its full `num_spec_to
 a draft is found: how much to draft otherwise comes from the step cost fit, measured on this
 machine's steps (actors/drafting.py `Drafter.worth`), so on a busy 2-core machine a test's
 requests would draft in one run and not in the next. The output must not change either way.
+`DraftSwitch` turns drafting on and off between one engine's requests (a model too large to
+load twice for a test).
 """
 
 from __future__ import annotations
@@ -24,8 +26,16 @@ from runtime.request import Prompt
 from runtime.sampling import SamplingParams
 
 
+class DraftSwitch:
+    """While `on`, every request drafts all it can; while off, none does (the same as drafting off)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, on: bool = True) -> None:
+        self.on = on
+        monkeypatch.setattr(Drafter, "worth", lambda drafter, cost, rows, request_id: drafter.max_tokens if self.on else 0)
+
+
 def always_draft(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Drafter, "worth", lambda self, cost, rows, request_id: self.max_tokens)
+    DraftSwitch(monkeypatch, on=True)
 
 
 @asynccontextmanager
