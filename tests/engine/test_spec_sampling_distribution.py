@@ -29,7 +29,6 @@ from typing import Any
 
 import pytest
 
-from actors.drafting import NgramIndex
 from actors.runners.torch_runner import TorchRunner
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
@@ -61,11 +60,25 @@ async def sample(model_dir: Path, spec: str, first_seed: int, prompt: list[int] 
 
 
 def repeats(prompt: list[int], output: list[int]) -> int:
-    """How many of `output`'s tokens are the one-token n-gram draft at their position."""
-    history, count = list(prompt), 0
+    """How many of `output`'s tokens are what followed the latest earlier occurrence of the 4, 3
+    or 2 tokens before them (the prompt-lookup guess; here, not the drafter's own index, so the
+    statistic stays a fixed function of the text whatever the drafter becomes)."""
+    history, after = list(prompt), {}  # n-gram -> the position just after its latest occurrence
+
+    def index(end: int) -> None:
+        for n in (4, 3, 2):
+            if end >= n:
+                after[tuple(history[end - n : end])] = end
+
+    for end in range(1, len(history)):  # every n-gram ending before the last token
+        index(end)
+    count = 0
     for token in output:
-        count += NgramIndex().propose(history, 1) == [token]
+        keys = [tuple(history[-n:]) for n in (4, 3, 2) if len(history) > n]
+        guess = next((history[after[key]] for key in keys if key in after), None)
+        count += guess == token
         history.append(token)
+        index(len(history) - 1)
     return count
 
 
