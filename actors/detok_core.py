@@ -30,22 +30,30 @@ class IncrementalDetokenizer:
         self._pending = ""  # decoded, not yet emitted
         self._skip_special = skip_special_tokens
         self._ids: list[int] = []  # every token pushed
+        self.num_taken = 0  # of the last push's tokens, those the output keeps (see push)
         self.text = ""  # everything emitted so far
 
     def push(self, token_ids: list[int]) -> tuple[str, str | None]:
-        """Feed tokens; return (text safe to emit now, the stop string hit or None)."""
-        self._ids.extend(token_ids)
-        for token_id in token_ids:
+        """Feed tokens; return (text safe to emit now, the stop string hit or None).
+
+        Stop strings are looked for after each token, as when tokens come one a step: several
+        at once (a kept speculative draft and the token after it) must stop where one at a
+        time would. On a hit, `num_taken` says how many of `token_ids` the output keeps: those
+        up to the one that completed the stop string (the rest are dropped, and not counted)."""
+        self.num_taken = len(token_ids)
+        for i, token_id in enumerate(token_ids):
+            self._ids.append(token_id)
             piece = self._stream.step(self._tokenizer, token_id)
-            if piece:
-                self._pending += piece
-        if self._stop:
-            hit = self._find_stop()
+            if not piece:
+                continue
+            self._pending += piece
+            hit = self._find_stop() if self._stop else None
             if hit is not None:
                 index, stop = hit
                 out = self._pending[: index + (len(stop) if self._include_stop else 0)]
                 self._pending = ""
                 self.text += out
+                self.num_taken = i + 1
                 return out, stop
         cut = len(self._pending) - self._hold
         if cut <= 0:

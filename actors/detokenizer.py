@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import trio
 
 from actors.detok_core import IncrementalDetokenizer
@@ -93,19 +94,22 @@ class DetokenizerActor:
             state.first_token_time = now
             if params.thinking is not None:
                 state.thinking = ThinkingTracker(params.thinking)
-        self._count_tokens(state, item, now)
-
         finish = item.finish_reason
         stop_reason: str | int | None = item.stop_token_id
         tokens = visible_tokens(item.token_ids, params, finish is FinishReason.STOP, item.stop_token_id)
         text, hit = state.detok.push(tokens)
         if hit is not None:
+            # A stop string completed before the step's last token (inside a kept draft): the
+            # output and its counts end at that token, as they would one token a step.
+            taken = state.detok.num_taken
+            item = msgspec.structs.replace(item, token_ids=item.token_ids[:taken], logprobs=item.logprobs[:taken] if item.logprobs is not None else None)
             stop_reason = hit
             if finish is None:  # the scheduler still runs it: stop it there too
                 self.scheduler.abort(state.request_id, AbortReason.STOP_STRING)
             finish = FinishReason.STOP
         elif finish is not None:
             text += state.detok.flush()
+        self._count_tokens(state, item, now)
 
         usage = None
         if finish is not None:

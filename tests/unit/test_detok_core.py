@@ -202,3 +202,39 @@ def test_flush_after_a_cut_mid_character_matches_a_full_decode(tok, stop: tuple[
     chunks.append(d.flush())
     assert "".join(chunks) == d.text == tok.decode(ids)
     assert d.text.startswith("ab") and d.text != "ab"
+
+
+def _taken(tok, ids: list[int], sizes: list[int], **kwargs) -> tuple[str, str | None, int]:
+    """Text, stop hit and tokens the output keeps, pushing `ids` in groups of `sizes`."""
+    d = IncrementalDetokenizer(tok, **kwargs)
+    text, taken = "", 0
+    for group in _groups(ids, sizes):
+        out, stop = d.push(group)
+        text += out
+        taken += d.num_taken
+        if stop is not None:
+            return text, stop, taken
+    return text + d.flush(), None, taken
+
+
+def test_several_tokens_at_once_stop_where_one_at_a_time_would(tok) -> None:
+    """A speculative step hands over a kept draft and the token after it together: the stop
+    string one of them completes ends the output at that token (`num_taken`), and a stop that
+    starts earlier but completes later loses, as it does one token a step."""
+    ids = tok.encode("hello STOP world").ids
+    one = _taken(tok, ids, [1], stop=("STOP",))
+    assert one[:2] == ("hello ", "STOP") and one[2] < len(ids)
+    assert _taken(tok, ids, [100], stop=("STOP",)) == one
+    ids = byte_token_ids("xabcx")
+    assert _taken(tok, ids, [1], stop=("abc", "b")) == ("xa", "b", 3)
+    assert _taken(tok, ids, [100], stop=("abc", "b")) == ("xa", "b", 3)
+    rng = random.Random(24)
+    alphabet = ["a", "b", " ", "é", "😀", "S", "T"]
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 14)))
+        stops = tuple("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 2)))
+        include = rng.random() < 0.5
+        ids = byte_token_ids(text) if rng.random() < 0.5 else tok.encode(text).ids
+        sizes = [rng.randint(1, 5) for _ in range(3)]
+        options = dict(stop=stops, include_stop_str_in_output=include)
+        assert _taken(tok, ids, sizes, **options) == _taken(tok, ids, [1], **options), (text, stops, sizes)
