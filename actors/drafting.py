@@ -36,6 +36,12 @@ NGRAM_SIZES = (4, 3, 2)  # longest first: a longer match predicts better
 PRIOR_ACCEPTANCE = 0.5  # a request's acceptance before it has drafted
 ACCEPTANCE_WEIGHT = 0.3  # the moving average's weight of the latest step
 MIN_GAIN = 1.05  # a draft must promise at least this much more tokens per second
+# `--spec-decoding auto` drafts only in steps of at most this many decode rows. Wider, the fit's
+# promise did not hold: a verify row is attended on the prompt path, and a step that drafts is
+# not planned ahead (async scheduling's overlap is lost), so drafting at c = 32 read 0.81-0.88
+# of drafting off while c = 1 read 1.8-2.2x (ops/results/spec-auto-vs-off-c1-c64-2026-11-26-xeon-amx.json).
+# `ngram` and `draft` keep the fit's rule alone.
+AUTO_MAX_ROWS = 4
 # The shared pool: how many n-grams it keeps (least recently used out first; ~100 bytes each),
 # and how much of a finished request's output it takes (its end: the most recent text).
 POOL_CAPACITY = 1 << 16
@@ -108,8 +114,9 @@ class NgramPool:
 
 
 class Drafter:
-    def __init__(self, max_tokens: int, pool_capacity: int = POOL_CAPACITY) -> None:
+    def __init__(self, max_tokens: int, max_rows: int | None = None, pool_capacity: int = POOL_CAPACITY) -> None:
         self.max_tokens = max_tokens
+        self.max_rows = max_rows  # a step of more decode rows never drafts (`auto`: AUTO_MAX_ROWS)
         self.pool = NgramPool(pool_capacity, max_tokens)
         self._index: dict[str, NgramIndex] = {}
         self._acceptance: dict[str, float] = {}
@@ -145,6 +152,8 @@ class Drafter:
 
     def worth(self, cost: StepCostModel, rows: int, request_id: str) -> int:
         """How many tokens to draft for one of `rows` decoding requests (0: none)."""
+        if self.max_rows is not None and rows > self.max_rows:
+            return 0
         alpha = self.acceptance(request_id)
         base = cost.predict(rows, 0)
         if base is None or base <= 0:

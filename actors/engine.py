@@ -27,6 +27,7 @@ import structlog
 import trio
 
 from actors.detokenizer import DetokenizerActor
+from actors.drafting import AUTO_MAX_ROWS
 from actors.embed_core import EmbeddingSchedulerCore
 from actors.executor import ExecutorActor
 from actors.guidance import GuideCompiler
@@ -193,6 +194,7 @@ class Engine:
                 eos_token_ids=self.eos_token_ids,
                 num_spec_tokens=cfg.num_spec_tokens if cfg.drafter() != "off" else 0,
                 draft_model=cfg.drafter() == "draft",
+                spec_max_rows=AUTO_MAX_ROWS if cfg.spec_decoding == "auto" else None,
             )
         )
 

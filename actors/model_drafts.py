@@ -31,8 +31,8 @@ FORWARD_WEIGHT = 0.3  # the moving average's weight of the latest step's draft f
 
 
 class ModelDrafter(Drafter):
-    def __init__(self, max_tokens: int) -> None:
-        super().__init__(max_tokens)
+    def __init__(self, max_tokens: int, max_rows: int | None = None) -> None:
+        super().__init__(max_tokens, max_rows)
         self.forward_seconds: float | None = None  # one draft decode forward, as measured (None: none yet)
 
     def propose(self, seq: Sequence, k: int) -> list[int]:

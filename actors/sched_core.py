@@ -51,7 +51,7 @@ class SchedulerCore:
         # cache still serves it every full block.
         self.forks: dict[str, list[Sequence]] = {}
         self.plans = PlanBuilder(config.block_size)
-        self.drafter = (ModelDrafter if config.draft_model else Drafter)(config.num_spec_tokens) if config.num_spec_tokens > 0 else None
+        self.drafter = (ModelDrafter if config.draft_model else Drafter)(config.num_spec_tokens, config.spec_max_rows) if config.num_spec_tokens > 0 else None
         self._step_times = (0.0, 0.0)  # (started, finished) of the step update() is applying
         self.num_prefill_tokens = 0  # prompt tokens computed (not served from cache), lifetime
         self.num_preemptions = 0

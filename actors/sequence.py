@@ -230,4 +230,5 @@ class SchedulerConfig:
     step_samples: tuple[tuple[int, int, float], ...] = ()  # the runner's timed start-up steps, to seed it
     num_spec_tokens: int = 0  # speculative decoding: the most draft tokens a request verifies in a step (0: off)
     draft_model: bool = False  # drafts come from the runner's draft model (actors/model_drafts.py), not n-grams
+    spec_max_rows: int | None = None  # no drafts in a step of more decode rows than this (None: the fit decides alone)
     eos_token_ids: frozenset[int] = frozenset()

@@ -157,3 +157,23 @@ def test_the_shared_pool_drafts_what_an_earlier_request_wrote() -> None:
     assert pool.propose([1, 2], 3) == []  # an n-gram of the prompt alone is never learnt
     pool.add([20, 21, 22, 23], first_output=1)
     assert len(pool) == 6 and pool.propose([3, 4, 5], 1) == [6]  # still there: used last
+
+
+def test_auto_never_drafts_in_a_wide_step() -> None:
+    """`auto` caps the rows of a drafting step (AUTO_MAX_ROWS): wider steps neither draft nor
+    hold back planning ahead, whatever the fit promises; narrower ones draft as the fit says."""
+    from actors.drafting import AUTO_MAX_ROWS
+
+    cheap_tokens = StepCostModel(((1, 0, 0.050), (32, 0, 0.120), (0, 256, 0.200), (1, 256, 0.205), (32, 128, 0.190)))
+    capped = Drafter(max_tokens=4, max_rows=AUTO_MAX_ROWS)
+    assert capped.worth(cheap_tokens, AUTO_MAX_ROWS, "a") > 0 and capped.worth(cheap_tokens, AUTO_MAX_ROWS + 1, "a") == 0
+    assert Drafter(max_tokens=4).worth(cheap_tokens, AUTO_MAX_ROWS + 1, "a") > 0  # ngram: the fit alone
+
+    core = SchedulerCore(SchedulerConfig(num_blocks=256, block_size=4, max_num_seqs=8, max_num_batched_tokens=64, eos_token_ids=frozenset({EOS}), num_spec_tokens=4, spec_max_rows=2))
+    for i in range(3):
+        core.add(TokenizedRequest(request_id=f"r{i}", prompt_token_ids=[10 + i, 11, 12], sampling=SamplingParams(), max_tokens=20, seed=0, arrival_time=0.0))
+    plan = core.schedule()
+    assert plan is not None
+    core.update(plan, verify(plan))
+    decode = core.schedule()
+    assert decode is not None and not any(s.num_draft_tokens for s in decode.seqs) and core.schedule_ahead(decode) is not None
