@@ -75,7 +75,11 @@ class _WithDraftForwards(StepCostModel):
 
 def observe_step(fit: StepCostModel, drafter: Drafter | None, plan: StepPlan, result: StepResult, seconds: float) -> None:
     """A step that ran: the fit learns it without the draft model's draft decodes, which a
-    model drafter learns on its own (with no draft model there are none)."""
-    fit.observe(plan.num_decode_rows, plan.num_prefill_tokens, seconds - result.draft_seconds)
+    model drafter learns on its own (with no draft model there are none). A step that verified
+    drafts is not learnt at all: its verify rows are neither decode rows nor prompt tokens, and
+    learnt as prompt tokens they shrank the prompt allowance of the steps after them (auto's
+    grounded c = 64 cell, docs/performance.md)."""
+    if not any(s.num_draft_tokens for s in plan.seqs):
+        fit.observe(plan.num_decode_rows, plan.num_prefill_tokens, seconds - result.draft_seconds)
     if isinstance(drafter, ModelDrafter):
         drafter.observe(result.draft_forwards, result.draft_seconds)

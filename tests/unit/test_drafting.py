@@ -177,3 +177,22 @@ def test_auto_never_drafts_in_a_wide_step() -> None:
     core.update(plan, verify(plan))
     decode = core.schedule()
     assert decode is not None and not any(s.num_draft_tokens for s in decode.seqs) and core.schedule_ahead(decode) is not None
+
+
+def test_a_step_that_verified_drafts_is_not_learnt_by_the_step_cost_fit() -> None:
+    """Verify rows are neither decode rows nor prompt tokens: learnt as prompt tokens, a few slow
+    verify steps would shrink the prompt allowance of the steps after them."""
+    from actors.model_drafts import observe_step
+    from runtime.messages import ScheduledSeq
+
+    seeded = ((1, 0, 0.010), (32, 0, 0.120), (0, 256, 0.200), (1, 256, 0.205), (32, 128, 0.190))
+    fit = StepCostModel(seeded)
+    before = fit.predict(1, 128)
+    verify_row = ScheduledSeq(request_id="a", token_ids=[1, 2, 3, 4, 5], start_pos=40, block_table=[0], sample=True, sampling=SamplingParams(), seed=0, num_draft_tokens=4)
+    for _ in range(10):
+        observe_step(fit, None, StepPlan(step_id=0, seqs=(verify_row,)), StepResult(step_id=0, sampled={}), 0.5)
+    assert fit.predict(1, 128) == before
+    prompt_chunk = ScheduledSeq(request_id="b", token_ids=[1, 2, 3, 4, 5], start_pos=40, block_table=[0], sample=True, sampling=SamplingParams(), seed=0)
+    for _ in range(10):
+        observe_step(fit, None, StepPlan(step_id=0, seqs=(prompt_chunk,)), StepResult(step_id=0, sampled={}), 0.5)
+    assert fit.predict(1, 128) != before  # the same step without a draft is learnt
