@@ -9,7 +9,7 @@ the encoder cache does not hold (once per image: a chunk boundary inside an imag
 preemption or another request with the same image read the cached output) and keeps the rows
 to scatter. The encoder runs here, on the device thread, inside the step that first feeds the
 image's tokens: part of that request's prefill, never on the event loop. Positions: plain
-(LLaVA), or M-RoPE (Qwen2-VL): a prompt position takes its precomputed (time, height, width)
+(LLaVA, Idefics3), or M-RoPE (Qwen2-VL, Qwen2.5-VL): a prompt position takes its precomputed (time, height, width)
 triple, a later one `position + delta` in all three.
 """
 
@@ -25,6 +25,7 @@ from actors.runners.request_state import RequestStates
 from actors.runners.vision import families
 from actors.runners.vision.encoder_cache import EncoderCache
 from runtime.messages import ImageFeatures, ScheduledSeq
+from runtime.model_store import MROPE_MODEL_TYPES
 
 
 class VisionPath:
@@ -43,7 +44,7 @@ class VisionPath:
         self.head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         self.vocab_size = self.lm_head.weight.shape[0]
         self.max_position_embeddings = getattr(text, "max_position_embeddings", 2048)
-        self.mrope = family == "qwen2_vl"
+        self.mrope = family in MROPE_MODEL_TYPES
         self.encoder_cache = EncoderCache()
         self._rows: tuple[torch.Tensor, torch.Tensor] | None = None  # this step's (token indices, features)
 
