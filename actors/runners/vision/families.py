@@ -45,6 +45,16 @@ def load(family: str, model_dir: Path, dtype: torch.dtype, attn: str) -> Any:
     return cls.from_pretrained(model_dir, dtype=dtype, attn_implementation={"text_config": attn, "vision_config": "sdpa"})
 
 
+_VISION_TOWER = {"llava": "vision_tower", "qwen2_vl": "visual", "qwen2_5_vl": "visual", "idefics3": "vision_model"}
+
+
+def blocks(family: str, model: Any) -> torch.nn.ModuleList:
+    """The vision tower's repeated blocks (where its encoder can stop and go on: slices.py): the
+    tower's longest module list (CLIP's and SigLIP's encoder layers, Qwen2-VL's blocks)."""
+    tower = getattr(model.model, _VISION_TOWER[family])
+    return max((m for m in tower.modules() if isinstance(m, torch.nn.ModuleList)), key=len)
+
+
 def parts(model: Any) -> tuple[Any, Any, Any]:
     """(text tower, input embeddings, LM head)."""
     inner = model.model
