@@ -54,6 +54,9 @@ class EncodeAhead:
         """Whether `seq` has an image still to be fed that is not encoded yet."""
         return any(image.end > seq.num_computed_tokens for image in self._pending.get(seq.request_id, ()))
 
+    def any_waits(self, seqs: Iterable[Sequence]) -> bool:
+        return bool(self._pending) and any(self.waits(seq) for seq in seqs)
+
     def wanted(self, seqs: Iterable[Sequence]) -> list[tuple[Sequence, str]]:
         """The images of `seqs` (in the order given, each request's in prompt order) the runner
         should encode now: each with its request."""

@@ -289,7 +289,7 @@ class SchedulerCore:
         """The step's prompt tokens and the seconds of encoder work it grants (step_cost.py `allowances`)."""
         streaming = any(seq.num_output_tokens > 0 for seq in self.running)
         held = min(len(self.running) + len(self.waiting), self.config.max_num_seqs)
-        encoding = bool(self.encoding.wanted([*self.running, *list(self.waiting)[:1]]))  # admission's next one too
+        encoding = self.encoding.any_waits(self.running) or self.encoding.any_waits(self.waiting)  # those admission may take too
         return self.step_cost.allowances(held if streaming else 0, self.config.step_stretch, self.config.max_num_batched_tokens, self.config.block_size, encoding)
 
     def _release_forks(self, parent_id: str) -> None:

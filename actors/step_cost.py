@@ -108,16 +108,17 @@ class StepCostModel:
         grants (None: no limit), with `held` requests streaming (0: none, nobody waits between
         chunks, so a prompt gets the whole budget and an encoder runs whole). While an image
         waits to be encoded (`encoding`) its encoder takes the step's spare time and prompts a
-        block (`floor`); else prompts take it, at least a block."""
+        block (`floor`); else prompts take it, at least a block (and an image admitted in the
+        step is granted it too)."""
         if stretch is None or not held:
             return budget, None
         # Sized by all requests held, not only those decoding: a burst of prompts may take the
         # step to what all of them decoding will take, so it clears.
-        spare = self.spare_seconds(held, stretch) if encoding else None
-        if spare is not None:
+        spare = self.spare_seconds(held, stretch)
+        if encoding and spare is not None:
             return min(budget, floor), spare
         allowance = self.prefill_allowance(held, stretch)
-        return (budget if allowance is None else min(budget, max(allowance, floor))), None
+        return (budget if allowance is None else min(budget, max(allowance, floor))), spare
 
     def prefill_allowance(self, decode_rows: int, stretch: float) -> int | None:
         """Prompt tokens a step with `decode_rows` decodes may carry so it takes at most

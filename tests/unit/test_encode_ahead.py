@@ -151,3 +151,17 @@ def test_a_failed_encoder_fails_its_request_alone() -> None:
     assert "image" not in d.core.requests and "text" in d.core.requests
     plan = d.schedule()
     assert plan is not None and not plan.encode_ahead
+
+
+def test_an_image_admitted_behind_a_text_prompt_is_still_encoded_in_slices() -> None:
+    d = EncodingDriver()
+    d.add("stream", prompt_of(8), max_tokens=200)
+    now = 0.0
+    for _ in range(5):
+        now = d.step_clocked(now)
+    d.add("text", prompt_of(8, start=50), max_tokens=50)  # the head of the queue: no image
+    d.add_image_request("image", "ad")
+    now = d.step_clocked(now)
+    plan, _, encoder_s = d.step_times[-1]
+    assert "text" in {s.request_id for s in plan.seqs} and plan.encode_ahead == (("image", "ad"),)
+    assert plan.encode_budget_s is not None and encoder_s < BLOCKS * BLOCK_S
