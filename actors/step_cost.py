@@ -7,8 +7,8 @@ Owns: a least-squares fit, over the last `WINDOW` steps with prompt tokens and t
 
 and the rule the scheduler core asks of it (`prefill_allowance`): how many prompt tokens may
 ride in a step beside `decode_rows` streaming requests so that the step takes at most `stretch`
-times what those decodes take alone (`spare_seconds`: that time, which a vision encoder's
-slice takes instead while an image waits to be encoded; the runner reports the encoder's
+times what those decodes take alone (`spare_seconds`: that time; `allowances` shares it with a
+vision encoder's slice while an image waits to be encoded; the runner reports the encoder's
 seconds, so the steps learnt from are the forwards alone).
 
 Why a time budget and not a token count: a stream's gap between two chunks is one step. A fixed
@@ -104,21 +104,24 @@ class StepCostModel:
         return base + per_row * decode_rows + per_token * prefill_tokens
 
     def allowances(self, held: int, stretch: float | None, budget: int, floor: int, encoding: bool) -> tuple[int, float | None]:
-        """A step's prompt tokens (of `budget`), and the seconds of a vision encoder's work it
-        grants (None: no limit), with `held` requests streaming (0: none, nobody waits between
-        chunks, so a prompt gets the whole budget and an encoder runs whole). While an image
-        waits to be encoded (`encoding`) its encoder takes the step's spare time and prompts a
-        block (`floor`); else prompts take it, at least a block (and an image admitted in the
-        step is granted it too)."""
+        """A step's prompt tokens (of `budget`, at least `floor`), and the seconds of a vision
+        encoder's work it grants (None: no limit), with `held` requests streaming (0: none,
+        nobody waits between chunks, so a prompt gets the whole budget and an encoder runs
+        whole). The step's spare time goes to prompts; while an image waits to be encoded
+        (`encoding`), half of it to its encoder (which runs a block at the least: a block of a
+        small tower can take all of that half) and half to prompts, so a prompt's chunks go on
+        beside the encoder's. An image admitted in a step that did not expect it gets the
+        spare time too."""
         if stretch is None or not held:
             return budget, None
         # Sized by all requests held, not only those decoding: a burst of prompts may take the
         # step to what all of them decoding will take, so it clears.
         spare = self.spare_seconds(held, stretch)
-        if encoding and spare is not None:
-            return min(budget, floor), spare
-        allowance = self.prefill_allowance(held, stretch)
-        return (budget if allowance is None else min(budget, max(allowance, floor))), spare
+        coef = self._fit()
+        if spare is None or coef is None:
+            return budget, spare  # prompt tokens cost next to nothing here
+        prompt_s = spare / 2 if encoding else spare
+        return min(budget, max(int(prompt_s / coef[2]), floor)), spare - prompt_s if encoding else spare
 
     def prefill_allowance(self, decode_rows: int, stretch: float) -> int | None:
         """Prompt tokens a step with `decode_rows` decodes may carry so it takes at most

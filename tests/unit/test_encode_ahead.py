@@ -85,13 +85,16 @@ def test_an_image_is_encoded_in_slices_beside_streams_and_its_tokens_wait_for_it
         now = d.step_clocked(now)
     for i in range(3):
         d.add_image_request(f"image-{i}", f"a{i}")
+        d.add(f"late-{i}", prompt_of(40, start=200 + 50 * i), max_tokens=4)  # a prompt beside the encoder
         for _ in range(40):
             now = d.step_clocked(now)
     assert not d.fed_before_encoded
     assert all(f"image-{i}" in d.finished for i in range(3)), d.core.statistics()
     encoding = [(plan, seconds, enc) for plan, seconds, enc in d.step_times if plan.encode_ahead]
-    # Each image took several steps of encoder work (one block or two a step), within the stretch.
+    # Each image took several steps of encoder work (one block or two a step), within the stretch,
+    # and prompts went on beside it (half the spare time theirs: more than a block of tokens).
     assert len([e for _, _, e in encoding if e]) >= 3 * BLOCKS // 2
+    assert any(plan.num_prefill_tokens > d.core.config.block_size for plan, _, _ in encoding)
     for plan, seconds, encoder_s in encoding:
         assert plan.encode_budget_s is not None
         decode_alone = forward_s(plan.num_decode_rows, 0)
