@@ -10,7 +10,8 @@ runs and its hash (the image's content hash, and the `detail` it was processed a
 Pillow (through the processor) and runtime.
 
 What `detail` does per family: LLaVA resizes every image to its vision tower's one input size,
-so `detail` changes nothing. Qwen2-VL's resolution follows the image: `low` (on every image of the prompt) caps
+so `detail` changes nothing. Qwen2-VL's resolution follows the image (Qwen2.5-VL's too: its
+processing is Qwen2-VL's, and all said of Qwen2-VL here holds for it): `low` (on every image of the prompt) caps
 each at `LOW_DETAIL_PIXELS` (at most 256 tokens), or a quarter of the processor's own bound
 where that is smaller; `high` and `auto` use the processor's own bounds (a prompt mixing `low`
 with others is processed at the processor's bounds). Idefics3 (SmolVLM) splits an image into
@@ -30,9 +31,10 @@ import numpy as np
 from runtime.errors import InvalidRequest
 from runtime.images import ImageInput
 from runtime.messages import ImageFeatures, MultiModalPrompt
+from runtime.model_store import MROPE_MODEL_TYPES, VISION_MODEL_TYPES
 from runtime.request import Prompt
 
-FAMILIES = ("llava", "qwen2_vl", "idefics3")
+FAMILIES = VISION_MODEL_TYPES
 LOW_DETAIL_PIXELS = 256 * 28 * 28
 
 
@@ -76,7 +78,7 @@ class ImagePrompts:
             ImageFeatures(hash=self._feature_hash(image), runs=image_runs, arrays=image_arrays)
             for image, image_runs, image_arrays in zip(prompt.images, runs, arrays)
         )
-        if self.family != "qwen2_vl":
+        if self.family not in MROPE_MODEL_TYPES:
             return ids, MultiModalPrompt(images=images)
         grids = [(int(a["image_grid_thw"][0][0]), int(a["image_grid_thw"][0][1]), int(a["image_grid_thw"][0][2])) for a in arrays]
         positions, delta = mrope_positions(len(ids), [r[0] for r in runs], grids, self._merge)
@@ -106,7 +108,7 @@ class ImagePrompts:
     def _image_kwargs(self, images: tuple[ImageInput, ...]) -> dict[str, Any]:
         if self.family == "idefics3" and images and all(image.detail == "low" for image in images):
             return {"images_kwargs": {"do_image_splitting": False}}
-        if self.family == "qwen2_vl" and images and all(image.detail == "low" for image in images):
+        if self.family in MROPE_MODEL_TYPES and images and all(image.detail == "low" for image in images):
             processor = self.processor.image_processor
             bounds = getattr(processor, "size", None) or {}
             most = int(bounds.get("longest_edge") or getattr(processor, "max_pixels", None) or LOW_DETAIL_PIXELS * 4)
@@ -115,7 +117,7 @@ class ImagePrompts:
         return {}
 
     def _feature_hash(self, image: ImageInput) -> str:
-        if self.family in ("qwen2_vl", "idefics3") and image.detail == "low":
+        if self.family != "llava" and image.detail == "low":
             return hashlib.sha256(f"{image.hash}:low".encode()).hexdigest()
         return image.hash
 
@@ -144,7 +146,8 @@ class ImagePrompts:
 
 
 def mrope_positions(length: int, image_runs: list[tuple[int, int]], grids: list[tuple[int, int, int]], merge: int) -> tuple[Any, int]:
-    """Qwen2-VL's M-RoPE positions of a prompt, as transformers' `get_rope_index` makes them:
+    """Qwen2-VL's M-RoPE positions of a prompt (Qwen2.5-VL's too: its `get_rope_index` spaces
+    only a video's frames differently), as transformers' `get_rope_index` makes them:
     text counts on from the last position, an image's tokens take (start + t, start + row,
     start + column) over its merged grid, and the text after it starts at start + max(rows,
     columns). Returns `[3, length]` int64 and the delta later positions add."""
@@ -191,14 +194,16 @@ def _runs(ids: list[int], image_token_id: int, counts: list[int]) -> list[tuple[
 
 def load_processor(model_dir: Any, family: str) -> Any:
     """The model's processor on Pillow alone: no torchvision (PyPI's torchvision pairs with CUDA
-    torch and does not import beside the CPU one). Qwen2-VL's processor is built from its
-    image processor's Pillow backend and no video processor (videos are not served)."""
+    torch and does not import beside the CPU one). Qwen2-VL's and Qwen2.5-VL's processors are
+    built from the image processor's Pillow backend and no video processor (videos are not served)."""
     from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
 
-    if family == "qwen2_vl":
-        from transformers import Qwen2VLProcessor
+    if family in MROPE_MODEL_TYPES:
+        import transformers
 
-        class ImagesOnly(Qwen2VLProcessor):
+        base = transformers.Qwen2VLProcessor if family == "qwen2_vl" else transformers.Qwen2_5_VLProcessor
+
+        class ImagesOnly(base):  # type: ignore[valid-type, misc]
             def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
                 # The video processor's class check loads the video mapping, which needs torchvision.
                 return None if argument_name == "video_processor" else super().check_argument_for_proper_class(argument_name, argument)

@@ -18,6 +18,7 @@ waiting queue is admitted before it, so no request starves.
 
 While requests stream, prompt chunks also fit a time budget measured on this machine's steps
 (actors/step_cost.py), so a stream's gap between chunks stays within `step_stretch` x a decode step.
+Images are encoded ahead of their tokens, in the steps' spare time (actors/encode_ahead.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections import deque
 
 from actors.blocks import BlockManager
 from actors.drafting import Drafter, attach_drafts
+from actors.encode_ahead import EncodeAhead
 from actors.lookahead import plan_ahead
 from actors.model_drafts import ModelDrafter, observe_step
 from actors.plans import PlanBuilder
@@ -56,12 +58,14 @@ class SchedulerCore:
         self.num_prefill_tokens = 0  # prompt tokens computed (not served from cache), lifetime
         self.num_preemptions = 0
         self.step_cost = StepCostModel(config.step_samples)
+        self.encoding = EncodeAhead()  # images to encode before their tokens are fed
 
     # -- requests in and out ------------------------------------------------------------------
 
     def add(self, request: TokenizedRequest) -> None:
         seq = Sequence.of(request)
         self.requests[seq.request_id] = seq
+        self.encoding.add(seq.request_id, request.mm)
         parent = self.requests.get(request.fork_of) if request.fork_of else None
         if parent is not None and parent.num_computed_tokens < parent.num_prompt_tokens:
             self.forks.setdefault(parent.request_id, []).append(seq)
@@ -93,7 +97,8 @@ class SchedulerCore:
 
     def schedule(self) -> StepPlan | None:
         budget = self.config.max_num_batched_tokens
-        prompt = PromptTokens(self._prompt_allowance())
+        allowance, encode_budget_s = self._step_allowances()
+        prompt = PromptTokens(allowance)
         scheduled: list[tuple[Sequence, int]] = []
         preemptions_before = self.num_preemptions
         for seq in list(self.running):
@@ -101,9 +106,9 @@ class SchedulerCore:
                 break
             if seq.status is not SeqStatus.RUNNING:  # preempted to make room for an earlier one
                 continue
-            num_new = prompt.take(min(seq.num_tokens - seq.num_computed_tokens, budget))
+            num_new = prompt.take(self.encoding.limit(seq, min(seq.num_tokens - seq.num_computed_tokens, budget)))
             if num_new == 0:
-                continue  # a prompt chunk with no time left in this step; its blocks stay
+                continue  # a prompt chunk with no time left in this step, or an image not encoded yet; its blocks stay
             if not self._reserve_or_preempt(seq, num_new):
                 break  # `seq` itself had to go: nothing behind it can run either
             scheduled.append((seq, num_new))
@@ -116,8 +121,8 @@ class SchedulerCore:
             seq = self.waiting[0]
             if not seq.block_table:
                 self._attach_cached_prefix(seq)
-            num_new = prompt.take(min(seq.num_tokens - seq.num_computed_tokens, budget))
-            if num_new == 0:
+            num_new = prompt.take(self.encoding.limit(seq, min(seq.num_tokens - seq.num_computed_tokens, budget)))
+            if num_new == 0 and not self.encoding.waits(seq):  # else admitted with no tokens: its image is encoded first
                 break
             need = self.blocks.blocks_needed(seq.num_computed_tokens + num_new) - len(seq.block_table)
             if not self.blocks.can_allocate(need):
@@ -128,12 +133,14 @@ class SchedulerCore:
             seq.status = SeqStatus.RUNNING
             seq.admitted = True
             self.running.append(seq)
-            scheduled.append((seq, num_new))
+            scheduled += [(seq, num_new)] if num_new else []
             budget -= num_new
 
-        if not scheduled:
+        encode = self.encoding.wanted(self.running)
+        if not scheduled and not encode:
             return None
-        return self._make_plan(scheduled, attach_drafts(self, self.drafter, scheduled) if self.drafter is not None else {})
+        plan = self._make_plan(scheduled, attach_drafts(self, self.drafter, scheduled) if self.drafter is not None else {}, [seq for seq, _ in encode])
+        return self.encoding.attach(plan, encode, encode_budget_s)
 
     def schedule_ahead(self, in_flight: StepPlan) -> StepPlan | None:
         """The next step, planned while `in_flight` runs, when it can be (actors/lookahead.py),
@@ -151,8 +158,10 @@ class SchedulerCore:
         """
         outputs: list[TokenDelta] = []
         self._step_times = (started, finished)
-        if result.error is None:
-            observe_step(self.step_cost, self.drafter, plan, result, finished - started)  # a draft model's own forwards apart
+        if result.error is None:  # the fit learns the forward alone: a draft model's own forwards and the encoder's seconds apart
+            observe_step(self.step_cost, self.drafter, plan, result, finished - started - result.encoder_s)
+        for request_id, error in self.encoding.update(plan, result):
+            self._fail(self.requests.get(request_id), error, outputs)
         batch_size = len(plan.seqs) + sum(len(item.forks or ()) for item in plan.seqs)
         for item in plan.seqs:
             seq = self.requests.get(item.request_id)
@@ -184,7 +193,7 @@ class SchedulerCore:
                 sampled_logprobs, logprobs = logprobs[-num_out:], logprobs[:-num_out]
             logprobs = seq.score_forced(item, logprobs)  # before those, a thinking budget's forced tokens' (Sequence.held)
             if logprobs:
-                self._collect_prompt_logprobs(seq, item.start_pos, logprobs)
+                seq.collect_prompt_logprobs(item.start_pos, logprobs)
             if seq.num_computed_tokens >= seq.num_prompt_tokens and seq.request_id in self.forks:
                 self._adopt_forks(seq, item.forks or (), result, batch_size, outputs)
             if not item.sample:
@@ -225,7 +234,7 @@ class SchedulerCore:
                 batch_size=batch_size,
                 queue_wait_us=seq.queue_wait_us(started, finished),
                 logprobs=logprobs[: len(taken)] if logprobs is not None else None,
-                prompt_logprobs=self._take_prompt_logprobs(seq),
+                prompt_logprobs=seq.take_prompt_logprobs(),
                 register=seq.take_register(started),
             )
         )
@@ -277,29 +286,12 @@ class SchedulerCore:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _prompt_allowance(self) -> int:
-        budget, stretch = self.config.max_num_batched_tokens, self.config.step_stretch
-        if stretch is None or not any(seq.num_output_tokens > 0 for seq in self.running):
-            return budget  # nobody is waiting between chunks: a prompt gets the whole budget
-        # Sized by all requests held, not only those decoding: a burst of prompts may take the
-        # step to what all of them decoding will take, so it clears. At least a block, always.
+    def _step_allowances(self) -> tuple[int, float | None]:
+        """The step's prompt tokens and the seconds of encoder work it grants (step_cost.py `allowances`)."""
+        streaming = any(seq.num_output_tokens > 0 for seq in self.running)
         held = min(len(self.running) + len(self.waiting), self.config.max_num_seqs)
-        allowance = self.step_cost.prefill_allowance(held, stretch)
-        return budget if allowance is None else min(budget, max(allowance, self.config.block_size))
-
-    def _collect_prompt_logprobs(self, seq: Sequence, start_pos: int, logprobs: list[Logprob]) -> None:
-        # Entry j scores prompt position start_pos + 1 + j. After a preemption the same
-        # positions are computed again; keep only positions not collected yet.
-        have = len(seq.prompt_logprobs)  # positions 1..have are collected
-        for j, entry in enumerate(logprobs):
-            if start_pos + 1 + j > have:
-                seq.prompt_logprobs.append(entry)
-                have += 1
-
-    def _take_prompt_logprobs(self, seq: Sequence) -> list[Logprob] | None:
-        if seq.sampling.prompt_logprobs is None or seq.num_output_tokens != 1:
-            return None
-        return seq.prompt_logprobs
+        encoding = self.encoding.any_waits(self.running) or self.encoding.any_waits(self.waiting)  # those admission may take too
+        return self.step_cost.allowances(held if streaming else 0, self.config.step_stretch, self.config.max_num_batched_tokens, self.config.block_size, encoding)
 
     def _release_forks(self, parent_id: str) -> None:
         for child in reversed(self.forks.pop(parent_id, [])):
@@ -351,12 +343,13 @@ class SchedulerCore:
         self._release(seq)
         seq.status = SeqStatus.FINISHED
         del self.requests[seq.request_id]
+        self.encoding.forget(seq.request_id)
         if self.drafter is not None:
             self.drafter.forget(seq)
         self.plans.freed.append(seq.request_id)
 
-    def _make_plan(self, scheduled: list[tuple[Sequence, int]], drafts: dict[str, list[int]]) -> StepPlan:
-        seqs, introduced = [], []
+    def _make_plan(self, scheduled: list[tuple[Sequence, int]], drafts: dict[str, list[int]], encode: list[Sequence]) -> StepPlan:
+        seqs, introduced = [], list(encode)  # the runner needs a request's images to encode them
         for seq, num_new in scheduled:
             sample = seq.num_computed_tokens + num_new == seq.num_tokens
             forks = self._plan_forks(seq) if sample and seq.num_output_tokens == 0 else None

@@ -200,6 +200,21 @@ class Sequence:
             limit = min(limit, self.held.first + len(self.held.logprobs) - 1)
         return limit
 
+    def collect_prompt_logprobs(self, start_pos: int, logprobs: list[Logprob]) -> None:
+        # Entry j scores prompt position start_pos + 1 + j. After a preemption the same
+        # positions are computed again; keep only positions not collected yet.
+        have = len(self.prompt_logprobs)  # positions 1..have are collected
+        for j, entry in enumerate(logprobs):
+            if start_pos + 1 + j > have:
+                self.prompt_logprobs.append(entry)
+                have += 1
+
+    def take_prompt_logprobs(self) -> list[Logprob] | None:
+        """The prompt's logprobs, with the first token (when asked)."""
+        if self.sampling.prompt_logprobs is None or self.num_output_tokens != 1:
+            return None
+        return self.prompt_logprobs
+
     def take_register(self, now: float) -> RegisterRequest | None:
         """The detokenizer's registration, the first time it is asked for; None after."""
         if self.registered:

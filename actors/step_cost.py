@@ -7,7 +7,9 @@ Owns: a least-squares fit, over the last `WINDOW` steps with prompt tokens and t
 
 and the rule the scheduler core asks of it (`prefill_allowance`): how many prompt tokens may
 ride in a step beside `decode_rows` streaming requests so that the step takes at most `stretch`
-times what those decodes take alone.
+times what those decodes take alone (`spare_seconds`: that time; `allowances` shares it with a
+vision encoder's slice while an image waits to be encoded; the runner reports the encoder's
+seconds, so the steps learnt from are the forwards alone).
 
 Why a time budget and not a token count: a stream's gap between two chunks is one step. A fixed
 512-token budget lets one step carry a 512-token prefill chunk, which takes ~0.5 s on a 2-core
@@ -19,7 +21,8 @@ from a time-between-tokens target the same way.
 
 Until the fit has seen enough steps of both kinds (`MIN_STEPS`), or when it comes out
 nonsensical (a cost that is not positive), it answers None and the scheduler keeps its fixed
-token budget.
+token budget (`spare_seconds` asks only that the decodes' own time be positive: prompt tokens
+that cost next to nothing leave it standing).
 """
 
 from __future__ import annotations
@@ -100,20 +103,52 @@ class StepCostModel:
         base, per_row, per_token = coef
         return base + per_row * decode_rows + per_token * prefill_tokens
 
+    def allowances(self, held: int, stretch: float | None, budget: int, floor: int, encoding: bool) -> tuple[int, float | None]:
+        """A step's prompt tokens (of `budget`, at least `floor`), and the seconds of a vision
+        encoder's work it grants (None: no limit), with `held` requests streaming (0: none,
+        nobody waits between chunks, so a prompt gets the whole budget and an encoder runs
+        whole). The step's spare time goes to prompts; while an image waits to be encoded
+        (`encoding`), half of it to its encoder (which runs a block at the least: a block of a
+        small tower can take all of that half) and half to prompts, so a prompt's chunks go on
+        beside the encoder's. An image admitted in a step that did not expect it gets the
+        spare time too."""
+        if stretch is None or not held:
+            return budget, None
+        # Sized by all requests held, not only those decoding: a burst of prompts may take the
+        # step to what all of them decoding will take, so it clears.
+        spare = self.spare_seconds(held, stretch)
+        coef = self._fit()
+        if spare is None or coef is None:
+            return budget, spare  # prompt tokens cost next to nothing here
+        prompt_s = spare / 2 if encoding else spare
+        return min(budget, max(int(prompt_s / coef[2]), floor)), spare - prompt_s if encoding else spare
+
     def prefill_allowance(self, decode_rows: int, stretch: float) -> int | None:
         """Prompt tokens a step with `decode_rows` decodes may carry so it takes at most
         `stretch` x the decodes alone. None while the fit is not trusted."""
+        spare = self.spare_seconds(decode_rows, stretch)
         coef = self._fit()
+        return None if spare is None or coef is None else int(spare / coef[2])
+
+    def spare_seconds(self, decode_rows: int, stretch: float) -> float | None:
+        """The seconds a step with `decode_rows` decodes may spend on other work (prompt tokens,
+        a vision encoder's slice) so it takes at most `stretch` x the decodes alone. None while
+        the fit is not trusted."""
+        coef = self._solved()  # a prompt token's cost may be next to nothing here: the decodes' is what counts
         if coef is None:
             return None
-        base, per_row, per_token = coef
+        base, per_row, _ = coef
         decode_alone = base + per_row * decode_rows
-        return int((stretch - 1.0) * decode_alone / per_token) if decode_alone > 0 else None
+        return (stretch - 1.0) * decode_alone if decode_alone > 0 else None
 
     def _fit(self) -> tuple[float, float, float] | None:
+        coef = self._solved()
+        return coef if coef and coef[2] > 0 else None
+
+    def _solved(self) -> tuple[float, float, float] | None:
         if self._stale:
             self._coef, self._stale = self._solve(), False
-        return self._coef if self._coef and self._coef[2] > 0 else None
+        return self._coef
 
     def _solve(self) -> tuple[float, float, float] | None:
         if len(self._with_prompt) < MIN_STEPS or len(self._decode_only) + sum(1 for r, _, _ in self._with_prompt if r) < MIN_STEPS:

@@ -168,6 +168,12 @@ class StepPlan(msgspec.Struct, kw_only=True, frozen=True):
     # (source, destination) KV blocks to copy before the forward: a forked sibling's private
     # copy of its parent's partly filled last prompt block (copy-on-write).
     block_copies: tuple[tuple[int, int], ...] = ()
+    # Vision-language models: images the runner encodes before this step's forward, in order,
+    # as (request id, image hash), ahead of the steps that feed their tokens (the scheduler
+    # holds those tokens back until StepResult.images_encoded names the image), for at most
+    # `encode_budget_s` seconds of encoder work (None: all of it).
+    encode_ahead: tuple[tuple[str, str], ...] = ()
+    encode_budget_s: float | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -216,6 +222,11 @@ class StepResult(msgspec.Struct, kw_only=True, frozen=True):
     draft_forwards: int = 0
     error: str | None = None  # the whole step failed
     elapsed: float = 0.0
+    # Vision-language models: the images (content hashes) whose encoder output the runner holds
+    # for the requests of StepPlan.encode_ahead (or encoded in this step), and the seconds of
+    # the step its vision encoder took (the step cost fit learns the rest).
+    images_encoded: tuple[str, ...] = ()
+    encoder_s: float = 0.0
 
 
 class RegisterRequest(msgspec.Struct, kw_only=True, frozen=True):

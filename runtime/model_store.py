@@ -96,7 +96,10 @@ def local_model_dir(model: str | None, task: str = "chat") -> Path | None:
 
 
 # Vision-language families the generation engine serves (actors/runners/vision/families.py).
-VISION_MODEL_TYPES = ("llava", "qwen2_vl", "idefics3")
+VISION_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl", "idefics3")
+# Those of them with Qwen2-VL's M-RoPE positions and image processing (Qwen2.5-VL differs in its
+# vision tower alone, which transformers runs).
+MROPE_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
 
 
 def vision_model_type(model: str | Path) -> str | None:

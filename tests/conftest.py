@@ -56,6 +56,14 @@ def qwen2_vl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen2_5_vl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Qwen2.5-VL (window attention in its vision tower, M-RoPE) with its Pillow image processor."""
+    from tests.support.tiny_vlm import build_tiny_qwen2_5_vl
+
+    return build_tiny_qwen2_5_vl(tmp_path_factory.mktemp("tiny-qwen2-5-vl"))
+
+
+@pytest.fixture(scope="session")
 def idefics3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Idefics3 (SmolVLM: tiles and a global view) with its Pillow processor."""
     from tests.support.tiny_vlm import build_tiny_idefics3

@@ -24,6 +24,7 @@ from actors.runners.native.decode_graph import MAX_FEW_TOKENS, DecodeGraph
 from actors.runners.native.path import NativePath
 from actors.runners.request_state import RequestStates
 from actors.runners.sampler import SamplingBatch, apply_penalties, sample
+from actors.runners.vision.path import VisionPath
 from runtime.messages import NewRequest, ScheduledSeq, StepPlan, StepResult
 from runtime.protocol import ModelInfo
 from runtime.sampling import SamplingParams
@@ -237,6 +238,13 @@ class TorchRunner:
         started = time.perf_counter()
         assert self.model is not None
         self.requests.apply(plan)
+        if not isinstance(self.model, VisionPath):
+            return self._step(plan, started)
+        self.model.encode_ahead(plan, self.requests)  # images of admitted requests, before the steps that feed their tokens
+        return self.model.report(self._step(plan, started))
+
+    def _step(self, plan: StepPlan, started: float) -> StepResult:
+        assert self.model is not None
         seqs = plan.seqs
         if not seqs:
             return StepResult(step_id=plan.step_id, sampled={})

@@ -140,6 +140,7 @@ def median_phase(phases: list[dict[str, Any]]) -> dict[str, Any]:
         "text_gap_p99_ms": med([p["text"]["itl_chunk_ms"]["p99"] for p in phases]),
         "text_stall_ratio": med([p["text"]["stall_ratio"] for p in phases]),
         "step_max_ms": med([p["server_steps"]["step_ms"]["max"] for p in phases]),
+        "encoder_slice_max_ms": med([p["server_steps"]["encoder_ms"]["max"] for p in phases]),
     }
     if "images" in phases[0]:
         out |= {
@@ -154,14 +155,19 @@ def median_phase(phases: list[dict[str, Any]]) -> dict[str, Any]:
 
 def step_summary(steps: list[dict[str, Any]]) -> dict[str, Any]:
     """The server's steps in a phase (its debug step log): how long they took, those feeding
-    prompt tokens (an image's encoder runs in the first of its prompt's steps) apart."""
+    prompt tokens apart, and those that ran vision encoder work (an image's encoder runs ahead
+    of its tokens, in slices over several steps while requests stream) with its share."""
     every = [s["ms"] / 1e3 for s in steps]
     prefill = [s["ms"] / 1e3 for s in steps if s["prompt_tokens"]]
+    encoding = [s for s in steps if s.get("encoder_ms")]
     return {
         "steps": len(steps),
         "step_ms": {"p50": ms(percentile(every, 50)), "p99": ms(percentile(every, 99)), "max": ms(max(every)) if every else None},
         "prefill_steps": len(prefill),
         "prefill_step_ms": {"p50": ms(percentile(prefill, 50)), "max": ms(max(prefill)) if prefill else None},
+        "encoder_steps": len(encoding),
+        "encoder_step_ms": {"max": max(s["ms"] for s in encoding) if encoding else None},
+        "encoder_ms": {"p50": ms(percentile([s["encoder_ms"] / 1e3 for s in encoding], 50)), "max": max(s["encoder_ms"] for s in encoding) if encoding else None},
     }
 
 
@@ -175,8 +181,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"text c={result['text_concurrency']}, images c={result['image_concurrency']}, {result['rounds_run']} rounds, server args `{result['server_args']}`, CPU {result['cpu']}",
         "",
-        "| round | phase | load1 | text tok/s | text TTFT p50 ms | text gap p50 ms | text gap p99 ms | stall p99/p50 | max step ms | images | image TTFT p50 ms | image TTFT p99 ms | image tok/s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| round | phase | load1 | text tok/s | text TTFT p50 ms | text gap p50 ms | text gap p99 ms | stall p99/p50 | max step ms | max encoder slice ms | images | image TTFT p50 ms | image TTFT p99 ms | image tok/s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["rounds"]:
         for name in ("text", "mixed"):
@@ -184,14 +190,14 @@ def markdown(result: dict[str, Any]) -> str:
             t, im = p["text"], p.get("images") or {}
             lines.append(
                 f"| {r['round']} | {name} | {p['machine_load']['load1']:.2f} | {t['output_tok_s']} | {t['ttft_ms']['p50']} | {t['itl_chunk_ms']['p50']} | {t['itl_chunk_ms']['p99']} "
-                f"| {t['stall_ratio']} | {p['server_steps']['step_ms']['max']} | {im.get('ok', '')} | {(im.get('ttft_ms') or {}).get('p50', '')} "
+                f"| {t['stall_ratio']} | {p['server_steps']['step_ms']['max']} | {p['server_steps']['encoder_ms']['max'] or ''} | {im.get('ok', '')} | {(im.get('ttft_ms') or {}).get('p50', '')} "
                 f"| {(im.get('ttft_ms') or {}).get('p99', '')} | {im.get('output_tok_s', '')} |"
             )
     for name in ("text", "mixed"):
         m = result["median"][name]
         lines.append(
             f"| **median** | {name} | | {m['text_tok_s']} | {m['text_ttft_p50_ms']} | {m['text_gap_p50_ms']} | {m['text_gap_p99_ms']} | **{m['text_stall_ratio']}** "
-            f"| {m['step_max_ms']} | {m.get('image_requests', '')} | {m.get('image_ttft_p50_ms', '')} | {m.get('image_ttft_p99_ms', '')} | {m.get('image_tok_s', '')} |"
+            f"| {m['step_max_ms']} | {m['encoder_slice_max_ms'] or ''} | {m.get('image_requests', '')} | {m.get('image_ttft_p50_ms', '')} | {m.get('image_ttft_p99_ms', '')} | {m.get('image_tok_s', '')} |"
         )
     return "\n".join(lines)
 

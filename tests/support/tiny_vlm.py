@@ -1,5 +1,5 @@
 """Tiny random-weight vision-language models, built in-process (no hub): a LLaVA (CLIP vision
-tower, projector, Llama text tower), a Qwen2-VL and an Idefics3 (SmolVLM), each with its
+tower, projector, Llama text tower), a Qwen2-VL, a Qwen2.5-VL and an Idefics3 (SmolVLM), each with its
 processor on Pillow alone, and greedy references from transformers' own `generate` with that
 processor.
 """
@@ -81,8 +81,32 @@ def reference_generate(model_dir: Path, messages: list[dict[str, Any]], images: 
 def build_tiny_qwen2_vl(path: Path, seed: int = 0) -> Path:
     """A tiny Qwen2-VL: its vision transformer (patches of 14, merged 2x2) and a Qwen2 text tower
     with M-RoPE (sections 2, 3, 3 of a 16-wide head); images between 56x56 and 112x112 pixels."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    vision = dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+    return _build_qwen_vl(path, seed, Qwen2VLConfig, Qwen2VLForConditionalGeneration, vision)
+
+
+def build_tiny_qwen2_5_vl(path: Path, seed: int = 0) -> Path:
+    """A tiny Qwen2.5-VL: what `build_tiny_qwen2_vl` builds, with Qwen2.5-VL's vision tower:
+    window attention in its first block (windows of 56 pixels: 2x2 merged tokens, so the test
+    images span several windows, partial ones included), full attention in its second, and its
+    MLP merger."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    vision = dict(
+        depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2, in_channels=3,
+        window_size=56, fullatt_block_indexes=[1], out_hidden_size=64,
+    )  # fmt: skip
+    return _build_qwen_vl(path, seed, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, vision)
+
+
+def _build_qwen_vl(path: Path, seed: int, config_cls: Any, model_cls: Any, vision: dict[str, Any]) -> Path:
+    """A Qwen2-VL-style model: the tokenizer with its vision tokens, the Pillow image processor
+    (images between 56x56 and 112x112 pixels), a Qwen2 text tower with M-RoPE (sections 2, 3, 3
+    of a 16-wide head) and `vision` for its vision tower."""
     import torch
-    from transformers import GenerationConfig, Qwen2VLConfig, Qwen2VLForConditionalGeneration
+    from transformers import GenerationConfig
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     path.mkdir(parents=True, exist_ok=True)
@@ -96,12 +120,15 @@ def build_tiny_qwen2_vl(path: Path, seed: int = 0) -> Path:
         max_position_embeddings=512, rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )  # fmt: skip
-    vision = dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
     ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"), ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
-    config = Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
+    config = config_cls(text_config=text, vision_config=vision, **ids)
     torch.manual_seed(seed)
-    model = Qwen2VLForConditionalGeneration(config)
+    model = model_cls(config)
     _widen(model)
+    with torch.no_grad():  # sharp attention, so that positions decide the output: at the random init's
+        for layer in model.model.language_model.layers:  # near-uniform attention, plain positions in
+            layer.self_attn.q_proj.weight.mul_(4.0)  # place of M-RoPE moved the logits by < 0.01
+            layer.self_attn.k_proj.weight.mul_(4.0)
     model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(path)
     return path

@@ -57,3 +57,18 @@ def test_an_architecture_that_cannot_be_served_fails_at_once(tmp_path: Path) -> 
     (model / "config.json").write_text(json.dumps({"model_type": "llava_next", "architectures": ["LlavaNextForConditionalGeneration"]}))
     proc = run_cli("serve", "--model", str(model), "--no-embeddings", tmp_path=tmp_path)
     assert_one_line_usage_error(proc, "--model", "LlavaNextForConditionalGeneration", "cannot be served")
+
+
+def test_the_served_vision_families_pass_the_start_up_check(tmp_path: Path) -> None:
+    """The check reads config.json alone; every family the engine serves passes it (Qwen2.5-VL
+    was refused here before it was served), the one refused above does not."""
+    import json
+
+    from runtime.model_store import architecture_error
+
+    served = {"llava": "Llava", "qwen2_vl": "Qwen2VL", "qwen2_5_vl": "Qwen2_5_VL", "idefics3": "Idefics3", "llava_next": None}
+    for model_type, prefix in served.items():
+        model = tmp_path / model_type
+        model.mkdir()
+        (model / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": [f"{prefix or 'LlavaNext'}ForConditionalGeneration"]}))
+        assert (architecture_error(str(model)) is None) == (prefix is not None), model_type

@@ -15,6 +15,7 @@ PURE_MODULES = [
     "runtime.prefix_hash",
     "runtime.routing",
     "actors.sched_core",
+    "actors.encode_ahead",
     "actors.sequence",
     "actors.embed_core",
     "runtime.request",

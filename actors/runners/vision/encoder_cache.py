@@ -25,11 +25,13 @@ class EncoderCache:
     def __contains__(self, key: str) -> bool:
         return key in self._entries
 
-    def get(self, key: str) -> torch.Tensor | None:
+    def get(self, key: str, count: bool = True) -> torch.Tensor | None:
+        """The entry, now the most recently used. `count`: a hit when found (an image not
+        encoded again); an image fed after it was encoded ahead is read without counting."""
         found = self._entries.get(key)
         if found is not None:
             self._entries.move_to_end(key)
-            self.hits += 1
+            self.hits += count
         return found
 
     def put(self, key: str, features: torch.Tensor) -> None:

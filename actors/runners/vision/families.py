@@ -6,6 +6,9 @@ processor arrays into one row per placeholder token.
   tower (transformers' `LlavaForConditionalGeneration`).
 - Qwen2-VL (`qwen2_vl`): its own vision transformer with merged patches, and M-RoPE positions
   (three rotary sections: time, height, width) in the text tower (`Qwen2VLForConditionalGeneration`).
+- Qwen2.5-VL (`qwen2_5_vl`): Qwen2-VL's text tower, positions and image arrays; its vision
+  tower attends within windows in most blocks and merges with an MLP, all inside transformers'
+  `get_image_features`, so it encodes as Qwen2-VL does (`Qwen2_5_VLForConditionalGeneration`).
 - Idefics3 / SmolVLM (`idefics3`): a SigLIP-style tower over an image's tiles and its global
   view, pixel-shuffled by the connector, before a Llama text tower (`Idefics3ForConditionalGeneration`).
 
@@ -22,7 +25,12 @@ import torch
 
 from runtime.model_store import VISION_MODEL_TYPES, vision_model_type
 
-FAMILIES = {"llava": "LlavaForConditionalGeneration", "qwen2_vl": "Qwen2VLForConditionalGeneration", "idefics3": "Idefics3ForConditionalGeneration"}
+FAMILIES = {
+    "llava": "LlavaForConditionalGeneration",
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+    "idefics3": "Idefics3ForConditionalGeneration",
+}
 assert tuple(FAMILIES) == VISION_MODEL_TYPES  # the start-up check (runtime/model_store.py) names the same ones
 
 
@@ -35,6 +43,16 @@ def load(family: str, model_dir: Path, dtype: torch.dtype, attn: str) -> Any:
 
     cls = getattr(transformers, FAMILIES[family])
     return cls.from_pretrained(model_dir, dtype=dtype, attn_implementation={"text_config": attn, "vision_config": "sdpa"})
+
+
+_VISION_TOWER = {"llava": "vision_tower", "qwen2_vl": "visual", "qwen2_5_vl": "visual", "idefics3": "vision_model"}
+
+
+def blocks(family: str, model: Any) -> torch.nn.ModuleList:
+    """The vision tower's repeated blocks (where its encoder can stop and go on: slices.py): the
+    tower's longest module list (CLIP's and SigLIP's encoder layers, Qwen2-VL's blocks)."""
+    tower = getattr(model.model, _VISION_TOWER[family])
+    return max((m for m in tower.modules() if isinstance(m, torch.nn.ModuleList)), key=len)
 
 
 def parts(model: Any) -> tuple[Any, Any, Any]:
@@ -57,6 +75,7 @@ def encode(family: str, model: Any, arrays: dict[str, Any], device: torch.device
         pixels = torch.from_numpy(arrays["pixel_values"]).to(device=device, dtype=model.dtype)
         mask = torch.from_numpy(arrays["pixel_attention_mask"]).to(device=device, dtype=torch.bool)
         return torch.cat(list(model.model.get_image_features(pixels, mask, return_dict=True).pooler_output), dim=0)
+    # Qwen2-VL and Qwen2.5-VL: flattened patches and the image's (t, h, w) patch grid
     pixels = torch.from_numpy(arrays["pixel_values"]).to(device=device, dtype=model.dtype)
     grid = torch.from_numpy(arrays["image_grid_thw"]).to(device=device)
     out = model.model.get_image_features(pixels, grid, return_dict=True)

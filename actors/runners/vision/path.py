@@ -2,29 +2,40 @@
 
 The text tower runs as any transformers model does here (our paged attention, one packed
 step of prefill chunks and decodes); what changes is its input: the token embeddings, with the
-rows of image placeholder tokens replaced by the vision encoder's output for them. Before each
-forward, `with_images` finds, for every prompt chunk in the step, the image tokens it feeds
-(each image's runs of placeholder positions, from its `MultiModalPrompt`), encodes the images
-the encoder cache does not hold (once per image: a chunk boundary inside an image, a
-preemption or another request with the same image read the cached output) and keeps the rows
-to scatter. The encoder runs here, on the device thread, inside the step that first feeds the
-image's tokens: part of that request's prefill, never on the event loop. Positions: plain
-(LLaVA), or M-RoPE (Qwen2-VL): a prompt position takes its precomputed (time, height, width)
-triple, a later one `position + delta` in all three.
+rows of image placeholder tokens replaced by the vision encoder's output for them.
+
+The encoder runs ahead of the tokens: `encode_ahead`, before each step's forward, works on the
+images the plan names (`StepPlan.encode_ahead`: images of admitted requests, whose tokens the
+scheduler holds back until their encoder output is here), for as long as the plan's
+budget allows, a few of the tower's blocks at a time (slices.py: an image's encoder may span
+several steps), and keeps each finished output in the encoder cache by image hash
+(`StepResult.images_encoded` tells the scheduler). Then `with_images` finds, for every prompt
+chunk in the step, the image tokens it feeds (each image's runs of placeholder positions, from
+its `MultiModalPrompt`) and the rows to scatter; an image not in the cache by then (evicted
+since) is encoded there and then, whole. All on the device thread, never on the event loop; the
+step's encoder seconds go back with its result (`StepResult.encoder_s`), so the step cost fit
+learns the forward alone. Positions: plain (LLaVA, Idefics3), or M-RoPE (Qwen2-VL,
+Qwen2.5-VL): a prompt position takes its precomputed (time, height, width) triple, a later one
+`position + delta` in all three.
 """
 
 from __future__ import annotations
 
+import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import torch
 
 from actors.runners import paged_attention
 from actors.runners.request_state import RequestStates
 from actors.runners.vision import families
 from actors.runners.vision.encoder_cache import EncoderCache
-from runtime.messages import ImageFeatures, ScheduledSeq
+from actors.runners.vision.slices import EncodeJob, Slicer
+from runtime.messages import ImageFeatures, ScheduledSeq, StepPlan, StepResult
+from runtime.model_store import MROPE_MODEL_TYPES
 
 
 class VisionPath:
@@ -43,9 +54,66 @@ class VisionPath:
         self.head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         self.vocab_size = self.lm_head.weight.shape[0]
         self.max_position_embeddings = getattr(text, "max_position_embeddings", 2048)
-        self.mrope = family == "qwen2_vl"
+        self.mrope = family in MROPE_MODEL_TYPES
         self.encoder_cache = EncoderCache()
+        self.slicer = Slicer(families.blocks(family, self.model))
+        self._jobs: dict[str, EncodeJob] = {}  # images part-way through the encoder, by hash
         self._rows: tuple[torch.Tensor, torch.Tensor] | None = None  # this step's (token indices, features)
+        # This step's encoder work, for its StepResult: images now cached, requests whose encoder failed, seconds.
+        self._encoded: list[str] = []
+        self._failed: dict[str, str] = {}
+        self._encoder_s = 0.0
+
+    def encode_ahead(self, plan: StepPlan, requests: RequestStates) -> None:
+        """Work on the images of `plan.encode_ahead`, in order, until each is in the encoder
+        cache or `plan.encode_budget_s` is spent (an image part-way through goes on in a later
+        step). A request whose encoder raises fails alone."""
+        self._encoded, self._failed, self._encoder_s = [], {}, 0.0
+        if not plan.encode_ahead:
+            return
+        started = time.perf_counter()
+        deadline = None if plan.encode_budget_s is None else started + plan.encode_budget_s
+        out_of_time, worked = False, False
+        for request_id, key in plan.encode_ahead:
+            mm = requests.get(request_id).mm
+            image = next(image for image in mm.images if image.hash == key)
+            if self.encoder_cache.get(key) is not None:  # encoded for another request, or before a preemption
+                self._encoded.append(key)
+            elif request_id not in self._failed and not out_of_time:  # the rest waits for a later step
+                # A block at least in every step, however small its budget: the encoder moves on.
+                out_of_time = worked and deadline is not None and time.perf_counter() >= deadline
+                out_of_time = out_of_time or not self._advance(request_id, image, deadline)
+                worked = True
+        wanted = {key for _, key in plan.encode_ahead}
+        for stale in self._jobs.keys() - wanted:  # its requests left part-way through
+            del self._jobs[stale]
+        self._encoder_s += time.perf_counter() - started
+
+    def _advance(self, request_id: str, image: ImageFeatures, deadline: float | None) -> bool:
+        """`image`'s encoder, on from where it stopped, until it is done or out of time (False)."""
+        job = self._jobs.get(image.hash)
+        if job is None:
+            job = self._jobs[image.hash] = EncodeJob(partial(self._encode, image))
+        try:
+            if not self.slicer.advance(job, deadline):
+                return False
+        except Exception as exc:
+            self._failed[request_id] = f"the vision encoder failed: {type(exc).__name__}: {exc}"
+            return True
+        finally:
+            if job.done or request_id in self._failed:
+                del self._jobs[image.hash]
+        assert job.result is not None
+        self.encoder_cache.put(image.hash, job.result)
+        self._encoded.append(image.hash)
+        return True
+
+    def report(self, result: StepResult) -> StepResult:
+        """`result` with this step's encoder work: the images encoded, the requests whose encoder failed, its seconds."""
+        if not (self._encoded or self._failed or self._encoder_s):
+            return result
+        failed = {**self._failed, **result.failed}
+        return msgspec.structs.replace(result, images_encoded=tuple(self._encoded), encoder_s=self._encoder_s, failed=failed)
 
     def build_step(self, seqs, tables, block_size, k_cache, v_cache):
         return paged_attention.build_step(seqs, tables, block_size, k_cache, v_cache)
@@ -78,13 +146,20 @@ class VisionPath:
             offset += length
 
     def features(self, image: ImageFeatures) -> torch.Tensor:
-        """The encoder's output for `image`, from the cache or encoded now."""
-        found = self.encoder_cache.get(image.hash)
+        """The encoder's output for `image`, from the cache or encoded now, whole."""
+        found = self.encoder_cache.get(image.hash, count=False)  # a hit when it was asked for ahead
         if found is None:
-            found = families.encode(self.family, self.model, image.arrays, self.device)
-            if found.shape[0] != image.num_tokens:
-                raise ValueError(f"the vision encoder gave {found.shape[0]} rows for an image of {image.num_tokens} tokens")
+            started = time.perf_counter()
+            found = self._encode(image)
             self.encoder_cache.put(image.hash, found)
+            self._encoded.append(image.hash)
+            self._encoder_s += time.perf_counter() - started
+        return found
+
+    def _encode(self, image: ImageFeatures) -> torch.Tensor:
+        found = families.encode(self.family, self.model, image.arrays, self.device)
+        if found.shape[0] != image.num_tokens:
+            raise ValueError(f"the vision encoder gave {found.shape[0]} rows for an image of {image.num_tokens} tokens")
         return found
 
     def _mrope(self, mm: Any, start: int, count: int) -> torch.Tensor:
