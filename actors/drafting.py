@@ -39,7 +39,7 @@ MIN_GAIN = 1.05  # a draft must promise at least this much more tokens per secon
 # `--spec-decoding auto` drafts only in steps of at most this many decode rows. Wider, the fit's
 # promise did not hold: a verify row is attended on the prompt path, and a step that drafts is
 # not planned ahead (async scheduling's overlap is lost), so drafting at c = 32 read 0.81-0.88
-# of drafting off while c = 1 read 1.8-2.2x (ops/results/spec-auto-vs-off-c1-c64-2026-11-26-xeon-amx.json).
+# of drafting off while c = 1 read 1.9-2.2x (ops/results/spec-ngram-vs-off-c1-c64-2026-11-26-xeon-amx.json).
 # `ngram` and `draft` keep the fit's rule alone.
 AUTO_MAX_ROWS = 4
 # The shared pool: how many n-grams it keeps (least recently used out first; ~100 bytes each),
