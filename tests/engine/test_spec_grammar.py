@@ -14,10 +14,9 @@ from pathlib import Path
 import trio
 from transformers import AutoTokenizer
 
-from actors.build import build_engine
-from runtime.request import Prompt
 from runtime.sampling import Guide, SamplingParams
 from tests.support.servers import tiny_config
+from tests.support.spec import generate, running, tokens
 
 PHRASE = "hello world "
 REPEATING = Guide(kind="regex", definition=f"({PHRASE})+", param="response_format")
@@ -30,27 +29,17 @@ REQUESTS = [
 
 
 async def run(model_dir: Path, spec: str) -> tuple[list[list[int]], dict, int]:
-    engine = build_engine(tiny_config(model_dir, spec_decoding=spec))
-    tokens: list[list[int]] = [[] for _ in REQUESTS]
+    async with running(tiny_config(model_dir, spec_decoding=spec)) as engine:
+        results: list[list[int]] = [[] for _ in REQUESTS]
 
-    async def one(i: int) -> None:
-        await trio.sleep(0.01 * i)
-        prompt, sampling = REQUESTS[i]
-        async with engine.submit(Prompt(token_ids=prompt), sampling) as stream:
-            async for delta in stream:
-                tokens[i] += delta.token_ids
+        async def one(i: int) -> None:
+            results[i] = tokens(await generate(engine, *REQUESTS[i], stagger=0.01 * i))
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(engine.run)
         async with trio.open_nursery() as clients:
             for i in range(len(REQUESTS)):
                 clients.start_soon(one, i)
-        async with engine.submit(Prompt(token_ids=[9, 9]), SamplingParams(max_tokens=2, ignore_eos=True)) as stream:
-            assert sum([len(d.token_ids) async for d in stream]) == 2  # its plan frees the others' runner state
-        stats = engine.statistics()
-        kept = len(engine.runner.requests)  # type: ignore[attr-defined]
-        nursery.cancel_scope.cancel()
-    return tokens, stats, kept
+        assert len(tokens(await generate(engine, [9, 9], SamplingParams(max_tokens=2, ignore_eos=True)))) == 2  # its plan frees the others' runner state
+        return results, engine.statistics(), len(engine.runner.requests)
 
 
 async def test_guided_drafts_change_no_token(tiny_model_dir: Path) -> None:
@@ -59,7 +48,7 @@ async def test_guided_drafts_change_no_token(tiny_model_dir: Path) -> None:
     assert drafted == plain and all(plain)
     assert stats["spec_accepted_tokens"] > 0, stats
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    for tokens in drafted[:2]:
-        text = tokenizer.decode(tokens, skip_special_tokens=True)
+    for ids in drafted[:2]:
+        text = tokenizer.decode(ids, skip_special_tokens=True)
         assert re.fullmatch(f"({PHRASE})*", text[: len(text) - len(text) % len(PHRASE)]) and PHRASE.startswith(text[len(text) - len(text) % len(PHRASE) :]), text
     assert stats["kv_blocks_used"] == 0 and stats["requests"] == 0 and kept == 1

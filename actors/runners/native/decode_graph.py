@@ -164,35 +164,31 @@ class DecodeGraph:
         self._few_ready = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _step(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, write_rows: torch.Tensor, read_rows: torch.Tensor,
-        k_cache: list[torch.Tensor], v_cache: list[torch.Tensor],
-    ) -> torch.Tensor:  # fmt: skip
+    def _whole_step(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Callable[..., torch.Tensor]) -> torch.Tensor:
+        """Embedding, every layer (its attention `attend(layer index, q, k, v)`), final norm, lm_head."""
         model = self.model
         h = torch.nn.functional.embedding(input_ids, model.w.embed)
         cos = model.cos[positions][:, None, :]
         sin = model.sin[positions][:, None, :]
         for i, layer in enumerate(model.w.layers):
             q, k, v = model.pre_attention(h, layer, cos, sin)
-            o = attend_one(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, model.scale)
-            h = model.post_attention(h, o, layer)
+            h = model.post_attention(h, attend(i, q, k, v), layer)
         h = rms_norm(h, model.w.final_norm, model.cfg.rms_norm_eps)
         return model.linear(h, model.w.lm_head, None)
+
+    def _step(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, write_rows: torch.Tensor, read_rows: torch.Tensor,
+        k_cache: list[torch.Tensor], v_cache: list[torch.Tensor],
+    ) -> torch.Tensor:  # fmt: skip
+        scale = self.model.scale
+        return self._whole_step(input_ids, positions, lambda i, q, k, v: attend_one(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, scale))
 
     def _few(
         self, input_ids: torch.Tensor, positions: torch.Tensor, write_rows: torch.Tensor, ctx_rows: torch.Tensor, mask: torch.Tensor,
         k_cache: list[torch.Tensor], v_cache: list[torch.Tensor],
     ) -> torch.Tensor:  # fmt: skip
-        model = self.model
-        h = torch.nn.functional.embedding(input_ids, model.w.embed)
-        cos = model.cos[positions][:, None, :]
-        sin = model.sin[positions][:, None, :]
-        for i, layer in enumerate(model.w.layers):
-            q, k, v = model.pre_attention(h, layer, cos, sin)
-            o = attend_few(q, k, v, k_cache[i], v_cache[i], write_rows, ctx_rows, mask, model.scale)
-            h = model.post_attention(h, o, layer)
-        h = rms_norm(h, model.w.final_norm, model.cfg.rms_norm_eps)
-        return model.linear(h, model.w.lm_head, None)
+        scale = self.model.scale
+        return self._whole_step(input_ids, positions, lambda i, q, k, v: attend_few(q, k, v, k_cache[i], v_cache[i], write_rows, ctx_rows, mask, scale))
 
     def few(self, input_ids: torch.Tensor, positions: torch.Tensor, step: Any, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> torch.Tensor:
         """Logits `[T, V]` of every fed token of a step `applies_few` accepts (once `few_ready`)."""
