@@ -18,6 +18,7 @@ from actors.build import build_engine
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
 from tests.support.servers import tiny_config
+from tests.support.spec import leave_mid_draft
 
 REQUESTS = [
     ([5, 6, 7, 5, 6, 7, 5, 6, 7], SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)),
@@ -99,31 +100,8 @@ async def test_clients_leaving_mid_draft_free_every_block_and_runner_state(tiny_
     """Looping prompts keep drafts in flight; each client leaves after a few tokens (an abort
     while its draft may be in the step), beside one that runs to the end. Every KV block, the
     core's requests and the runner's states come back (one last request's plan frees the rest)."""
-    engine = build_engine(tiny_config(tiny_model_dir, spec_decoding="ngram", num_kv_blocks=48))
     leave_after = [3, 5, 8, 13, 21]
-    received: list[int] = []
-
-    async def leaver(i: int, count: int) -> None:
-        await trio.sleep(0.005 * i)
-        got = 0
-        async with engine.submit(Prompt(token_ids=[5, 6, 7] * 3), SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)) as stream:
-            async for delta in stream:
-                got += len(delta.token_ids)
-                if got >= count:
-                    break  # the client leaves: the engine aborts the request
-        received.append(got)
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(engine.run)
-        drafted_before = engine.statistics()["spec_draft_tokens"]
-        async with trio.open_nursery() as clients:
-            for i, count in enumerate(leave_after):
-                clients.start_soon(leaver, i, count)
-        async with engine.submit(Prompt(token_ids=[9, 9]), SamplingParams(max_tokens=2, ignore_eos=True)) as stream:
-            assert sum([len(d.token_ids) async for d in stream]) == 2
-        stats = engine.statistics()
-        kept = len(engine.runner.requests)  # type: ignore[attr-defined]
-        nursery.cancel_scope.cancel()
+    received, stats, kept, drafted_before = await leave_mid_draft(tiny_config(tiny_model_dir, spec_decoding="ngram", num_kv_blocks=48), lambda i: [5, 6, 7] * 3, leave_after)
     assert len(received) == len(leave_after) and max(received) < 60  # every client left early (a delta may carry several kept draft tokens)
     assert stats["spec_draft_tokens"] > drafted_before, stats  # drafts were in flight
     assert stats["kv_blocks_used"] == 0 and stats["requests"] == 0 and stats["live_requests"] == 0, stats

@@ -57,3 +57,28 @@ async def generate(engine: Any, prompt: list[int], sampling: SamplingParams, sta
 
 def tokens(deltas: list[TextDelta]) -> list[int]:
     return [t for d in deltas for t in d.token_ids]
+
+
+async def leave_mid_draft(config: RuntimeConfig, prompt_for: Any, leave_after: list[int]) -> tuple[list[int], dict[str, Any], int, int]:
+    """Clients that leave after `leave_after[i]` tokens of `prompt_for(i)` (greedy, 60 at most),
+    staggered, then one more request whose plan frees the rest: (tokens each got, the engine's
+    statistics, the runner's states left, draft tokens before the clients came)."""
+    received: list[int] = []
+    async with running(config) as engine:
+
+        async def leaver(i: int, count: int) -> None:
+            await trio.sleep(0.005 * i)
+            got = 0
+            async with engine.submit(Prompt(token_ids=prompt_for(i)), SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)) as stream:
+                async for delta in stream:
+                    got += len(delta.token_ids)
+                    if got >= count:
+                        break  # the client leaves: the engine aborts the request
+            received.append(got)
+
+        drafted_before = engine.statistics()["spec_draft_tokens"]
+        async with trio.open_nursery() as clients:
+            for i, count in enumerate(leave_after):
+                clients.start_soon(leaver, i, count)
+        assert len(tokens(await generate(engine, [9, 9], SamplingParams(max_tokens=2, ignore_eos=True)))) == 2
+        return received, engine.statistics(), len(engine.runner.requests), drafted_before
