@@ -23,7 +23,7 @@
 #   bandwidth  the card's copy bandwidth, the bound the 1B model's decode step is held to
 #   step-ab    ops.bench.step_ab, CUDA graphs (native) against eager (native+nographs), per model
 #   sweep-*    ops.bench.run with --device cuda, one server each: graphs (with the bare CUDA-graph
-#              step, ops.bench.bare_native, as the baseline), --async-scheduling, --no-cuda-graphs
+#              step, ops.bench.bare_native, as the baseline), --no-async-scheduling, --no-cuda-graphs
 #   report     OUT/gpu-check.json and OUT/summary.md (printed); OUT/server-logs.tar.gz
 # The whole output is also in OUT/gpu-check.log. Exit 0 when every stage passed, 1 when one did
 # not, 2 for a usage error.
@@ -179,7 +179,7 @@ run_stages() {
 
 # The server sweep, one ops.bench.run per server so a stage cut short loses one server, not all:
 # graphs (the default on CUDA) with the bare CUDA-graph step as the baseline, then
-# --async-scheduling, then --no-cuda-graphs. ops.gpu.report puts them back together.
+# --no-async-scheduling (the serial step; async is the default), then --no-cuda-graphs. ops.gpu.report puts them back together.
 sweep() {
   local run=("$PYTHON" -m ops.bench.run --model "$WORK/models/embedded" --levels "$BATCHES" --skip-bare --server-args "$SERVER_ARGS" "${SWEEP_SIZE[@]}")
   if (($1 == 0)); then
@@ -187,7 +187,7 @@ sweep() {
     return 0
   fi
   stage sweep-graphs 150 "${run[@]}" --bare-native native --bare-native-baseline native --bare-batches "$BATCHES" --out "$WORK/sweep-graphs.json" || true
-  stage sweep-async 110 "${run[@]}" --skip-switchyard --switchyard-variants 'async=--async-scheduling' --out "$WORK/sweep-async.json" || true
+  stage sweep-serial 110 "${run[@]}" --skip-switchyard --switchyard-variants 'serial=--no-async-scheduling' --out "$WORK/sweep-serial.json" || true
   stage sweep-eager 110 "${run[@]}" --skip-switchyard --switchyard-variants 'nographs=--no-cuda-graphs' --out "$WORK/sweep-eager.json" || true
 }
 

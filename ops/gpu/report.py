@@ -4,7 +4,7 @@
 
 Reads the stage log check.sh keeps (`stages.tsv`: name, status, exit code, seconds, note) and
 each stage's file in WORK (preflight.json, tests.xml, models.json, bandwidth.json,
-step_ab-embedded.json, step_ab-llama-1b.json, sweep-graphs.json, sweep-async.json,
+step_ab-embedded.json, step_ab-llama-1b.json, sweep-graphs.json, sweep-serial.json,
 sweep-eager.json, merged into one `sweep`; a stage that failed or was skipped left none, and its
 part says so), and writes OUT/gpu-check.json and OUT/summary.md, the table
 also printed, and `problems`: each stage that did not pass, each failed test, each server
@@ -33,7 +33,7 @@ from ops.harness.results import fmt, machine, utc_now
 from ops.harness.stats import ratio
 
 PROMPT_TOKENS = 128
-SERVERS = {"switchyard": "graphs", "switchyard:nographs": "eager", "switchyard:async": "graphs+async"}
+SERVERS = {"switchyard": "graphs", "switchyard:nographs": "eager", "switchyard:serial": "graphs, serial"}
 MODELS = ("embedded", "llama-1b")
 DRY_RUN_SKIPS = [
     "install: the carried wheels (CI has none; the local environment has every package)",
@@ -201,14 +201,14 @@ def _sweep_lines(result: dict[str, Any]) -> list[str]:
 
 
 def merge_sweeps(work: Path) -> dict[str, Any] | None:
-    """check.sh's three sweeps (graphs with the bare step, async, eager) as one: the graphs run's
+    """check.sh's three sweeps (graphs with the bare step, serial, eager) as one: the graphs run's
     results with the other two's server sections beside its own."""
-    parts = {name: read(work, f"sweep-{name}.json") for name in ("graphs", "async", "eager")}
+    parts = {name: read(work, f"sweep-{name}.json") for name in ("graphs", "serial", "eager")}
     found = [p for p in parts.values() if p]
     if not found:
         return None
     merged = dict(parts["graphs"] or {"levels": found[0].get("levels", [])})
-    for name, key in (("async", "switchyard:async"), ("eager", "switchyard:nographs")):
+    for name, key in (("serial", "switchyard:serial"), ("eager", "switchyard:nographs")):
         if parts[name] and key in parts[name]:
             merged[key] = parts[name][key]
     merged.pop("markdown", None)

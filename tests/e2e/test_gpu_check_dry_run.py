@@ -18,8 +18,8 @@ from tests.support import ROOT
 
 pytestmark = pytest.mark.slow
 
-STAGES = ["install", "preflight", "tests", "models", "bandwidth", "step-ab-embedded", "step-ab-llama-1b", "sweep-graphs", "sweep-async", "sweep-eager"]
-SERVERS = ["switchyard", "switchyard:nographs", "switchyard:async"]
+STAGES = ["install", "preflight", "tests", "models", "bandwidth", "step-ab-embedded", "step-ab-llama-1b", "sweep-graphs", "sweep-serial", "sweep-eager"]
+SERVERS = ["switchyard", "switchyard:nographs", "switchyard:serial"]
 
 
 def test_the_dry_run_runs_every_stage_and_reports_them(tmp_path: Path) -> None:
