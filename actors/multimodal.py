@@ -112,8 +112,10 @@ class ImagePrompts:
             processor = self.processor.image_processor
             bounds = getattr(processor, "size", None) or {}
             most = int(bounds.get("longest_edge") or getattr(processor, "max_pixels", None) or LOW_DETAIL_PIXELS * 4)
-            least = int(bounds.get("shortest_edge") or getattr(processor, "min_pixels", None) or 0)
-            return {"images_kwargs": {"max_pixels": max(least, min(LOW_DETAIL_PIXELS, most // 4))}}
+            least = int(bounds.get("shortest_edge") or getattr(processor, "min_pixels", None) or 56 * 56)  # the processors' own default
+            # `size`, not `max_pixels`: transformers 5.17 ignores a `max_pixels` given per call
+            # (found on the GPU image), and 5.23 deprecates it.
+            return {"images_kwargs": {"size": {"shortest_edge": least, "longest_edge": max(least, min(LOW_DETAIL_PIXELS, most // 4))}}}
         return {}
 
     def _feature_hash(self, image: ImageInput) -> str:

@@ -4,6 +4,7 @@ Owns: a least-squares fit, over the last `WINDOW` steps with prompt tokens and t
 `WINDOW` without (seeded by the runner's timed start-up steps), of
 
     seconds ≈ base + per_decode_row * decode_rows + per_prefill_token * prefill_tokens
+              + prompt_step * (1 if prefill_tokens else 0)
 
 and the rule the scheduler core asks of it (`prefill_allowance`): how many prompt tokens may
 ride in a step beside `decode_rows` streaming requests so that the step takes at most `stretch`
@@ -18,6 +19,16 @@ GPU the same 512 tokens cost next to nothing. What a token costs differs by mach
 dtype and quantization, so it is measured here, from the steps already run, and follows the
 machine as it changes (the window forgets old steps). Sarathi-Serve derives its token budget
 from a time-between-tokens target the same way.
+
+`prompt_step` is what a step pays for carrying any prompt tokens at all. On a CPU it is about
+nothing (the fit drops it when it comes out negative). On a GPU it is most of the step: a
+decode-only step replays a CUDA graph (3.7 ms for the embedded model's shape on an H100) while
+a step with a prompt chunk runs eager, launch-bound (23-28 ms whatever the chunk:
+`ops/results/gpu-check-h100-2026-11-26.json`, run 1). Fitted as a per-token cost, that fixed
+cost made prompt tokens look ~40x dearer than they are, the allowance came out a block or two,
+and every prompt went in several eager steps: the server ran 0.12-0.18 of the bare CUDA-graph
+step at c >= 8. So a step that must pay `prompt_step` carries prompt tokens worth at least that
+much time (`_prompt_tokens`), and a prompt goes in one step.
 
 Until the fit has seen enough steps of both kinds (`MIN_STEPS`), or when it comes out
 nonsensical (a cost that is not positive), it answers None and the scheduler keeps its fixed
@@ -63,7 +74,7 @@ class StepCostModel:
         # step that showed what a prompt token costs, and the other way round.
         self._with_prompt: deque[tuple[float, float, float]] = deque(maxlen=window)  # (rows, tokens, s), scaled
         self._decode_only: deque[tuple[float, float, float]] = deque(maxlen=window)
-        self._coef: tuple[float, float, float] | None = None  # base, per row, per token (seconds)
+        self._coef: tuple[float, float, float, float] | None = None  # base, per row, per token, per prompt step (seconds)
         self._stale = True
         self._outliers = 0  # steps in a row far off the fit
         for rows, tokens, seconds in seed:  # the runner's timed start-up steps
@@ -100,8 +111,8 @@ class StepCostModel:
         coef = self._fit()
         if coef is None:
             return None
-        base, per_row, per_token = coef
-        return base + per_row * decode_rows + per_token * prefill_tokens
+        base, per_row, per_token, prompt_step = coef
+        return base + per_row * decode_rows + per_token * prefill_tokens + (prompt_step if prefill_tokens else 0.0)
 
     def allowances(self, held: int, stretch: float | None, budget: int, floor: int, encoding: bool) -> tuple[int, float | None]:
         """A step's prompt tokens (of `budget`, at least `floor`), and the seconds of a vision
@@ -121,14 +132,14 @@ class StepCostModel:
         if spare is None or coef is None:
             return budget, spare  # prompt tokens cost next to nothing here
         prompt_s = spare / 2 if encoding else spare
-        return min(budget, max(int(prompt_s / coef[2]), floor)), spare - prompt_s if encoding else spare
+        return min(budget, max(_prompt_tokens(prompt_s, coef), floor)), spare - prompt_s if encoding else spare
 
     def prefill_allowance(self, decode_rows: int, stretch: float) -> int | None:
         """Prompt tokens a step with `decode_rows` decodes may carry so it takes at most
         `stretch` x the decodes alone. None while the fit is not trusted."""
         spare = self.spare_seconds(decode_rows, stretch)
         coef = self._fit()
-        return None if spare is None or coef is None else int(spare / coef[2])
+        return None if spare is None or coef is None else _prompt_tokens(spare, coef)
 
     def spare_seconds(self, decode_rows: int, stretch: float) -> float | None:
         """The seconds a step with `decode_rows` decodes may spend on other work (prompt tokens,
@@ -137,59 +148,75 @@ class StepCostModel:
         coef = self._solved()  # a prompt token's cost may be next to nothing here: the decodes' is what counts
         if coef is None:
             return None
-        base, per_row, _ = coef
+        base, per_row, _, _ = coef
         decode_alone = base + per_row * decode_rows
         return (stretch - 1.0) * decode_alone if decode_alone > 0 else None
 
-    def _fit(self) -> tuple[float, float, float] | None:
+    def _fit(self) -> tuple[float, float, float, float] | None:
         coef = self._solved()
         return coef if coef and coef[2] > 0 else None
 
-    def _solved(self) -> tuple[float, float, float] | None:
+    def _solved(self) -> tuple[float, float, float, float] | None:
         if self._stale:
             self._coef, self._stale = self._solve(), False
         return self._coef
 
-    def _solve(self) -> tuple[float, float, float] | None:
+    def _solve(self) -> tuple[float, float, float, float] | None:
         if len(self._with_prompt) < MIN_STEPS or len(self._decode_only) + sum(1 for r, _, _ in self._with_prompt if r) < MIN_STEPS:
             return None
         steps = [*self._with_prompt, *self._decode_only]
         per_token = sum(s for _, _, s in steps) / sum(r * _ROW_SCALE + t * _TOKEN_SCALE for r, t, _ in steps)
-        prior = (0.0, per_token * _ROW_SCALE, per_token * _TOKEN_SCALE)
-        # Normal equations (A^T A + w I) c = A^T y + w prior for the rows (1, rows, tokens).
-        weight = _PRIOR_WEIGHT * len(steps)
-        ata = [[weight if i == j else 0.0 for j in range(3)] for i in range(3)]
-        aty = [weight * p for p in prior]
-        for rows, tokens, seconds in steps:
-            x = (1.0, rows, tokens)
-            for i in range(3):
-                aty[i] += x[i] * seconds
-                for j in range(3):
-                    ata[i][j] += x[i] * x[j]
-        solved = _solve3(ata, aty)
+        prior = (0.0, per_token * _ROW_SCALE, per_token * _TOKEN_SCALE, 0.0)
+        # A prompt step's fixed cost is told from the base cost by decode-only steps alone (the
+        # start-up calibration runs two).
+        solved = _least_squares(steps, prior, with_prompt_step=True) if len(self._decode_only) >= 2 else None
+        if solved is None or solved[3] < 0:  # unknown yet, or no such cost here (a CPU)
+            solved = _least_squares(steps, prior[:3], with_prompt_step=False)
         if solved is None:
             return None
-        base, per_row, per_token = solved
-        return base, per_row / _ROW_SCALE, per_token / _TOKEN_SCALE
+        base, per_row, per_token, prompt_step = (*solved, 0.0)[:4]
+        return base, per_row / _ROW_SCALE, per_token / _TOKEN_SCALE, prompt_step
 
 
-def _solve3(a: list[list[float]], b: list[float]) -> tuple[float, float, float] | None:
-    """Cramer's rule for a 3x3 system; None when it is singular."""
+def _prompt_tokens(seconds: float, coef: tuple[float, float, float, float]) -> int:
+    """Prompt tokens worth `seconds` of a step's time, after the step's fixed cost of carrying
+    any. Where that cost is more than `seconds` (a GPU's eager step beside a CUDA-graph decode),
+    no chunk keeps the step within the stretch: the step then carries tokens worth at least its
+    fixed cost, so the stall buys a whole prompt rather than a block of one."""
+    _, _, per_token, prompt_step = coef
+    return int(max(seconds - prompt_step, prompt_step) / per_token)
 
-    def det(m: list[list[float]]) -> float:
-        return (
-            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
-            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
-        )
 
-    d = det(a)
-    if abs(d) < 1e-18:
-        return None
-    out = []
-    for col in range(3):
-        m = [row[:] for row in a]
-        for r in range(3):
-            m[r][col] = b[r]
-        out.append(det(m) / d)
-    return out[0], out[1], out[2]
+def _least_squares(steps: list[tuple[float, float, float]], prior: tuple[float, ...], with_prompt_step: bool) -> tuple[float, ...] | None:
+    """Normal equations (A^T A + w I) c = A^T y + w prior over the rows (1, rows, tokens[, any
+    tokens]); None when singular."""
+    n = len(prior)
+    weight = _PRIOR_WEIGHT * len(steps)
+    ata = [[weight if i == j else 0.0 for j in range(n)] for i in range(n)]
+    aty = [weight * p for p in prior]
+    for rows, tokens, seconds in steps:
+        x = (1.0, rows, tokens, 1.0 if tokens else 0.0)[:n] if with_prompt_step else (1.0, rows, tokens)
+        for i in range(n):
+            aty[i] += x[i] * seconds
+            for j in range(n):
+                ata[i][j] += x[i] * x[j]
+    return _solve_linear(ata, aty)
+
+
+def _solve_linear(a: list[list[float]], b: list[float]) -> tuple[float, ...] | None:
+    """Gaussian elimination with partial pivoting for a small system; None when it is singular."""
+    n = len(b)
+    m = [[*row, rhs] for row, rhs in zip(a, b)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-12:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(col + 1, n):
+            f = m[r][col] / m[col][col]
+            for c in range(col, n + 1):
+                m[r][c] -= f * m[col][c]
+    out = [0.0] * n
+    for r in reversed(range(n)):
+        out[r] = (m[r][n] - sum(m[r][c] * out[c] for c in range(r + 1, n))) / m[r][r]
+    return tuple(out)

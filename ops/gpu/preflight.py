@@ -8,8 +8,9 @@ installed (the carried wheels on PYTHONPATH, and the machine's own image), impor
 serving stack, and, for a CUDA device, that torch sees it and runs a kernel on it. One line per problem, naming the package
 and what is needed; exit 1 if there is any. torch and transformers are the image's: their
 versions are recorded, and a difference from the pins CI tests against is a warning, not a
-failure, as is a mismatch between two of the image's own packages. gguf is not checked: it only converts the embedded GGUF, which the check does not do
-(models.py builds random-weight models instead).
+failure, as is a mismatch between two of the image's own packages. gguf is carried for the
+engine tier's tests of the shipped Q4_1 blocks (they pin the CPU); the check's models are
+random-weight ones (models.py), never converted from the GGUF.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from packaging.requirements import Requirement
 from ops.harness.results import REPO_ROOT
 
 IMAGE_PACKAGES = ("torch", "transformers")  # the GPU image's own: recorded, never carried
-NOT_NEEDED = ("gguf",)  # converts the embedded GGUF only
 TEST_PACKAGES = ("pytest", "pytest-trio", "httpx")  # what tests/engine needs of the test extra
 IMPORT_NAMES = {"quart-trio": "quart_trio", "prometheus-client": "prometheus_client", "pytest-trio": "pytest_trio", "pillow": "PIL"}
 STACK = ("actors.build", "actors.runners.torch_runner", "api.process.main", "llguidance.torch", "ops.bench.run.cli", "ops.bench.step_ab")
@@ -37,8 +37,7 @@ def requirements() -> list[Requirement]:
     """pyproject's runtime requirements and the test ones the engine tier needs, parsed."""
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     reqs = [Requirement(r) for r in project["dependencies"]]
-    reqs += [r for r in map(Requirement, project["optional-dependencies"]["test"]) if r.name in TEST_PACKAGES]
-    return [r for r in reqs if r.name not in NOT_NEEDED]
+    return reqs + [r for r in map(Requirement, project["optional-dependencies"]["test"]) if r.name in TEST_PACKAGES]
 
 
 def carried_names() -> list[str]:

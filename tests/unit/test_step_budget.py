@@ -155,3 +155,26 @@ def test_the_default_stretch_leaves_room_for_steps_that_scatter_around_the_fit()
         ratio = percentile(gaps, 99) / percentile(gaps, 50)
         print(f"seed {seed}: p99/p50 gap at the default stretch with steps jittered +-15%: {ratio:.2f}")
         assert ratio <= 2.0, seed
+
+
+def gpu_cost(decode_rows: int, prefill_tokens: int) -> float:
+    """An H100 serving the embedded model's shape (ops/results/gpu-check-h100-2026-11-26.json,
+    run 1): a decode-only step replays a CUDA graph; a step with prompt tokens runs eager and
+    pays ~20 ms of kernel launches, however few tokens it carries."""
+    step = 0.0037 + 0.00005 * decode_rows
+    return step + (0.020 + 0.00002 * prefill_tokens if prefill_tokens else 0.0)
+
+
+def test_where_any_prompt_chunk_costs_a_fixed_time_a_prompt_goes_in_one_step():
+    samples = tuple((r, t, gpu_cost(r, t)) for r, t in CALIBRATION_SHAPES)
+    model = StepCostModel(samples)
+    assert model.predict(32, 128) == pytest.approx(gpu_cost(32, 128), rel=1e-2)
+    assert model.predict(8, 0) == pytest.approx(gpu_cost(8, 0), rel=1e-2)
+    # 32 decodes take 5.3 ms: no chunk keeps a 20 ms eager step within 1.7x that, so the step
+    # carries what its fixed cost is worth (1,000 tokens), not a block.
+    assert model.prefill_allowance(32, 1.7) >= 512
+    timed_gaps, timed_s, timed_tokens = simulate(step_stretch=1.7, step_cost=gpu_cost, step_samples=samples)
+    fixed_gaps, fixed_s, fixed_tokens = simulate(step_stretch=None, step_cost=gpu_cost)
+    throughput = (timed_tokens / timed_s) / (fixed_tokens / fixed_s)
+    print(f"tok/s time budget / token budget {throughput:.3f}; p99 gap {percentile(timed_gaps, 99) * 1e3:.1f} ms vs {percentile(fixed_gaps, 99) * 1e3:.1f}")
+    assert throughput >= 0.97  # fitted per token, the fixed cost chunked prompts by blocks: 0.20
