@@ -24,7 +24,7 @@ from a time-between-tokens target the same way.
 nothing (the fit drops it when it comes out negative). On a GPU it is most of the step: a
 decode-only step replays a CUDA graph (3.7 ms for the embedded model's shape on an H100) while
 a step with a prompt chunk runs eager, launch-bound (23-28 ms whatever the chunk:
-`ops/results/gpu-check-h100-2026-11-26.json`, run 1). Fitted as a per-token cost, that fixed
+`ops/results/gpu-check-first-run-2026-11-26-h100.json`). Fitted as a per-token cost, that fixed
 cost made prompt tokens look ~40x dearer than they are, the allowance came out a block or two,
 and every prompt went in several eager steps: the server ran 0.12-0.18 of the bare CUDA-graph
 step at c >= 8. So a step that must pay `prompt_step` carries prompt tokens worth at least that

@@ -62,7 +62,7 @@ def plans(block_size: int, num_blocks: int, max_model_len: int) -> tuple[list[tu
 def time_steps(execute: Callable[[StepPlan], object], timed: list[tuple[int, int, StepPlan]]) -> list[Sample]:
     """Run the largest plan, the prompt alone and the decode-only ones once untimed (first-touch
     costs; on a GPU a decode-only step's first run captures its bucket's CUDA graph, and the
-    first prompt alone took 71 ms against 28 ms beside a decode: ops/results/gpu-check-h100-2026-11-26.json),
+    first prompt alone took 71 ms against 28 ms beside a decode: ops/results/gpu-check-first-run-2026-11-26-h100.json),
     then each plan once, timed."""
     for _, _, plan in [timed[-1], *(t for t in timed if t[0] == 0 or t[1] == 0)]:
         execute(plan)

@@ -158,8 +158,8 @@ def test_the_default_stretch_leaves_room_for_steps_that_scatter_around_the_fit()
 
 
 def gpu_cost(decode_rows: int, prefill_tokens: int) -> float:
-    """An H100 serving the embedded model's shape (ops/results/gpu-check-h100-2026-11-26.json,
-    run 1): a decode-only step replays a CUDA graph; a step with prompt tokens runs eager and
+    """An H100 serving the embedded model's shape (ops/results/gpu-check-first-run-2026-11-26-h100.json):
+    a decode-only step replays a CUDA graph; a step with prompt tokens runs eager and
     pays ~20 ms of kernel launches, however few tokens it carries."""
     step = 0.0037 + 0.00005 * decode_rows
     return step + (0.020 + 0.00002 * prefill_tokens if prefill_tokens else 0.0)
