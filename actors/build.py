@@ -56,7 +56,7 @@ def build_engine(config: RuntimeConfig) -> Engine:
         path, device=config.device, dtype=config.dtype, num_kv_blocks=config.num_kv_blocks, kv_cache_gib=config.kv_cache_gib, block_size=config.block_size,
         num_threads=config.num_threads, max_model_len=config.max_model_len, batch_invariant=config.batch_invariant, model_impl=config.model_impl,
         compile=config.compile, quantization=config.quantization, cuda_graphs=config.cuda_graphs, max_num_seqs=config.max_num_seqs,
-        draft_model=_draft_model(config),
+        max_step_tokens=config.max_num_batched_tokens, draft_model=_draft_model(config),
     )
     return Engine(config, runner, tokenizer, config.served_name or name, frozenset(eos), images=images)
 

@@ -21,7 +21,7 @@ machine as it changes (the window forgets old steps). Sarathi-Serve derives its 
 from a time-between-tokens target the same way.
 
 `prompt_step` is what a step pays for carrying any prompt tokens at all. On a CPU it is about
-nothing (the fit drops it when it comes out negative). On a GPU it is most of the step: a
+nothing (the fit drops it when it comes out under a one-row decode step's cost). On a GPU it is most of the step: a
 decode-only step replays a CUDA graph (3.7 ms for the embedded model's shape on an H100) while
 a step with a prompt chunk runs eager, launch-bound (23-28 ms whatever the chunk:
 `ops/results/gpu-check-first-run-2026-11-26-h100.json`). Fitted as a per-token cost, that fixed
@@ -167,11 +167,14 @@ class StepCostModel:
         steps = [*self._with_prompt, *self._decode_only]
         per_token = sum(s for _, _, s in steps) / sum(r * _ROW_SCALE + t * _TOKEN_SCALE for r, t, _ in steps)
         prior = (0.0, per_token * _ROW_SCALE, per_token * _TOKEN_SCALE, 0.0)
-        # A prompt step's fixed cost is told from the base cost by decode-only steps alone (the
-        # start-up calibration runs two).
-        solved = _least_squares(steps, prior, with_prompt_step=True) if len(self._decode_only) >= 2 else None
-        if solved is None or solved[3] < 0:  # unknown yet, or no such cost here (a CPU)
-            solved = _least_squares(steps, prior[:3], with_prompt_step=False)
+        # A prompt step's fixed cost is told from the base cost by decode-only steps (the start-up
+        # calibration runs two).
+        solved = _least_squares(steps, prior) if len(self._decode_only) >= 2 else None
+        # Kept only where it is more than a one-row decode step costs: a smaller one (a CPU's
+        # Python work to build a prompt chunk) moves the allowance by less than the stretch's
+        # own slack, and a per-token cost carries it as the CPU figures were measured with.
+        if solved is None or solved[3] < solved[0] + solved[1] / _ROW_SCALE:
+            solved = _least_squares(steps, prior[:3])
         if solved is None:
             return None
         base, per_row, per_token, prompt_step = (*solved, 0.0)[:4]
@@ -187,15 +190,15 @@ def _prompt_tokens(seconds: float, coef: tuple[float, float, float, float]) -> i
     return int(max(seconds - prompt_step, prompt_step) / per_token)
 
 
-def _least_squares(steps: list[tuple[float, float, float]], prior: tuple[float, ...], with_prompt_step: bool) -> tuple[float, ...] | None:
-    """Normal equations (A^T A + w I) c = A^T y + w prior over the rows (1, rows, tokens[, any
-    tokens]); None when singular."""
+def _least_squares(steps: list[tuple[float, float, float]], prior: tuple[float, ...]) -> tuple[float, ...] | None:
+    """Normal equations (A^T A + w I) c = A^T y + w prior over the rows (1, rows, tokens, any
+    tokens), as many of them as `prior` has; None when singular."""
     n = len(prior)
     weight = _PRIOR_WEIGHT * len(steps)
     ata = [[weight if i == j else 0.0 for j in range(n)] for i in range(n)]
     aty = [weight * p for p in prior]
     for rows, tokens, seconds in steps:
-        x = (1.0, rows, tokens, 1.0 if tokens else 0.0)[:n] if with_prompt_step else (1.0, rows, tokens)
+        x = (1.0, rows, tokens, 1.0 if tokens else 0.0)[:n]
         for i in range(n):
             aty[i] += x[i] * seconds
             for j in range(n):

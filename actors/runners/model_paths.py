@@ -121,6 +121,7 @@ def served_quantization(quantization: str | None, model_dir: Path, dtype_explici
 def choose(
     model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None, compile: bool | None = False,
     quantization: str | None = None, cuda_graphs: bool | None = None, block_size: int = 16, max_num_seqs: int = 256, dtype_explicit: bool = False,
+    max_step_tokens: int = 0,
 ) -> ModelPath:  # fmt: skip
     """The native path when asked for or (auto) when it supports the model; else transformers.
     `compile`, `quantization` and `cuda_graphs` apply to the native path only (transformers'
@@ -146,7 +147,7 @@ def choose(
             scheme, dense_because = served_quantization(quantization, model_dir, dtype_explicit, device, batch_invariant)
             path: ModelPath = NativePath(
                 model_dir, hf, dtype, device, batch_invariant, max_len, compile=compile, quantization=scheme, cuda_graphs=cuda_graphs, block_size=block_size,
-                max_num_seqs=max_num_seqs,
+                max_num_seqs=max_num_seqs, max_step_tokens=max_step_tokens,
             )
             extra = {"shipped_weights_served_dense": dense_because} if dense_because else {}
             log.info("model_path", impl=path.impl, model=str(model_dir), load_s=round(time.perf_counter() - started, 2), **extra)

@@ -107,6 +107,7 @@ class TorchRunner:
         quantization: str | None = None,
         cuda_graphs: bool | None = None,
         max_num_seqs: int = 256,
+        max_step_tokens: int = 512,
         draft_model: Path | None = None,
     ) -> None:
         self.model_dir = Path(model_dir)
@@ -124,6 +125,7 @@ class TorchRunner:
         self._quantization = quantization
         self._cuda_graphs = cuda_graphs
         self._max_num_seqs = max_num_seqs
+        self._max_step_tokens = max_step_tokens
         self.model: ModelPath | None = None
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
@@ -145,6 +147,7 @@ class TorchRunner:
         model = choose(
             self.model_dir, self._model_impl, self.dtype, self.device, self._batch_invariant, self._max_model_len, self._compile, self._quantization,
             self._cuda_graphs, self.block_size, self._max_num_seqs, dtype_explicit=self._requested_dtype not in (None, "auto"),
+            max_step_tokens=self._max_step_tokens,
         )  # fmt: skip
         self.model = model
         bytes_per_slot = 2 * model.num_layers * model.num_kv_heads * model.head_dim * torch.finfo(self.dtype).bits // 8

@@ -4,7 +4,9 @@ buffers without capture. With SWITCHYARD_TEST_DEVICE=cuda (ops/gpu/check.sh) the
 with the eager step, the warm-up captures and the engine's greedy run capture and replay real
 graphs instead; the planning rules and dynamo's trace stay on the CPU.
 
-- its logits and its cache writes equal the eager native step's, with pad rows in the bucket;
+- its logits and its cache writes equal the eager native step's, with pad rows in the bucket,
+  for decode steps and for steps with prompt chunks (a row per token) beside decodes;
+- steps past the largest bucket, and steps with chunks whose gather would be too large, run eager;
 - it has no host sync and no data-dependent shape (what a capture needs), shown by dynamo's
   trace of it;
 - greedy output through the real runtime with every decode step bucketed, eight staggered
@@ -31,8 +33,8 @@ BLOCK = 4
 
 
 def test_buckets_cover_every_batch_and_length_up_to_the_limits() -> None:
-    assert [batch_bucket(b) for b in (1, 2, 3, 5, 17, 33, 256)] == [1, 2, 4, 8, 24, 48, 256]
-    assert batch_bucket(257) is None  # runs eager
+    assert [batch_bucket(b) for b in (1, 2, 3, 5, 17, 33, 256, 257, 512)] == [1, 2, 4, 8, 24, 48, 256, 384, 512]
+    assert batch_bucket(513) is None  # runs eager
     assert length_buckets(8192, 16) == [256, 512, 1024, 2048, 4096, 8192]
     assert length_buckets(1000, 16) == [256, 512, 1008]  # the last bucket holds max_len, in whole blocks
     assert length_buckets(100, 16) == [112]
@@ -48,12 +50,12 @@ def _runner(model_dir: Path, **settings: object) -> TorchRunner:
     return runner
 
 
-def _step(runner: TorchRunner, seqs: list[tuple[int, int]], tables: list[list[int]], ids: list[int]) -> torch.Tensor:
+def _step(runner: TorchRunner, seqs: list[tuple[int, int]], tables: list[list[int]], ids: list[int], every_row: bool = False) -> torch.Tensor:
     assert runner.model is not None
     ends = [sum(n for _, n in seqs[: i + 1]) - 1 for i in range(len(seqs))]  # each sequence's last row
     with torch.inference_mode():
         step, positions = runner.model.build_step(seqs, tables, BLOCK, runner.k_cache, runner.v_cache)
-        keep = torch.tensor(ends, device=runner.device)
+        keep = torch.arange(len(ids), device=runner.device) if every_row else torch.tensor(ends, device=runner.device)
         return runner.model.forward(torch.tensor(ids, device=runner.device), positions, step, keep, runner.k_cache, runner.v_cache).float()
 
 
@@ -71,8 +73,10 @@ def test_bucketed_decode_matches_the_eager_step_with_pad_rows(shape: str, tmp_pa
     prompts = [torch.randint(3, 300, (n,), generator=gen).tolist() for n in lengths]
     seqs = [(0, n) for n in lengths]
     flat = [t for p in prompts for t in p]
-    for runner in (eager, bucketed):  # the prompts: a prefill step, eager on both
-        last = _step(runner, seqs, tables, flat)
+    plan = bucketed.model.build_step(seqs, tables, BLOCK, bucketed.k_cache, bucketed.v_cache)[0]
+    assert isinstance(plan, DecodeBatch) and plan.batch == 48  # the prompts' 37 tokens, a row each
+    last = _step(eager, seqs, tables, flat)
+    torch.testing.assert_close(_step(bucketed, seqs, tables, flat), last, rtol=1e-4, atol=1e-4)
     tokens = last.argmax(-1).tolist()
     done = list(lengths)
     # decode steps of 5 (bucket 8), then 3 (bucket 4), then 1 sequence: pads in every bucket but 1
@@ -88,19 +92,50 @@ def test_bucketed_decode_matches_the_eager_step_with_pad_rows(shape: str, tmp_pa
         for i, row in zip(live, want.argmax(-1).tolist()):
             tokens[i] = row
             done[i] += 1
-    assert sorted(graphs.runs) == [(1, 256), (4, 256), (8, 256)]  # one run per bucket, reused
+    assert sorted(graphs.runs) == [(1, 256), (4, 256), (8, 256), (48, 256)]  # one run per bucket, reused
     for got_cache, want_cache in zip(bucketed.k_cache + bucketed.v_cache, eager.k_cache + eager.v_cache, strict=True):
         torch.testing.assert_close(got_cache, want_cache, rtol=1e-5, atol=1e-5)  # pads wrote nothing else
 
 
-def test_mixed_steps_and_oversized_batches_stay_eager(tiny_model_dir: Path) -> None:
-    runner = _runner(tiny_model_dir, cuda_graphs=True, device="cpu")  # planning rules, and the CPU's defaults
+def test_prompt_chunks_beside_decodes_run_bucketed_a_row_per_token(tiny_model_dir: Path) -> None:
+    """Fresh prompts, a prompt's later chunk (its keys partly in the cache already, partly in
+    the same step) and decodes side by side: every row's logits and every cache write as eager."""
+    eager, bucketed = _runner(tiny_model_dir, cuda_graphs=False), _runner(tiny_model_dir, cuda_graphs=True)
+    assert bucketed.model is not None and bucketed.model.bucketed is not None
+    gen = torch.Generator().manual_seed(1)
+    tables = [list(range(i * 16, (i + 1) * 16)) for i in range(3)]
+    ids = lambda n: torch.randint(3, 300, (n,), generator=gen).tolist()  # noqa: E731
+    steps = [
+        [(0, 7), (0, 5)],  # two fresh prompts
+        [(7, 1), (5, 6), (0, 3)],  # a decode, the second prompt's next chunk (it crosses a block), a third prompt
+        [(8, 1), (11, 1), (3, 4)],  # two decodes and the third prompt's next chunk
+    ]
+    for seqs in steps:
+        step_ids = ids(sum(n for _, n in seqs))
+        plan = bucketed.model.build_step(seqs, tables[: len(seqs)], BLOCK, bucketed.k_cache, bucketed.v_cache)[0]
+        assert isinstance(plan, DecodeBatch) and len(plan.lens) == len(step_ids)
+        want = _step(eager, seqs, tables[: len(seqs)], step_ids, every_row=True)
+        got = _step(bucketed, seqs, tables[: len(seqs)], step_ids, every_row=True)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for got_cache, want_cache in zip(bucketed.k_cache + bucketed.v_cache, eager.k_cache + eager.v_cache, strict=True):
+        torch.testing.assert_close(got_cache, want_cache, rtol=1e-5, atol=1e-5)
+
+
+def test_oversized_steps_stay_eager(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = _runner(tiny_model_dir, cuda_graphs=True, device="cpu", max_step_tokens=512)  # planning rules, and the CPU's defaults
     assert runner.model is not None and runner.model.bucketed is not None
-    build = runner.model.build_step
-    assert not isinstance(build([(0, 3), (5, 1)], [[0, 1], [2, 3]], BLOCK, runner.k_cache, runner.v_cache)[0], DecodeBatch)
-    many = [(4, 1)] * 257
-    assert not isinstance(build(many, [[0, 1]] * 257, BLOCK, runner.k_cache, runner.v_cache)[0], DecodeBatch)
-    assert runner.model.bucketed.plan([(299, 1)], [list(range(75))]) is not None  # max_model_len 300: the last bucket
+    graphs = runner.model.bucketed
+    assert graphs.batches[-1] == 512  # a row per token of the step's token budget
+    assert graphs.plan([(4, 1)] * 512, [[0, 1]] * 512) is not None
+    assert graphs.plan([(4, 1)] * 513, [[0, 1]] * 513) is None  # past the largest bucket
+    assert graphs.plan([(0, 300)], [list(range(75))]) is not None  # max_model_len 300: the last length bucket
+    assert graphs.plan([(299, 1)], [list(range(75))]) is not None
+    # A step with a chunk whose rows would gather too much runs eager; a decode step never does.
+    per_key = runner.model.cfg.num_kv_heads * runner.model.cfg.head_dim
+    monkeypatch.setattr(cuda_graphs, "MIXED_GATHER_ELEMENTS", 8 * 256 * per_key)
+    assert graphs.plan([(0, 8)], [[0, 1]]) is not None  # 8 rows x 256 keys: at the limit
+    assert graphs.plan([(0, 9)], [[0, 1, 2]]) is None  # 16 rows (its bucket) x 256: past it
+    assert graphs.plan([(4, 1)] * 64, [[0, 1]] * 64) is not None
     # Off unless asked for on a CPU, and never with batch invariance (it buckets decodes its own way).
     assert _runner(tiny_model_dir, device="cpu").model.bucketed is None  # type: ignore[union-attr]
     assert _runner(tiny_model_dir, cuda_graphs=True, batch_invariant=True, device="cpu").model.bucketed is None  # type: ignore[union-attr]
@@ -139,14 +174,15 @@ def test_the_bucketed_step_has_no_host_sync_or_data_dependent_shape(tiny_model_d
 
 
 def test_capture_all_prepares_every_batch_bucket_up_to_max_num_seqs(tiny_model_dir: Path) -> None:
-    runner = _runner(tiny_model_dir, cuda_graphs=True, max_num_seqs=6)
+    runner = _runner(tiny_model_dir, cuda_graphs=True, max_num_seqs=6, max_step_tokens=5)
     assert runner.model is not None and runner.model.bucketed is not None
     graphs = runner.model.bucketed
-    assert graphs.batches == (1, 2, 4, 8)  # 6 sequences at most: nothing past the bucket holding them
+    assert graphs.batches == (1, 2, 4, 8)  # 6 sequences, 5 tokens a step at most: nothing past the bucket holding them
     with torch.inference_mode():
         graphs.capture_all(runner.k_cache, runner.v_cache)
     assert sorted(graphs.runs) == [(1, 256), (2, 256), (4, 256), (8, 256)]
     assert graphs.plan([(3, 1)] * 9, [[0]] * 9) is None  # past max_num_seqs: eager
+    assert graphs.plan([(0, 9)], [[0, 1, 2]]) is None  # past the step's token budget: eager
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none)")
@@ -175,7 +211,7 @@ def test_on_a_gpu_replays_match_the_eager_step_without_host_syncs(tiny_model_dir
     torch.cuda.synchronize(device)
 
 
-async def test_greedy_matches_generate_with_every_decode_step_bucketed(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_greedy_matches_generate_with_every_step_bucketed(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     replays: list[int] = []
     inner = cuda_graphs.BucketedDecode.__call__
 

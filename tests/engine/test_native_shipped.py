@@ -26,7 +26,9 @@ from runtime.sampling import SamplingParams
 from tests.support.tiny_gguf import ship_tiny_model
 from tests.support.tiny_model import build_tiny_llama
 
-KWARGS = dict(num_kv_blocks=32, block_size=4, num_threads=1)
+# The CPU pinned: the shipped blocks run on aten's CPU kernels, and a runner left to pick its
+# device took the GPU in the GPU check (ops/gpu/check.sh), where every test here failed.
+KWARGS = dict(num_kv_blocks=32, block_size=4, num_threads=1, device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +137,7 @@ async def _greedy(config: RuntimeConfig, prompt: list[int], max_tokens: int) -> 
 async def test_the_engine_serves_shipped_weights_token_for_token_as_the_dense_float32_model(shipped_dir: Path) -> None:
     # A prompt of at most MAX_ROWS tokens: its prefill runs the weight-only kernel too, so every
     # step computes with the dense weights exactly.
-    base = dict(model=str(shipped_dir), num_kv_blocks=32, block_size=4, num_threads=1, dtype="float32", compile=False)
+    base = dict(model=str(shipped_dir), device="cpu", num_kv_blocks=32, block_size=4, num_threads=1, dtype="float32", compile=False)
     prompt = [5, 9, 17]
     shipped = await _greedy(RuntimeConfig(**base, quantization="shipped"), prompt, 12)
     dense = await _greedy(RuntimeConfig(**base), prompt, 12)

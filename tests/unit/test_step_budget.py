@@ -178,3 +178,14 @@ def test_where_any_prompt_chunk_costs_a_fixed_time_a_prompt_goes_in_one_step():
     throughput = (timed_tokens / timed_s) / (fixed_tokens / fixed_s)
     print(f"tok/s time budget / token budget {throughput:.3f}; p99 gap {percentile(timed_gaps, 99) * 1e3:.1f} ms vs {percentile(fixed_gaps, 99) * 1e3:.1f}")
     assert throughput >= 0.97  # fitted per token, the fixed cost chunked prompts by blocks: 0.20
+
+
+def test_a_fixed_prompt_cost_under_a_decode_steps_is_carried_per_token():
+    def cpu_cost(rows: int, tokens: int) -> float:  # a few ms of Python to build a chunk
+        return cost(rows, tokens) + (0.004 if tokens else 0.0)
+
+    model = StepCostModel(tuple((r, t, cpu_cost(r, t)) for r, t in CALIBRATION_SHAPES))
+    # A draft's 4 verify rows cost 4 tokens' time, not a prompt step's fixed cost on top (which
+    # made the tiny model's drafts look not worth it in tests/engine/test_spec_decoding_draft.py).
+    assert model.predict(32, 4) - model.predict(32, 0) == pytest.approx(4 * PER_TOKEN, rel=0.1)
+    assert model.prefill_allowance(32, 2.0) == pytest.approx(98, abs=2)

@@ -1,9 +1,20 @@
-"""Decode steps in fixed-shape buckets, each captured once as a CUDA graph and replayed.
+"""Steps in fixed-shape buckets, each captured once as a CUDA graph and replayed.
 
-Owns: `BucketedDecode`, which runs a decode-only step (one new token per sequence) padded to a
-batch bucket and a key-length bucket through one static function over static input buffers,
-capturing each (batch, length) bucket as a CUDA graph at warm-up or on its first use; `DecodeBatch`, a step
-planned into its bucket; and `decode_step`, the static function itself.
+Owns: `BucketedDecode`, which runs a step padded to a batch bucket and a key-length bucket
+through one static function over static input buffers, capturing each (batch, length) bucket
+as a CUDA graph at warm-up or on its first use; `DecodeBatch`, a step planned into its bucket;
+and `decode_step`, the static function itself.
+
+Every token of a step is a row: a decode token, and each token of a prompt chunk (or of a
+draft to verify), which is a row whose length is its own position plus one, reading its
+sequence's block table. Every row writes its key and value before any row gathers, so a
+chunk's token sees the chunk's earlier tokens as a decode token sees its context. Why steps
+with prompt chunks go through the graphs too: eager, such a step is launch-bound on a GPU
+(23-53 ms for the embedded model's shape on an H100 against 4-6 ms for a decode step replayed,
+whatever the chunk: ops/results/gpu-check-first-run-2026-11-26-h100.json and its second run),
+so every prompt stalled the streams beside it by ten decode steps. Where a chunk's gather
+would be large (rows x key length x kv heads x head dim past `MIXED_GATHER_ELEMENTS`) the step
+runs eager, where SDPA reads the cache once per chunk instead of once per row.
 
 Why: on a GPU the decode step of a small model is bound by launching its kernels (a few
 hundred per step from Python, ~10 us each), not by the GPU's arithmetic. A graph replays them
@@ -56,7 +67,10 @@ from runtime.logging import get_logger
 log = get_logger("runner")
 
 # Padding a step of B rows to the next bucket wastes at most a third of the bucket past 16 rows.
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+# A step with prompt chunks gathers each of its rows' keys and values: at most this many
+# elements each (512 rows x 1,024 keys for the embedded model's 3 x 64, 256 MiB in bf16).
+MIXED_GATHER_ELEMENTS = 1 << 27
 MIN_LENGTH_BUCKET = 256
 # torch allows one capture at a time in a process; models on several GPUs capture in turn.
 _CAPTURE_LOCK = threading.Lock()
@@ -81,10 +95,10 @@ def length_buckets(max_len: int, block_size: int) -> list[int]:
 
 @dataclass(slots=True)
 class DecodeBatch:
-    """A decode-only step, planned into its bucket (host-side lists; nothing on the device yet)."""
+    """A step planned into its bucket, a row per token (host-side lists; nothing on the device yet)."""
 
-    lens: list[int]  # each sequence's length including its new token
-    tables: list[list[int]]  # each sequence's block table
+    lens: list[int]  # each row's length including its own token (its position + 1)
+    tables: list[list[int]]  # each row's sequence's block table
     batch: int  # the batch bucket
     length: int  # the key-length bucket, in tokens
 
@@ -98,8 +112,9 @@ def decode_step(
     v_cache: list[torch.Tensor],
     block_size: int,
 ) -> torch.Tensor:
-    """One decode token per row over fixed shapes: input_ids and lens `[B]`, tables
-    `[B, L / block_size]` → logits `[B, V]`. Writes each row's key and value to its slot."""
+    """One token per row over fixed shapes: input_ids and lens `[B]`, tables
+    `[B, L / block_size]` → logits `[B, V]`. Writes each row's key and value to its slot, then
+    attends each row over its sequence's first `lens` keys."""
     kv_heads, num_slots, _ = k_cache[0].shape
     blocks = tables.shape[1]
     length = blocks * block_size
@@ -131,17 +146,19 @@ def attend_gathered(
 
 
 class BucketedDecode:
-    """Decode-only steps through fixed-shape buckets; on CUDA one captured graph per bucket."""
+    """Steps through fixed-shape buckets, a row per token; on CUDA one captured graph per bucket."""
 
     def __init__(
-        self, model: Any, vocab_size: int, max_len: int, block_size: int, device: torch.device, capture: bool, max_num_seqs: int = BATCH_BUCKETS[-1]
-    ) -> None:
+        self, model: Any, vocab_size: int, max_len: int, block_size: int, device: torch.device, capture: bool, max_num_seqs: int = 256, max_step_tokens: int = 0,
+    ) -> None:  # fmt: skip
         self.model = model
         self.block_size = block_size
         self.device = device
         self.capture = capture
         self.lengths = length_buckets(max_len, block_size)
-        top = batch_bucket(max_num_seqs) or BATCH_BUCKETS[-1]  # no bucket past what the engine ever schedules
+        self.gather_row = model.cfg.num_kv_heads * model.cfg.head_dim  # elements a row gathers per key
+        # No bucket past what the engine ever schedules: a row per sequence, or per token of the step.
+        top = batch_bucket(max(max_num_seqs, max_step_tokens)) or BATCH_BUCKETS[-1]
         self.batches = tuple(b for b in BATCH_BUCKETS if b <= top)
         max_batch, max_blocks = self.batches[-1], self.lengths[-1] // block_size
         # The static buffers every bucket reads and writes (views of them keep their address).
@@ -154,16 +171,20 @@ class BucketedDecode:
         self._pool: Any = None
 
     def plan(self, seqs: list[tuple[int, int]], tables: list[list[int]]) -> DecodeBatch | None:
-        """The step's bucket, if it is decode-only and fits one; None: run it eager."""
-        if not seqs or any(n != 1 for _, n in seqs):
+        """The step's bucket, a row per token, if it fits one; None: run it eager."""
+        if not seqs:
             return None
-        batch = batch_bucket(len(seqs), self.batches)
-        lens = [start + 1 for start, _ in seqs]
-        longest = max(lens)
-        length = next((b for b in self.lengths if b >= longest), None)
+        rows = sum(n for _, n in seqs)
+        batch = batch_bucket(rows, self.batches)
+        length = next((b for b in self.lengths if b >= max(start + n for start, n in seqs)), None)
         if batch is None or length is None:
             return None
-        return DecodeBatch(lens=lens, tables=tables, batch=batch, length=length)
+        if rows == len(seqs):  # decode-only
+            return DecodeBatch(lens=[start + 1 for start, _ in seqs], tables=tables, batch=batch, length=length)
+        if batch * length * self.gather_row > MIXED_GATHER_ELEMENTS:
+            return None
+        lens = [pos + 1 for start, n in seqs for pos in range(start, start + n)]
+        return DecodeBatch(lens=lens, tables=[table for (_, n), table in zip(seqs, tables) for _ in range(n)], batch=batch, length=length)
 
     def capture_all(self, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> None:
         """Prepare every batch bucket at the first length bucket, largest first, so that serving
@@ -191,10 +212,11 @@ class BucketedDecode:
     def _fill(self, input_ids: torch.Tensor, plan: DecodeBatch) -> None:
         """Copy the step into the static buffers; pad rows repeat the last real sequence."""
         real, blocks = len(plan.lens), plan.length // self.block_size
-        rows = [(t[:blocks] + [0] * (blocks - len(t)), n) for t, n in zip(plan.tables, plan.lens)]
+        padded: dict[int, list[int]] = {}  # a chunk's rows share their sequence's table: padded once
+        rows = [padded.get(id(t)) or padded.setdefault(id(t), t[:blocks] + [0] * (blocks - len(t))) for t in plan.tables]
         rows += [rows[-1]] * (plan.batch - real)
-        tables = torch.tensor([t for t, _ in rows], dtype=torch.long)  # built whole: one tensor, one copy
-        lens = torch.tensor([n for _, n in rows], dtype=torch.long)
+        tables = torch.tensor(rows, dtype=torch.long)  # built whole: one tensor, one copy
+        lens = torch.tensor(plan.lens + [plan.lens[-1]] * (plan.batch - real), dtype=torch.long)
         self.tables[: plan.batch, :blocks].copy_(tables.to(self.device, non_blocking=True))
         self.lens[: plan.batch].copy_(lens.to(self.device, non_blocking=True))
         self.input_ids[:real].copy_(input_ids)

@@ -2,8 +2,9 @@
 
 Owns: `NativePath`, which reads the checkpoint (actors/runners/native/loader.py), builds the
 Llama-family model (llama.py) and answers the runner's `ModelPath` interface, and which step
-runs where: decode-only steps through CUDA graphs on a GPU (cuda_graphs.py), a single stream's
-decode through the compiled graph with `--compile` (decode_graph.py), every other step eager.
+runs where: steps of up to the token budget through CUDA graphs on a GPU, a row per token
+(cuda_graphs.py), a single stream's decode through the compiled graph with `--compile`
+(decode_graph.py), every other step eager.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class NativePath:
         cuda_graphs: bool | None = None,
         block_size: int = 16,
         max_num_seqs: int = 256,
+        max_step_tokens: int = 0,
     ) -> None:
         cfg = native_config(hf)
         self.cfg = cfg
@@ -67,7 +69,7 @@ class NativePath:
         self.bucketed: BucketedDecode | None = None
         if cuda_graphs and not batch_invariant:  # batch invariance groups decodes by its own buckets
             capture = device.type == "cuda"
-            self.bucketed = BucketedDecode(self.model, self.vocab_size, max_len or cfg.max_position_embeddings, block_size, device, capture, max_num_seqs)
+            self.bucketed = BucketedDecode(self.model, self.vocab_size, max_len or cfg.max_position_embeddings, block_size, device, capture, max_num_seqs, max_step_tokens)
             self.impl += "+cudagraphs" if capture else "+buckets"
         self.decode_graph: decode_graph.DecodeGraph | None = None
         if compile is None:  # the default: on a CPU, where one stream's step is Python-bound (docs/models.md)
