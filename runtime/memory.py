@@ -1,4 +1,5 @@
-"""Keeping the server's resident memory flat: `trim_heap()` and `bound_native_caches()`.
+"""Keeping the server's resident memory flat: `trim_heap()` and `bound_native_caches()`; and its
+garbage collector off the streams' path: `freeze_startup_heap()`.
 
 Why: a step allocates tensors of many sizes (logits, activations of prefill chunks of any
 length). glibc raises its mmap threshold after a large buffer is freed, so later ones come
@@ -14,13 +15,22 @@ oneDNN (torch's CPU matmuls) compiles and caches a kernel per new shape, 1024 by
 step's token count and attention lengths vary, so the cache kept filling: ~300 MiB of the
 server's memory, still growing after a minute of load. `bound_native_caches()` caps it at 256
 before torch starts (unless the operator set ONEDNN_PRIMITIVE_CACHE_CAPACITY): 64 entries cost
-4% of c=32 throughput here, 256 is between. Imports os and ctypes only.
+4% of c=32 throughput here, 256 is between.
+
+Python's cyclic collector walks every tracked object in a full (generation 2) collection, and
+a server with torch and transformers loaded holds millions: one full collection took 196 ms in
+the vision bench's server (2026-11-26, Xeon; gc callbacks timed it), with the GIL held, so
+every stream's next token waited that long. `freeze_startup_heap()`, once the models are loaded
+and warm, moves everything alive then into the permanent generation, which collections skip (as
+vLLM and SGLang do after start-up); what requests allocate later is collected as before.
+Imports gc, os and ctypes only.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import os
 from collections.abc import Callable
 
@@ -45,3 +55,10 @@ ONEDNN_CACHE_ENTRIES = "256"
 def bound_native_caches() -> None:
     """Call before torch is imported: oneDNN reads its cache size once."""
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", ONEDNN_CACHE_ENTRIES)
+
+
+def freeze_startup_heap() -> int:
+    """Collect once, then keep every object alive now out of later collections; how many."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()

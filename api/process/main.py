@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         usage_error(f"switchyard: {exc}")
     configs = launch.configs
     try:
-        trio.run(partial(serve_runtime, configs[0], extra_models=configs[1:], platform=launch.platform, sockets=sockets))
+        trio.run(partial(serve_runtime, configs[0], extra_models=configs[1:], platform=launch.platform, sockets=sockets, freeze_heap=True))
     except KeyboardInterrupt:
         pass
     except platform_config.ConfigError as exc:  # e.g. an [[endpoints]] table naming no served model

@@ -23,6 +23,7 @@ from api.http.app import build_app
 from api.http.platform import config as platform_config
 from runtime.config import RuntimeConfig
 from runtime.logging import get_logger
+from runtime.memory import freeze_startup_heap
 from runtime.protocol import Runtime
 from runtime.registry import ModelRegistry
 
@@ -36,11 +37,14 @@ async def serve_runtime(
     extra_models: Sequence[RuntimeConfig] = (),
     platform: platform_config.PlatformConfig | None = None,
     sockets: Sockets | None = None,
+    freeze_heap: bool = False,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the runtime and the HTTP server until `shutdown_trigger` returns, then drain.
     `sockets`: the listening sockets (`listen(config)`); None: bound here, before any model
-    is loaded, so a taken port fails at once."""
+    is loaded, so a taken port fails at once. `freeze_heap`: once the models are up, keep what
+    is alive out of later garbage collections (runtime/memory.py; the process's own serve, not
+    a test's in-process server, whose frozen objects would outlive it)."""
     hconfig = _hypercorn_config(config)
     sockets = sockets if sockets is not None else listen(config, hconfig)
     models, app = build_app([config, *extra_models], runtime_factory or build_engine, platform)
@@ -51,6 +55,8 @@ async def serve_runtime(
         shutdown, force = trio.Event(), trio.Event()
         watcher: trio.CancelScope = await nursery.start(_watch_for_shutdown, shutdown_trigger, shutdown, force)
         await nursery.start(models.run)
+        if freeze_heap:
+            log.info("heap_frozen", objects=freeze_startup_heap())
         stop_http = trio.Event()
         async with trio.open_nursery() as http:
             binds = await http.start(partial(worker_serve, wrap_app(app, hconfig.wsgi_max_body_size, "asgi"), hconfig, sockets=sockets, shutdown_trigger=stop_http.wait))
