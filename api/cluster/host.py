@@ -34,6 +34,7 @@ import trio
 from actors.build import build_engine
 from api.http.app import build_app
 from runtime.logging import get_logger
+from runtime.memory import freeze_startup_heap
 
 log = get_logger("cluster.host")
 
@@ -80,8 +81,9 @@ class _Exchange:
 
 
 class TrioHost:
-    def __init__(self, configs: Sequence[Any], platform: Any = None, runtime_factory: Callable[[Any], Any] | None = None) -> None:
+    def __init__(self, configs: Sequence[Any], platform: Any = None, runtime_factory: Callable[[Any], Any] | None = None, freeze_heap: bool = False) -> None:
         self._configs = list(configs)
+        self._freeze_heap = freeze_heap  # a replica's own process: runtime/memory.py freeze_startup_heap
         self._platform = platform
         self._factory = runtime_factory or build_engine
         self._ready = threading.Event()
@@ -116,6 +118,8 @@ class TrioHost:
             await nursery.start(self.models.run)
             lifespan = _Lifespan(self.app)
             await nursery.start(lifespan.run)
+            if self._freeze_heap:
+                log.info("heap_frozen", objects=freeze_startup_heap())
             self._ready.set()
             await self._stop.wait()
             await self.models.drain(self._drain_timeout)

@@ -55,7 +55,7 @@ class SwitchyardReplica:
         if spec.platform.requests_per_minute or spec.platform.tokens_per_minute:
             limiter = SharedRateLimiter(rate_limit_actor(spec.platform), spec.platform)
         platform = dataclasses.replace(spec.platform, endpoint_store=SharedEndpointStore(self._config, path), rate_limiter=limiter)
-        self.host = TrioHost(spec.models, platform)
+        self.host = TrioHost(spec.models, platform, freeze_heap=True)  # the replica's own process
         await self.host.wait_ready()
         loop = asyncio.get_running_loop()
         self._watcher = loop.create_task(watch_endpoints(self._config, self.replica_id, self._adopt))

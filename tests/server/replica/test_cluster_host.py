@@ -5,6 +5,7 @@ and frees its KV blocks; after stop, a request fails fast instead of waiting for
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,11 @@ from tests.support.servers import host_request, tiny_config
 
 def test_stream_cancel_and_stop(tiny_model_dir: Path, tmp_path: Path) -> None:
     async def scenario() -> None:
-        host = TrioHost([tiny_config(tiny_model_dir)], PlatformConfig(state_dir=str(tmp_path)))
+        # As a replica's process starts it: what start-up left alive frozen out of garbage
+        # collection once the models are up (runtime/memory.py); undone after, for the suite.
+        host = TrioHost([tiny_config(tiny_model_dir)], PlatformConfig(state_dir=str(tmp_path)), freeze_heap=True)
         await host.wait_ready()
+        assert gc.get_freeze_count() > 100_000
         stream = {"model": "tiny", "prompt": "hi", "max_tokens": 24, "temperature": 0, "stream": True, "ignore_eos": True}
         batches = [b async for b in host.stream(host_request("/v1/completions", stream))]
         messages = [m for batch in batches for m in batch]
@@ -52,7 +56,10 @@ def test_stream_cancel_and_stop(tiny_model_dir: Path, tmp_path: Path) -> None:
             async for _ in host.stream(host_request("/v1/completions", stream)):
                 pass
 
-    asyncio.run(scenario())
+    try:
+        asyncio.run(scenario())
+    finally:
+        gc.unfreeze()
 
 
 def test_drain_ends_live_streams_cleanly_and_refuses_new_requests(tiny_model_dir: Path, tmp_path: Path) -> None:
