@@ -21,14 +21,16 @@ machine as it changes (the window forgets old steps). Sarathi-Serve derives its 
 from a time-between-tokens target the same way.
 
 `prompt_step` is what a step pays for carrying any prompt tokens at all. On a CPU it is about
-nothing (the fit drops it when it comes out under a one-row decode step's cost). On a GPU it is most of the step: a
-decode-only step replays a CUDA graph (3.7 ms for the embedded model's shape on an H100) while
-a step with a prompt chunk runs eager, launch-bound (23-28 ms whatever the chunk:
-`ops/results/gpu-check-first-run-2026-11-26-h100.json`). Fitted as a per-token cost, that fixed
-cost made prompt tokens look ~40x dearer than they are, the allowance came out a block or two,
-and every prompt went in several eager steps: the server ran 0.12-0.18 of the bare CUDA-graph
-step at c >= 8. So a step that must pay `prompt_step` carries prompt tokens worth at least that
-much time (`_prompt_tokens`), and a prompt goes in one step.
+nothing (the fit drops it when it comes out under a one-row decode step's cost). On a GPU it
+was most of the step: a decode-only step replayed a CUDA graph (3.7 ms for the embedded model's
+shape on an H100) while a step with a prompt chunk ran eager, launch-bound (23-28 ms whatever
+the chunk: `ops/results/gpu-check-first-run-2026-11-26-h100.json`). Fitted as a per-token
+cost, that fixed cost made prompt tokens look ~40x dearer than they are, the allowance came out
+a block or two, and every prompt went in several eager steps: the server ran 0.12-0.18 of the
+bare CUDA-graph step at c >= 8. So a step that must pay `prompt_step` carries prompt tokens
+worth at least that much time (`_prompt_tokens`), and a prompt goes in one step. (Steps with
+prompt chunks now replay as CUDA graphs too, native/cuda_graphs.py; the cost stays for those
+too large for a bucket, and for any model path whose decode steps are graphs and prompts not.)
 
 Until the fit has seen enough steps of both kinds (`MIN_STEPS`), or when it comes out
 nonsensical (a cost that is not positive), it answers None and the scheduler keeps its fixed

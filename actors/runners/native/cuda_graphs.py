@@ -69,7 +69,7 @@ log = get_logger("runner")
 # Padding a step of B rows to the next bucket wastes at most a third of the bucket past 16 rows.
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 # A step with prompt chunks gathers each of its rows' keys and values: at most this many
-# elements each (512 rows x 1,024 keys for the embedded model's 3 x 64, 256 MiB in bf16).
+# elements each, 256 MiB in bf16 (512 rows x 1,024 keys of the embedded model's 3 x 64 fit).
 MIXED_GATHER_ELEMENTS = 1 << 27
 MIN_LENGTH_BUCKET = 256
 # torch allows one capture at a time in a process; models on several GPUs capture in turn.
