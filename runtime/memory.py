@@ -21,8 +21,9 @@ Python's cyclic collector walks every tracked object in a full (generation 2) co
 a server with torch and transformers loaded holds millions: one full collection took 196 ms in
 the vision bench's server (2026-11-26, Xeon; gc callbacks timed it), with the GIL held, so
 every stream's next token waited that long. `freeze_startup_heap()`, once the models are loaded
-and warm, moves everything alive then into the permanent generation, which collections skip (as
-vLLM and SGLang do after start-up); what requests allocate later is collected as before.
+and warm, moves everything alive then into the permanent generation, which collections skip
+(vLLM does the same at the end of its warm-up; SGLang offers it as a call); what requests
+allocate later is collected as before.
 Imports gc, os and ctypes only.
 """
 
