@@ -186,7 +186,8 @@ sweep() {
     skip sweep-graphs "no models"
     return 0
   fi
-  stage sweep-graphs 150 "${run[@]}" --bare-native native --bare-native-baseline native --bare-batches "$BATCHES" --out "$WORK/sweep-graphs.json" || true
+  # The graphs server logs its steps (--log-level debug: a line a step), for the report's step table.
+  stage sweep-graphs 150 "${run[@]}" --server-args "$SERVER_ARGS --log-level debug" --bare-native native --bare-native-baseline native --bare-batches "$BATCHES" --out "$WORK/sweep-graphs.json" || true
   stage sweep-serial 110 "${run[@]}" --skip-switchyard --switchyard-variants 'serial=--no-async-scheduling' --out "$WORK/sweep-serial.json" || true
   stage sweep-eager 110 "${run[@]}" --skip-switchyard --switchyard-variants 'nographs=--no-cuda-graphs' --out "$WORK/sweep-eager.json" || true
 }

@@ -13,6 +13,8 @@ section or level with errors (exit status 3 when there is any; 0 when none). Der
 - `hbm`: per model and batch, the CUDA-graph step's tokens/s against the bandwidth bound:
   B tokens per step, and a step reads the weights once plus each row's keys and values (the
   128-token prompt and half the timed steps), at the copy bandwidth measured in the same run;
+- `server_steps`: the graphs server's steps from its debug `step` log lines, decode-only steps
+  and steps with prompt tokens apart (how many, p50 and p99 ms): whether prompts stall streams;
 - `targets`, issue 22's (each over one run on one card): decode steps as CUDA graphs >= 2x
   the eager step at batch 1 on the embedded model's shape; the server at c=64 >= 1/1.2 of the
   bare CUDA-graph step over the same work (prefill plus decode); the 1B shape at batch 1 >= 0.6
@@ -30,7 +32,8 @@ from typing import Any
 
 from ops.harness.baselines import workload_tok_s
 from ops.harness.results import fmt, machine, utc_now
-from ops.harness.stats import ratio
+from ops.harness.servers import step_lines
+from ops.harness.stats import ms, percentile, ratio
 
 PROMPT_TOKENS = 128
 SERVERS = {"switchyard": "graphs", "switchyard:nographs": "eager", "switchyard:serial": "graphs, serial"}
@@ -223,11 +226,38 @@ def bare_step(sweep: dict[str, Any] | None) -> dict[str, Any]:
     return {c: {"decode_tok_s": e.get("decode_tok_s"), "workload_tok_s": workload_tok_s(e, int(c), steps)} for c, e in batches.items()}
 
 
+def server_steps(work: Path) -> dict[str, Any] | None:
+    """The graphs server's steps over the whole sweep (check.sh starts it with --log-level debug)."""
+    log_path = work / "logs" / "sweep-graphs" / "switchyard.log"
+    if not log_path.exists():
+        return None
+    steps, _ = step_lines(log_path, 0)
+
+    def kind(seconds: list[float]) -> dict[str, Any]:
+        return {"steps": len(seconds), "ms_p50": ms(percentile(seconds, 50)), "ms_p99": ms(percentile(seconds, 99))}
+
+    return {
+        "decode_only": kind([s["ms"] / 1e3 for s in steps if not s["prompt_tokens"]]),
+        "with_prompt": kind([s["ms"] / 1e3 for s in steps if s["prompt_tokens"]]),
+    }
+
+
+def _server_step_lines(result: dict[str, Any]) -> list[str]:
+    steps = result.get("server_steps")
+    if not steps:
+        return []
+    lines = ["### The graphs server's steps (its step log, every level)", "", "| steps | how many | p50 ms | p99 ms |", "|---|---:|---:|---:|"]
+    for name, label in (("decode_only", "decode only"), ("with_prompt", "with prompt tokens")):
+        s = steps[name]
+        lines.append(f"| {label} | {s['steps']} | {fmt(s['ms_p50'])} | {fmt(s['ms_p99'])} |")
+    return [*lines, ""]
+
+
 def markdown(result: dict[str, Any]) -> str:
     device = result.get("device") or {}
     title = f"## GPU check: {device.get('name') or device.get('device') or '?'}" + (" (DRY RUN on a CPU: tiny sizes, figures mean nothing)" if result["dry_run"] else "")
     lines = [title, "", f"{result['finished_utc']}, {result['machine']['cpu']}, torch {device.get('torch')}", "", *_stage_lines(result)]
-    lines += [*_step_lines(result), *_sweep_lines(result), "### Targets (issue 22)", "", "| target | value | goal | met |", "|---|---:|---|---|"]
+    lines += [*_step_lines(result), *_sweep_lines(result), *_server_step_lines(result), "### Targets (issue 22)", "", "| target | value | goal | met |", "|---|---:|---|---|"]
     lines += [f"| {t['target']} | {fmt(t['value'])} | {t['goal']} | {'–' if t['met'] is None else 'yes' if t['met'] else 'NO'} |" for t in result["targets"]]
     lines += ["", "### Problems", "", *(f"- {line}" for line in result["problems"])] if result["problems"] else ["", "No problems."]
     if result["dry_run"]:
@@ -246,6 +276,7 @@ def collect(work: Path, dry_run: bool) -> dict[str, Any]:
         "bandwidth": read(work, "bandwidth.json"), "step_ab": {name: read(work, f"step_ab-{name}.json") for name in MODELS}, "sweep": merge_sweeps(work),
     }  # fmt: skip
     result["bare_step"] = bare_step(result["sweep"])
+    result["server_steps"] = server_steps(work)
     meta = models.get("models", {})
     result["hbm"] = {name: hbm(result["step_ab"][name], meta.get(name), result["bandwidth"]) for name in MODELS}
     result["targets"] = targets(result)
