@@ -168,15 +168,15 @@ class StepCostModel:
             return None
         steps = [*self._with_prompt, *self._decode_only]
         per_token = sum(s for _, _, s in steps) / sum(r * _ROW_SCALE + t * _TOKEN_SCALE for r, t, _ in steps)
-        prior = (0.0, per_token * _ROW_SCALE, per_token * _TOKEN_SCALE, 0.0)
+        ata, aty = _normal_equations(steps, (0.0, per_token * _ROW_SCALE, per_token * _TOKEN_SCALE, 0.0))
         # A prompt step's fixed cost is told from the base cost by decode-only steps (the start-up
         # calibration runs two).
-        solved = _least_squares(steps, prior) if len(self._decode_only) >= 2 else None
+        solved = _solve_linear(ata, aty) if len(self._decode_only) >= 2 else None
         # Kept only where it is more than a one-row decode step costs: a smaller one (a CPU's
         # Python work to build a prompt chunk) moves the allowance by less than the stretch's
         # own slack, and a per-token cost carries it as the CPU figures were measured with.
         if solved is None or solved[3] < solved[0] + solved[1] / _ROW_SCALE:
-            solved = _least_squares(steps, prior[:3])
+            solved = _solve_linear([row[:3] for row in ata[:3]], aty[:3])  # the fit without it
         if solved is None:
             return None
         base, per_row, per_token, prompt_step = (*solved, 0.0)[:4]
@@ -192,20 +192,21 @@ def _prompt_tokens(seconds: float, coef: tuple[float, float, float, float]) -> i
     return int(max(seconds - prompt_step, prompt_step) / per_token)
 
 
-def _least_squares(steps: list[tuple[float, float, float]], prior: tuple[float, ...]) -> tuple[float, ...] | None:
-    """Normal equations (A^T A + w I) c = A^T y + w prior over the rows (1, rows, tokens, any
-    tokens), as many of them as `prior` has; None when singular."""
-    n = len(prior)
+def _normal_equations(steps: list[tuple[float, float, float]], prior: tuple[float, ...]) -> tuple[list[list[float]], list[float]]:
+    """(A^T A + w I, A^T y + w prior) over the rows (1, rows, tokens, any tokens); the fit
+    without the last feature is their leading 3x3 block. Built once a fit: the scheduler refits
+    on the event loop before every step it plans."""
     weight = _PRIOR_WEIGHT * len(steps)
-    ata = [[weight if i == j else 0.0 for j in range(n)] for i in range(n)]
+    ata = [[weight if i == j else 0.0 for j in range(4)] for i in range(4)]
     aty = [weight * p for p in prior]
     for rows, tokens, seconds in steps:
-        x = (1.0, rows, tokens, 1.0 if tokens else 0.0)[:n]
-        for i in range(n):
+        x = (1.0, rows, tokens, 1.0 if tokens else 0.0)
+        for i in range(4):
             aty[i] += x[i] * seconds
-            for j in range(n):
-                ata[i][j] += x[i] * x[j]
-    return _solve_linear(ata, aty)
+            row = ata[i]
+            for j in range(4):
+                row[j] += x[i] * x[j]
+    return ata, aty
 
 
 def _solve_linear(a: list[list[float]], b: list[float]) -> tuple[float, ...] | None:
