@@ -24,7 +24,7 @@ every stream's next token waited that long. `freeze_startup_heap()`, once the mo
 and warm, moves everything alive then into the permanent generation, which collections skip
 (vLLM does the same at the end of its warm-up; SGLang offers it as a call); what requests
 allocate later is collected as before.
-Imports gc, os and ctypes only.
+Imports gc, os, ctypes and runtime.logging.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ import ctypes.util
 import gc
 import os
 from collections.abc import Callable
+
+from runtime.logging import get_logger
 
 _trim: Callable[[int], int] | None = None
 try:
@@ -59,7 +61,10 @@ def bound_native_caches() -> None:
 
 
 def freeze_startup_heap() -> int:
-    """Collect once, then keep every object alive now out of later collections; how many."""
+    """Collect once, then keep every object alive now out of later collections; how many
+    (logged as `heap_frozen`)."""
     gc.collect()
     gc.freeze()
-    return gc.get_freeze_count()
+    frozen = gc.get_freeze_count()
+    get_logger("memory").info("heap_frozen", objects=frozen)
+    return frozen

@@ -119,7 +119,7 @@ class TrioHost:
             lifespan = _Lifespan(self.app)
             await nursery.start(lifespan.run)
             if self._freeze_heap:
-                log.info("heap_frozen", objects=freeze_startup_heap())
+                freeze_startup_heap()
             self._ready.set()
             await self._stop.wait()
             await self.models.drain(self._drain_timeout)

@@ -56,7 +56,7 @@ async def serve_runtime(
         watcher: trio.CancelScope = await nursery.start(_watch_for_shutdown, shutdown_trigger, shutdown, force)
         await nursery.start(models.run)
         if freeze_heap:
-            log.info("heap_frozen", objects=freeze_startup_heap())
+            freeze_startup_heap()
         stop_http = trio.Event()
         async with trio.open_nursery() as http:
             binds = await http.start(partial(worker_serve, wrap_app(app, hconfig.wsgi_max_body_size, "asgi"), hconfig, sockets=sockets, shutdown_trigger=stop_http.wait))
