@@ -162,7 +162,7 @@ class SchedulerActor:
         self._last_finished = finished
         log.debug(
             "step", step_id=plan.step_id, decode_rows=plan.num_decode_rows, prompt_tokens=plan.num_prefill_tokens, ms=round((finished - started) * 1e3, 1),
-            encoder_ms=round(result.encoder_s * 1e3, 1),
+            runner_ms=round(result.elapsed * 1e3, 1), encoder_ms=round(result.encoder_s * 1e3, 1),
         )  # fmt: skip
         self._drain()
         items = self.core.update(plan, result, started, finished)
