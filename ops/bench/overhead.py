@@ -3,6 +3,7 @@
     python -m ops.bench.overhead --concurrency 32 --rounds 5 [--requests-per-slot 2]
         [--server-args '--dtype bfloat16'] [--bare-variant native]
         [--compare-args '--dtype bfloat16 --async-scheduling']
+        [--model DIR]   # the servers serve DIR too, under its directory's name
 
 Why alternate: this shared 2-core VM reads the same command far apart a few minutes apart,
 so ops.bench.run, which runs the bare step once and each server once, minutes apart, reads
@@ -47,7 +48,6 @@ from ops.harness.prompts import PROMPT_TOKENS, build_prompts, default_model_dir
 from ops.harness.results import cpu_model, log, start_run, write_results
 from ops.harness.servers import DEFAULT_SERVED_NAME, RunningServer, step_lines, switchyard_server
 
-SERVED_NAME = DEFAULT_SERVED_NAME
 WARMUP_REQUESTS = 2
 
 
@@ -74,7 +74,7 @@ def one_round(args: argparse.Namespace, servers: list[tuple[RunningServer, int]]
     order = list(range(len(servers))) if round_no % 2 == 0 else list(reversed(range(len(servers))))
     for i in order:
         srv, offset = servers[i]
-        rows[i], offset = _server_row(srv, prompts[i], c, entry, bare_workload, offset)
+        rows[i], offset = _server_row(srv, args.served_name, prompts[i], c, entry, bare_workload, offset)
         servers[i] = (srv, offset)
     row = {"round": round_no, "bare_decode_tok_s": entry["decode_tok_s"], "bare_workload_tok_s": bare_workload, "order": order, **rows[0]}
     if len(servers) > 1:
@@ -84,8 +84,8 @@ def one_round(args: argparse.Namespace, servers: list[tuple[RunningServer, int]]
     return row
 
 
-def _server_row(srv: RunningServer, prompts: list[str], c: int, entry: dict[str, Any], bare_workload: float | None, log_offset: int) -> tuple[dict[str, Any], int]:
-    level, client_cpu = _level(srv, prompts, c)
+def _server_row(srv: RunningServer, served_name: str, prompts: list[str], c: int, entry: dict[str, Any], bare_workload: float | None, log_offset: int) -> tuple[dict[str, Any], int]:
+    level, client_cpu = _level(srv, served_name, prompts, c)
     steps, log_offset = step_lines(srv.log_path, log_offset)
     gaps, tok_s = level["itl_chunk_ms"], level["output_tok_s"]
     row = {
@@ -104,13 +104,13 @@ def _server_row(srv: RunningServer, prompts: list[str], c: int, entry: dict[str,
     return row, log_offset
 
 
-def _level(srv: RunningServer, prompts: list[str], concurrency: int) -> tuple[dict[str, Any], float]:
+def _level(srv: RunningServer, served_name: str, prompts: list[str], concurrency: int) -> tuple[dict[str, Any], float]:
     """One closed-loop level sending each of `prompts` once, at `concurrency`, and the load
     client's CPU seconds for it (it shares the cores with the server)."""
     cpu0 = time.process_time()
     swept = asyncio.run(
         sweep(
-            switchyard_target(srv.base_url, SERVED_NAME), prompts, [concurrency], requests_per_slot=len(prompts) // concurrency,
+            switchyard_target(srv.base_url, served_name), prompts, [concurrency], requests_per_slot=len(prompts) // concurrency,
             min_requests=len(prompts), warmup_requests=0, expected_prompt_tokens=PROMPT_TOKENS,
         )
     )  # fmt: skip
@@ -173,6 +173,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    # A --model of its own is served too, under its directory's name (as ops.bench.run does);
+    # without one, the servers serve their default, the embedded model the bare step reads.
+    model_args = ["--model", str(Path(args.model).resolve())] if args.model else []
+    args.served_name = Path(args.model).resolve().name if args.model else DEFAULT_SERVED_NAME
     args.model = args.model or str(default_model_dir())
     out_path, log_dir = start_run(args.out, "overhead-")
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -187,11 +191,11 @@ def main(argv: list[str] | None = None) -> None:
     with ExitStack() as stack:
         servers, own_prompts = [], []
         for i, server_args in enumerate(arg_sets):
-            srv = stack.enter_context(switchyard_server(log_dir / f"switchyard-{i}.log", ["--no-embeddings", "--log-level", "debug", *shlex.split(server_args)], args.startup_timeout))
+            srv = stack.enter_context(switchyard_server(log_dir / f"switchyard-{i}.log", [*model_args, "--no-embeddings", "--log-level", "debug", *shlex.split(server_args)], args.startup_timeout))
             mine = prompts[i :: len(arg_sets)]  # every server gets new prompts: no prefix cache hit
             # Unmeasured requests first (the first prompt of a new length pays oneDNN's kernel
             # compilation); their steps are read past, so no round counts them.
-            _level(srv, mine[-WARMUP_REQUESTS:], WARMUP_REQUESTS)
+            _level(srv, args.served_name, mine[-WARMUP_REQUESTS:], WARMUP_REQUESTS)
             servers.append((srv, step_lines(srv.log_path, 0)[1]))
             own_prompts.append(mine)
         for r in range(args.rounds):
