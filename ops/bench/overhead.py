@@ -46,7 +46,7 @@ from ops.harness.baselines import run_bare_native, workload_tok_s
 from ops.harness.load import OUTPUT_TOKENS, sweep, switchyard_target
 from ops.harness.prompts import PROMPT_TOKENS, build_prompts, default_model_dir
 from ops.harness.results import cpu_model, log, start_run, write_results
-from ops.harness.servers import DEFAULT_SERVED_NAME, RunningServer, step_lines, switchyard_server
+from ops.harness.servers import RunningServer, model_server_args, step_lines, switchyard_server
 
 WARMUP_REQUESTS = 2
 
@@ -175,8 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     # A --model of its own is served too, under its directory's name (as ops.bench.run does);
     # without one, the servers serve their default, the embedded model the bare step reads.
-    model_args = ["--model", str(Path(args.model).resolve())] if args.model else []
-    args.served_name = Path(args.model).resolve().name if args.model else DEFAULT_SERVED_NAME
+    model_args, args.served_name = model_server_args(args.model)
     args.model = args.model or str(default_model_dir())
     out_path, log_dir = start_run(args.out, "overhead-")
     log_dir.mkdir(parents=True, exist_ok=True)

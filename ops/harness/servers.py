@@ -53,6 +53,16 @@ def server_dtype_from_log(text: str, served_name: str | None = None) -> str | No
     return found[0][1] if found else None
 
 
+def model_server_args(model: str | None, served_name: str | None = None) -> tuple[list[str], str]:
+    """The `switchyard serve` arguments that serve `model` (a local model directory; None: the
+    server's default, the embedded model) and the requests' model field for it: the
+    directory's name, as the server names a --model it is given, unless `served_name` says."""
+    if model is None:
+        return [], served_name or DEFAULT_SERVED_NAME
+    model_dir = Path(model).resolve()
+    return ["--model", str(model_dir)], served_name or model_dir.name
+
+
 def switchyard_command() -> list[str]:
     """The `switchyard` command: the script beside this interpreter, else its module."""
     script = VENV_BIN / "switchyard"

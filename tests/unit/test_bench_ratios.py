@@ -1,5 +1,6 @@
-"""The benchmark driver's ratios (ops/bench/run/ratios.py, ops/harness/baselines.py): pure
-arithmetic on a results dict, so a wrong baseline cannot slip into a README table unnoticed."""
+"""The benchmark drivers' ratios (ops/bench/run/ratios.py, ops/harness/baselines.py) and the
+model their servers serve (ops/harness/servers.py): pure functions, so a wrong baseline cannot
+slip into a README table unnoticed."""
 
 from __future__ import annotations
 
@@ -49,3 +50,15 @@ def test_overhead_reads_whole_step_lines_only_and_sums_them(tmp_path) -> None:
     assert [(s["decode_rows"], s["prompt_tokens"]) for s in more] == [(2, 90), (3, 0), (0, 64), (1, 0)]
     summary = step_summary(steps + more, level_wall_s=0.1)
     assert summary == {"steps": 6, "prompt_tokens": 372, "decode_rows": 7, "mean_decode_rows": 1.8, "in_flight_share": 0.6}
+
+
+def test_a_given_model_is_what_the_servers_serve_and_what_requests_name(tmp_path) -> None:
+    # ops.bench.overhead once timed the bare step on --model while its servers served the
+    # embedded default: both drivers now take the server's --model and the requests' model
+    # field from here.
+    from ops.harness.servers import DEFAULT_SERVED_NAME, model_server_args
+
+    assert model_server_args(None) == ([], DEFAULT_SERVED_NAME)
+    model = tmp_path / "tiny-llama"
+    assert model_server_args(str(model)) == (["--model", str(model.resolve())], "tiny-llama")
+    assert model_server_args(str(model), "custom") == (["--model", str(model.resolve())], "custom")

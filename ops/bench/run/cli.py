@@ -19,7 +19,7 @@ from ops.harness.load import DEFAULT_LEVELS, OUTPUT_TOKENS, parse_levels, prompt
 from ops.harness.peers import run_llama_server, run_transformers_serve
 from ops.harness.prompts import PROMPT_TOKENS, build_prompts, default_model_dir, has_bos, load_tokenizer
 from ops.harness.results import start_run, utc_now, wait_for_quiet, write_results
-from ops.harness.servers import DEFAULT_SERVED_NAME
+from ops.harness.servers import model_server_args
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -59,10 +59,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _model(args: argparse.Namespace) -> tuple[str, str]:
     """(model directory, the requests' model field) for every section."""
-    if args.model:
-        model_dir = str(Path(args.model).resolve())
-        return model_dir, args.served_name or Path(model_dir).name
-    return str(default_model_dir()), args.served_name or DEFAULT_SERVED_NAME
+    server_args, served_name = model_server_args(args.model, args.served_name)
+    return (server_args[1] if server_args else str(default_model_dir())), served_name
 
 
 def _servers(result: dict[str, Any], args: argparse.Namespace, served_name: str, prompts: list[str], log_dir: Path, settle: Any, sweep_kwargs: dict[str, Any]) -> None:
