@@ -317,7 +317,9 @@ class Engine:
             request_id = bound_id if i == 0 and isinstance(bound_id, str) else None
             if request_id is None or request_id in self.requests:
                 request_id = f"{self._id_prefix}{next(self._ids):08x}"
-            ctx = RequestContext(request_id=request_id, prompt=prompt, sampling=sampling, arrival_time=now)
+            ctx = RequestContext(
+                request_id=request_id, prompt=prompt, sampling=sampling, arrival_time=now, mailbox=DeltaMailbox(self.config.stream_interval)
+            )
             ctx.mailbox.group = group
             contexts.append(ctx)
         first = contexts[0]

@@ -75,6 +75,10 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     draft_model: str | None = None  # a local HF directory or a built-in name, as `model`
     # A vision-language model: images one prompt may carry (more is a 400 naming the part).
     limit_images_per_prompt: int = 8
+    # A stream's tokens go to its client in chunks of at least this many, past the first token
+    # and but for the last (runtime/mailbox.py says why: where steps take a few ms, the event
+    # loop's cost a chunk bounds the server). 1: every token as it comes.
+    stream_interval: int = 1
     # Reasoning models: how the model's thinking is read apart from its answer (runtime/reasoning.py).
     # "auto": from its chat template and tokenizer; "qwen3" / "deepseek_r1": that family's;
     # "none": never (the output is all answer).

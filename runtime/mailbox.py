@@ -3,6 +3,13 @@
 Owns: `DeltaMailbox`. `put` never blocks and merges with whatever the handler has not taken
 yet (vLLM's RequestOutputCollector idea), so a slow client can never stall the detokenizer or
 any other request. `fail` delivers an error instead. Imports trio and runtime.messages.
+
+`min_tokens` (`--stream-interval`, SGLang's and vLLM's name) holds a stream's text back until
+that many tokens are pending, past its first delta (the first token goes at once: TTFT is
+unchanged) and but for its last: where a step takes a few ms, every chunk's trip through the
+event loop and the HTTP stack (~0.12 ms a stream) takes turns with the device thread on the GIL
+and bounds the server (docs/performance.md, "Where a step takes a few ms"), so fewer, larger
+chunks buy throughput at the price of a burstier stream.
 """
 
 from __future__ import annotations
@@ -29,7 +36,9 @@ class GroupSignal:
 
 
 class DeltaMailbox:
-    def __init__(self) -> None:
+    def __init__(self, min_tokens: int = 1) -> None:
+        self.min_tokens = min_tokens
+        self._delivered = False  # a delta with tokens was taken (the first never waits for min_tokens)
         self._pending: TextDelta | None = None
         self._error: BaseException | None = None
         self._finished = False  # a delta with finish_reason was put
@@ -47,9 +56,29 @@ class DeltaMailbox:
         self._pending = delta if self._pending is None else _merged(self._pending, delta)
         if delta.finish_reason is not None:
             self._finished = True
+        if not self._due():
+            return  # held until min_tokens are pending: nobody is woken for it
         self._wakeup.set()
         if self.group is not None:
             self.group.set()
+
+    def _due(self) -> bool:
+        """Whether what is pending goes to the handler now (anything does once min_tokens is 1)."""
+        pending = self._pending
+        if pending is None:
+            return False
+        return (
+            self.min_tokens <= 1 or not self._delivered or pending.finish_reason is not None or self._error is not None
+            or not pending.token_ids or len(pending.token_ids) >= self.min_tokens
+        )  # fmt: skip
+
+    def _take(self) -> TextDelta:
+        delta, self._pending = self._pending, None
+        assert delta is not None
+        self._delivered = self._delivered or bool(delta.token_ids)
+        if delta.finish_reason is not None:
+            self._drained = True
+        return delta
 
     def fail(self, error: BaseException) -> None:
         if self.finished:
@@ -65,11 +94,8 @@ class DeltaMailbox:
         ready is False when nothing is pending and the stream is not over. Raises the error a
         failed mailbox holds.
         """
-        if self._pending is not None:
-            delta, self._pending = self._pending, None
-            if delta.finish_reason is not None:
-                self._drained = True
-            return True, delta
+        if self._due():
+            return True, self._take()
         if self._error is not None:
             raise self._error
         return self._drained, None
@@ -77,11 +103,8 @@ class DeltaMailbox:
     async def get(self) -> TextDelta | None:
         """The merged deltas since the last call; None once the final delta was taken."""
         while True:
-            if self._pending is not None:
-                delta, self._pending = self._pending, None
-                if delta.finish_reason is not None:
-                    self._drained = True
-                return delta
+            if self._due():
+                return self._take()
             if self._error is not None:
                 raise self._error
             if self._drained:

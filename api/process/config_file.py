@@ -35,7 +35,7 @@ MODEL_KEYS = {
     "max_num_batched_tokens", "max_model_len", "max_pending", "max_pending_tokens", "num_threads", "batch_invariant",
     "model_impl", "compile", "quantization", "cuda_graphs", "step_stretch", "step_deadline", "async_scheduling", "spec_decoding", "num_spec_tokens",
     "draft_model",
-    "limit_images_per_prompt",
+    "limit_images_per_prompt", "stream_interval",
     "reasoning_parser", "reasoning_budgets",
 }
 
@@ -80,6 +80,9 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
             raise SystemExit(f"{path}: models[{i}].reasoning_parser must be one of {', '.join(PARSERS)}")
         if table.get("spec_decoding", "off") not in SPEC_DECODING_MODES:
             raise SystemExit(f"{path}: models[{i}].spec_decoding must be one of {', '.join(SPEC_DECODING_MODES)}")
+        interval = table.get("stream_interval", 1)
+        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+            raise SystemExit(f"{path}: models[{i}].stream_interval must be a whole number of at least 1")
         budgets = table.get("reasoning_budgets", {})
         if not isinstance(budgets, dict) or not all(k in ("low", "medium", "high") and isinstance(v, int) and v >= 0 for k, v in budgets.items()):
             raise SystemExit(f"{path}: models[{i}].reasoning_budgets must be a table of low, medium, high = tokens")

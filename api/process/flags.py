@@ -71,6 +71,10 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-model-len", type=int, default=None, help="context length in tokens, prompt plus output (default: the model's, capped by the KV cache)")
     p.add_argument("--max-pending", type=int, default=DEFAULTS.max_pending, help="admitted, unfinished requests; past this a 429 (default %(default)s)")
     p.add_argument("--limit-images-per-prompt", type=int, default=DEFAULTS.limit_images_per_prompt, help="a vision-language model: images one prompt may carry, more is a 400 (default %(default)s)")
+    p.add_argument(
+        "--stream-interval", type=_positive_int, default=DEFAULTS.stream_interval,
+        help="streamed tokens go out in chunks of at least this many, past the first (default %(default)s: each as it comes); more trades smoothness for throughput where steps are short",
+    )  # fmt: skip
     p.add_argument("--max-pending-tokens", type=int, default=None, help="estimated prompt + max_tokens of admitted requests; past this a 429 (default: no limit)")
     p.add_argument("--step-deadline", type=float, default=DEFAULTS.step_deadline, help="/health turns 503 while one step runs longer than this, in seconds (default %(default)s)")
     p.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads (default: torch's, every core)")
@@ -107,6 +111,16 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
         help="thinking budgets in tokens for reasoning_effort low, medium, high, as low=512,medium=2048,high=8192 (default: those)",
     )  # fmt: skip
     platform_config.add_arguments(p)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def _stretch(text: str) -> float | None:

@@ -164,3 +164,41 @@ async def test_group_signal_wakes_on_any_member() -> None:
     assert woke == [True]
     assert boxes[0].take_nowait() == (False, None)
     assert boxes[1].take_nowait()[1].text == "x"
+
+
+async def test_a_stream_interval_sends_the_first_token_at_once_then_every_n_and_the_last() -> None:
+    box = DeltaMailbox(min_tokens=3)
+    woken = []
+
+    async def reader() -> None:
+        while (delta := await box.get()) is not None:
+            woken.append(delta.token_ids)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            await trio.testing.wait_all_tasks_blocked()
+            box.put(TextDelta(text="", token_ids=[]))  # no tokens (prompt logprobs, say): at once, and not the first token
+            await trio.testing.wait_all_tasks_blocked()
+            for token in range(1, 8):
+                box.put(TextDelta(text=str(token), token_ids=[token]))
+                await trio.testing.wait_all_tasks_blocked()
+            assert woken == [[], [1], [2, 3, 4], [5, 6, 7]]
+            box.put(TextDelta(text="8", token_ids=[8]))
+            await trio.testing.wait_all_tasks_blocked()
+            assert woken[-1] == [5, 6, 7]  # one token pending: held
+            box.put(TextDelta(text="9", token_ids=[9], finish_reason=FinishReason.LENGTH))
+    assert woken[-1] == [8, 9]  # the last delta goes whatever its size
+
+
+async def test_a_held_delta_goes_before_an_error_and_to_a_group_reader_only_when_due() -> None:
+    box = DeltaMailbox(min_tokens=4)
+    box.group = GroupSignal()
+    box.put(TextDelta(text="a", token_ids=[1]))
+    assert box.take_nowait()[1].token_ids == [1]
+    box.put(TextDelta(text="b", token_ids=[2]))
+    assert box.take_nowait() == (False, None)  # held: the group's reader waits on
+    box.fail(RuntimeError("engine failed"))
+    assert box.take_nowait()[1].token_ids == [2]  # what was held is not lost
+    with pytest.raises(RuntimeError):
+        box.take_nowait()
