@@ -179,7 +179,8 @@ run_stages() {
 
 # The server sweep, one ops.bench.run per server so a stage cut short loses one server, not all:
 # graphs (the default on CUDA) with the bare CUDA-graph step as the baseline, then
-# --no-async-scheduling (the serial step; async is the default), then --no-cuda-graphs. ops.gpu.report puts them back together.
+# --no-async-scheduling (the serial step; async is the default) and --stream-interval 4 in one
+# stage, then --no-cuda-graphs. ops.gpu.report puts them back together.
 sweep() {
   local run=("$PYTHON" -m ops.bench.run --model "$WORK/models/embedded" --levels "$BATCHES" --skip-bare --server-args "$SERVER_ARGS" "${SWEEP_SIZE[@]}")
   if (($1 == 0)); then
@@ -188,7 +189,9 @@ sweep() {
   fi
   # The graphs server logs its steps (--log-level debug: a line a step), for the report's step table.
   stage sweep-graphs 150 "${run[@]}" --server-args "$SERVER_ARGS --log-level debug" --bare-native native --bare-native-baseline native --bare-batches "$BATCHES" --out "$WORK/sweep-graphs.json" || true
-  stage sweep-serial 110 "${run[@]}" --skip-switchyard --switchyard-variants 'serial=--no-async-scheduling' --out "$WORK/sweep-serial.json" || true
+  # With --stream-interval 4 (fewer, larger chunks: the event loop's cost a chunk bounds the
+  # server where steps are short, docs/performance.md "Where a step takes a few ms").
+  stage sweep-serial 150 "${run[@]}" --skip-switchyard --switchyard-variants 'serial=--no-async-scheduling;interval4=--stream-interval 4' --out "$WORK/sweep-serial.json" || true
   stage sweep-eager 110 "${run[@]}" --skip-switchyard --switchyard-variants 'nographs=--no-cuda-graphs' --out "$WORK/sweep-eager.json" || true
 }
 

@@ -36,7 +36,10 @@ from ops.harness.servers import step_lines
 from ops.harness.stats import ms, percentile, ratio
 
 PROMPT_TOKENS = 128
-SERVERS = {"switchyard": "graphs", "switchyard:nographs": "eager", "switchyard:serial": "graphs, serial"}
+SERVERS = {
+    "switchyard": "graphs", "switchyard:nographs": "eager", "switchyard:serial": "graphs, serial",
+    "switchyard:interval4": "graphs, stream interval 4",
+}  # fmt: skip
 MODELS = ("embedded", "llama-1b")
 DRY_RUN_SKIPS = [
     "install: the carried wheels (CI has none; the local environment has every package)",
@@ -204,14 +207,14 @@ def _sweep_lines(result: dict[str, Any]) -> list[str]:
 
 
 def merge_sweeps(work: Path) -> dict[str, Any] | None:
-    """check.sh's three sweeps (graphs with the bare step, serial, eager) as one: the graphs run's
-    results with the other two's server sections beside its own."""
+    """check.sh's three sweeps (graphs with the bare step; serial and --stream-interval 4; eager)
+    as one: the graphs run's results with the others' server sections beside its own."""
     parts = {name: read(work, f"sweep-{name}.json") for name in ("graphs", "serial", "eager")}
     found = [p for p in parts.values() if p]
     if not found:
         return None
     merged = dict(parts["graphs"] or {"levels": found[0].get("levels", [])})
-    for name, key in (("serial", "switchyard:serial"), ("eager", "switchyard:nographs")):
+    for name, key in (("serial", "switchyard:serial"), ("serial", "switchyard:interval4"), ("eager", "switchyard:nographs")):
         if parts[name] and key in parts[name]:
             merged[key] = parts[name][key]
     merged.pop("markdown", None)
