@@ -162,6 +162,7 @@ class DecodeGraph:
         self.compiled_few = torch.compile(few, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards})
         self._ready = threading.Event()
         self._few_ready = threading.Event()
+        self._compile_nice: int | None = None
         self._thread: threading.Thread | None = None
 
     def _whole_step(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Callable[..., torch.Tensor]) -> torch.Tensor:
@@ -215,6 +216,11 @@ class DecodeGraph:
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
 
+    @property
+    def compile_nice(self) -> int | None:
+        """The compiling thread's niceness once it started (None before, or off Linux)."""
+        return self._compile_nice
+
     def wait_few_ready(self, timeout: float | None = None) -> bool:
         return self._few_ready.wait(timeout)
 
@@ -245,7 +251,21 @@ class DecodeGraph:
                 step, positions = scratch_step([(1, tokens)])
                 self.few(torch.ones(tokens, dtype=torch.long, device=device), positions, step, k_cache, v_cache)
 
+        def lowest_priority() -> None:
+            # The compile takes minutes of a core on every start on a CPU (2.5 min for the
+            # one-row graph and 4+ for the few-token one with the inductor cache warm, 2-core
+            # Xeon, 2026-11-26), while the eager step serves: at the default priority it took
+            # that core from the step's threads and the event loop. At nice 19 it runs on idle
+            # cycles only; Linux sets a thread's niceness by its id, and what the thread forks
+            # (inductor's compiler processes) inherits it.
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+                self._compile_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            except (AttributeError, OSError) as exc:  # not Linux, or not allowed: compile at the default priority
+                log.info("compile_priority_unchanged", error=repr(exc)[:200])
+
         def compile_all() -> None:
+            lowest_priority()
             for part, run, ready in (("decode graph (one row, whole step)", one_row, self._ready), ("few-token graph (one row, a draft's verify step)", few_tokens, self._few_ready)):
                 started = time.perf_counter()
                 log.info("compiling", part=part, background=True)
