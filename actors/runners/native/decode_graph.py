@@ -162,7 +162,7 @@ class DecodeGraph:
         self.compiled_few = torch.compile(few, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards})
         self._ready = threading.Event()
         self._few_ready = threading.Event()
-        self._compile_nice: int | None = None
+        self.compile_nice: int | None = None  # the compiling thread's niceness once it started (None off Linux)
         self._thread: threading.Thread | None = None
 
     def _whole_step(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Callable[..., torch.Tensor]) -> torch.Tensor:
@@ -216,11 +216,6 @@ class DecodeGraph:
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
 
-    @property
-    def compile_nice(self) -> int | None:
-        """The compiling thread's niceness once it started (None before, or off Linux)."""
-        return self._compile_nice
-
     def wait_few_ready(self, timeout: float | None = None) -> bool:
         return self._few_ready.wait(timeout)
 
@@ -259,8 +254,9 @@ class DecodeGraph:
             # cycles only; Linux sets a thread's niceness by its id, and what the thread forks
             # (inductor's compiler processes) inherits it.
             try:
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-                self._compile_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+                thread_id = threading.get_native_id()
+                os.setpriority(os.PRIO_PROCESS, thread_id, 19)
+                self.compile_nice = os.getpriority(os.PRIO_PROCESS, thread_id)
             except (AttributeError, OSError) as exc:  # not Linux, or not allowed: compile at the default priority
                 log.info("compile_priority_unchanged", error=repr(exc)[:200])
 

@@ -59,8 +59,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _model(args: argparse.Namespace) -> tuple[str, str]:
     """(model directory, the requests' model field) for every section."""
-    server_args, served_name = model_server_args(args.model, args.served_name)
-    return (server_args[1] if server_args else str(default_model_dir())), served_name
+    _, served_name = model_server_args(args.model, args.served_name)
+    return (str(Path(args.model).resolve()) if args.model else str(default_model_dir())), served_name
 
 
 def _servers(result: dict[str, Any], args: argparse.Namespace, served_name: str, prompts: list[str], log_dir: Path, settle: Any, sweep_kwargs: dict[str, Any]) -> None:
