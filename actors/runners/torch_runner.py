@@ -20,7 +20,8 @@ from actors.runners.draft_model import DraftModel
 from actors.runners.grammar_masks import GrammarMasks, consume
 from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, choose
-from actors.runners.native.decode_graph import MAX_FEW_TOKENS, DecodeGraph
+from actors.runners.native.decode_graph import DecodeGraph
+from actors.runners.native.graph_steps import SCRATCH_TOKENS
 from actors.runners.native.path import NativePath
 from actors.runners.request_state import RequestStates
 from actors.runners.sampler import SamplingBatch, apply_penalties, sample
@@ -155,8 +156,8 @@ class TorchRunner:
             16, int(self._kv_cache_gib * (1 << 30) // (bytes_per_slot * self.block_size))
         )
         # A compiled path keeps blocks past those it reports: the background compile runs its
-        # steps there (the longest: MAX_FEW_TOKENS after one token of context).
-        scratch = -(-(MAX_FEW_TOKENS + 1) // self.block_size) if self._decode_graph() is not None else 0
+        # steps there (graph_steps.SCRATCH_TOKENS says how many tokens the longest holds).
+        scratch = -(-SCRATCH_TOKENS // self.block_size) if self._decode_graph() is not None else 0
         num_slots = (num_blocks + scratch) * self.block_size
         self._scratch_blocks = list(range(num_blocks, num_blocks + scratch))
         shape = (model.num_kv_heads, num_slots, model.head_dim)  # head-major: see paged_attention

@@ -9,7 +9,9 @@ variant 1, variant 2, ..., variant 1, ... so load from other processes hits all 
 --threads 1 (the default) each step is timed in process CPU time, which other processes'
 work does not inflate; with more threads in wall time. Prints each variant's median step and
 its speed relative to the first variant. With --prefill the timed step is the prefill itself
-(B fresh 128-token prompts in one packed step, repeated), not the decode steps after it.
+(B fresh 128-token prompts in one packed step, repeated), not the decode steps after it. With
+--chunk N each timed decode step also carries a fresh N-token prompt chunk (one more sequence,
+prefilled anew in its own blocks every step): a step of decodes beside a prompt's chunk.
 On CUDA (the default where torch sees one; --device picks) steps are timed in wall time, each
 ending with a synchronize: `native` replays CUDA graphs there, `native+nographs` runs eager.
 """
@@ -29,34 +31,37 @@ from ops.harness.results import cpu_model
 
 
 def run(
-    model_dir: str, variants: list[str], batches: list[int], steps: int, threads: int, prefill: bool = False, device: str | None = None
+    model_dir: str, variants: list[str], batches: list[int], steps: int, threads: int, prefill: bool = False, device: str | None = None, chunk: int = 0
 ) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(threads)
     ids = build_prompt_ids(model_dir, 128)
-    runners = {v: ns.build_runner(model_dir, v, "bfloat16", max(batches), len(ids), steps + 8, threads, device) for v in variants}
+    runners = {v: ns.build_runner(model_dir, v, "bfloat16", max(batches) + (1 if chunk else 0), len(ids), steps + 8, threads, device) for v in variants}
     on_cuda = runners[variants[0]][0].device.type == "cuda"
     clock = time.process_time if threads == 1 and not on_cuda else time.perf_counter
     out: dict[str, Any] = {
         "cpu": cpu_model(), "gpu": ns.torch_gpu() if on_cuda else None, "device": str(runners[variants[0]][0].device), "model_dir": model_dir,
         "impls": {v: r.model.impl for v, (r, _) in runners.items()}, "threads": threads, "clock": clock.__name__, "steps": steps,
-        "timed": "prefill" if prefill else "decode", "batches": {},
+        "timed": "prefill" if prefill else f"decode beside a {chunk}-token chunk" if chunk else "decode", "batches": {},
     }  # fmt: skip
     with torch.inference_mode():
         for b in batches:
             per_seq = runners[variants[0]][1]
-            tables = [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(b)]
+            tables = [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(b + 1)]
+            chunk_ids = torch.tensor(ids[:chunk])
             prompts, prompt_ids = [(0, len(ids))] * b, torch.tensor(ids * b)  # built once, outside the timed steps
-            toks = {v: ns.step(r, prompts, tables, prompt_ids) for v, (r, _) in runners.items()}
+            toks = {v: ns.step(r, prompts, tables[:b], prompt_ids) for v, (r, _) in runners.items()}
             times: dict[str, list[float]] = {v: [] for v in variants}
             for i in range(steps):
                 for v, (r, _) in runners.items():
                     started = clock()
                     if prefill:
-                        ns.step(r, prompts, tables, prompt_ids)
+                        ns.step(r, prompts, tables[:b], prompt_ids)
+                    elif chunk:
+                        toks[v] = ns.step(r, [(len(ids) + i, 1)] * b + [(0, chunk)], tables, torch.cat([toks[v], chunk_ids]))[:b]
                     else:
-                        toks[v] = ns.step(r, [(len(ids) + i, 1)] * b, tables, toks[v])
+                        toks[v] = ns.step(r, [(len(ids) + i, 1)] * b, tables[:b], toks[v])
                     times[v].append(clock() - started)
             median = {v: statistics.median(t[2:]) * 1000 for v, t in times.items()}
             out["batches"][str(b)] = {v: {"step_ms": round(m, 2), "speed_vs_first": round(median[variants[0]] / m, 3)} for v, m in median.items()}
@@ -71,11 +76,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--prefill", action="store_true", help="time the prefill step (B prompts of 128 tokens), not decode")
+    p.add_argument("--chunk", type=int, default=0, help="each timed decode step also carries a fresh prompt chunk of this many tokens")
     p.add_argument("--model", default=None)
     p.add_argument("--device", default=None, help="cuda, cpu, cuda:1, ... (default: cuda when torch sees one, else cpu)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    result = run(args.model or str(default_model_dir()), args.variants.split(","), args.batches, args.steps, args.threads, args.prefill, args.device)
+    result = run(args.model or str(default_model_dir()), args.variants.split(","), args.batches, args.steps, args.threads, args.prefill, args.device, args.chunk)
     if args.out:
         with open(args.out, "w") as f:
             f.write(json.dumps(result, indent=2) + "\n")

@@ -58,20 +58,31 @@ def build_runner(
     model_dir: str, variant: str, dtype: str, max_batch: int, prompt_tokens: int, steps: int, threads: int, device: str | None = None
 ) -> tuple[Any, int]:
     """A loaded TorchRunner for `variant` on `device` (None: the runner's default) with KV blocks
-    for `max_batch` rows of `prompt_tokens` plus `steps`, and the blocks per row."""
+    for `max_batch` rows of `prompt_tokens` plus `steps`, and the blocks per row.
+
+    The KV cache is the server's default size where that holds the rows (the cache's shape is in
+    inductor's cache key: a compiled variant then loads a server's graphs, and a server this
+    one's, instead of compiling for minutes), and every compiled graph is in before a timed step."""
     from actors.runners.torch_runner import TorchRunner
+    from runtime.config import RuntimeConfig
 
     variant, context = loading(variant)
     impl, options = variant_options(variant)
     per_seq = -(-(prompt_tokens + steps + 8) // BLOCK)
+    needed = per_seq * max_batch + 4
     runner = TorchRunner(
-        Path(model_dir), device=device, dtype=dtype, num_kv_blocks=per_seq * max_batch + 4, block_size=BLOCK, num_threads=threads, model_impl=impl, **options
+        Path(model_dir), device=device, dtype=dtype, kv_cache_gib=RuntimeConfig().kv_cache_gib, block_size=BLOCK, num_threads=threads, model_impl=impl, **options
     )
     with context:
         runner.load()
+    if runner.k_cache[0].shape[1] < needed * BLOCK:  # the default size is too small for these rows: as many blocks as they need
+        runner = TorchRunner(Path(model_dir), device=device, dtype=dtype, num_kv_blocks=needed, block_size=BLOCK, num_threads=threads, model_impl=impl, **options)
+        with context:
+            runner.load()
     graph = runner.compile_in_background()
-    if graph is not None and not graph.wait_ready(1800):  # compiled before any timed step, as a warm server swaps it in
-        raise SystemExit(f"{variant}: the decode graph did not compile (see the log)")
+    # Every graph compiled before any timed step, as a warm server has swapped them in.
+    if graph is not None and not (graph.wait_ready(1800) and graph.wait_rows_ready(1800) and graph.wait_mixed_ready(1800) and graph.wait_few_ready(1800)):
+        raise SystemExit(f"{variant}: a decode graph did not compile (see the log)")
     bucketed = getattr(runner.model, "bucketed", None)
     if bucketed is not None and bucketed.capture:  # every batch bucket's CUDA graph now, as the server's warm-up does, never in a timed step
         bucketed.capture_all(runner.k_cache, runner.v_cache)

@@ -86,7 +86,7 @@ class RunningServer:
         return self.process.tail(n_bytes)
 
 
-COMPILED_GRAPHS = 2  # decode_graph.py compiles the one-row graph, then the few-token one, each logging "compiled"
+LAST_GRAPH = "few-token graph"  # decode_graph.py compiles the one-row graph, the rows graphs, then this one, each logging "compiled"
 
 
 def wait_background_compile(process: ServerProcess, timeout: float) -> float | None:
@@ -98,7 +98,8 @@ def wait_background_compile(process: ServerProcess, timeout: float) -> float | N
         return None
     while True:
         log = process.tail(400_000)
-        if _logged(log, "swapped_in") >= COMPILED_GRAPHS or "compile_failed" in log or time.monotonic() - started > timeout:
+        last_in = any(LAST_GRAPH in line and _logged(line, "swapped_in") for line in log.splitlines())
+        if last_in or "compile_failed" in log or time.monotonic() - started > timeout:
             return round(time.monotonic() - started, 1)
         time.sleep(0.5)
 

@@ -104,9 +104,9 @@ def test_inductor_cache_lives_under_home_not_tmp(tiny_model_dir: Path, tmp_path:
 def test_the_cpu_default_compiles_in_the_background_and_the_flag_turns_it_off(tiny_model_dir: Path) -> None:
     """RuntimeConfig's compile=None (the default, `switchyard serve` without --compile): on for
     the native path on a CPU, with the spare KV blocks its compiling calls run in (the longest
-    of them: MAX_FEW_TOKENS tokens after one); eager
+    of them: graph_steps.SCRATCH_TOKENS tokens); eager
     with --no-compile and on the batch-invariant path."""
-    from actors.runners.native.decode_graph import MAX_FEW_TOKENS
+    from actors.runners.native.graph_steps import SCRATCH_TOKENS
     from api.process.flags import parse_args
 
     assert parse_args(["serve"]).config.compile is None
@@ -115,7 +115,7 @@ def test_the_cpu_default_compiles_in_the_background_and_the_flag_turns_it_off(ti
     default = TorchRunner(tiny_model_dir, compile=None, **kwargs)
     info = default.load()
     assert info.impl == "native+compiled" and info.num_kv_blocks == 8
-    assert default.k_cache[0].shape[1] == (8 + -(-(MAX_FEW_TOKENS + 1) // 4)) * 4
+    assert default.k_cache[0].shape[1] == (8 + -(-SCRATCH_TOKENS // 4)) * 4
     for settings in (dict(compile=False), dict(compile=None, batch_invariant=True)):
         eager = TorchRunner(tiny_model_dir, **kwargs, **settings)
         assert "compiled" not in eager.load().impl and eager.k_cache[0].shape[1] == 8 * 4

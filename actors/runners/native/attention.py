@@ -50,14 +50,17 @@ def build_step(
     k_cache: list[torch.Tensor],
     v_cache: list[torch.Tensor],
     per_sequence_decode: bool = False,
+    gather_fresh: bool = False,
 ) -> tuple[NativeStep, torch.Tensor]:
-    """A packed step's indices; `seqs` holds (start_pos, num_new_tokens) per sequence."""
+    """A packed step's indices; `seqs` holds (start_pos, num_new_tokens) per sequence.
+    `gather_fresh`: fresh prompt chunks are attended over their keys gathered from the cache
+    too, as chunks with a context are (the compiled mixed step reads every chunk that way)."""
     paged, positions = paged_attention.build_step(
         seqs, block_tables, block_size, k_cache, v_cache, per_sequence_decode, chunk_metadata=False
     )
     chunks = [(start, n, table, cursor) for (start, n), table, cursor in zip(seqs, block_tables, _cursors(seqs)) if n > 1]
     groups = [[chunk] for chunk in chunks] if per_sequence_decode else [chunks] if chunks else []
-    prefills = [_prefill_batch(group, block_size, k_cache[0].shape, positions.device) for group in groups]
+    prefills = [_prefill_batch(group, block_size, k_cache[0].shape, positions.device, gather_fresh) for group in groups]
     return NativeStep(paged=paged, prefills=prefills), positions
 
 
@@ -70,7 +73,7 @@ def _cursors(seqs: list[tuple[int, int]]) -> list[int]:
 
 
 def _prefill_batch(
-    chunks: list[tuple[int, int, list[int], int]], block_size: int, cache_shape: torch.Size, device: torch.device
+    chunks: list[tuple[int, int, list[int], int]], block_size: int, cache_shape: torch.Size, device: torch.device, gather_fresh: bool = False
 ) -> PrefillBatch:
     kv_heads, num_slots, _ = cache_shape
     max_q = max(n for _, n, _, _ in chunks)
@@ -86,7 +89,7 @@ def _prefill_batch(
         num_chunks=len(chunks),
         max_q=max_q,
     )
-    if all(start == 0 for start, _, _, _ in chunks):
+    if not gather_fresh and all(start == 0 for start, _, _, _ in chunks):
         return batch  # fresh prompts: each attends over its own new keys, causally (see _prefill)
     ctx = torch.tensor([start + n for start, n, _, _ in chunks])
     batch.max_ctx = max_ctx = int(ctx.max())

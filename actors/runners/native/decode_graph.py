@@ -1,10 +1,11 @@
-"""Compiled graphs for the native model's whole step of one sequence: one token, or a few.
+"""Compiled graphs of the native model's whole step: one decode row, several, several beside
+one prompt chunk, or one sequence fed a few tokens.
 
-Owns: `DecodeGraph`, the decode step of a single sequence (embedding, every layer with its
-paged attention, final norm, lm_head) as one `torch.compile(fullgraph=True)` graph, and beside
-it the same for one sequence fed a few tokens after its context (2 to MAX_FEW_TOKENS: a
-speculative draft's verify step, or a short last prompt chunk); `applies()` and `applies_few()`
-say which steps they run.
+Owns: `DecodeGraph`, each such step (embedding, every layer with its paged attention, final
+norm, lm_head) as one `torch.compile(fullgraph=True)` graph, compiled on a background thread
+while the eager step serves and swapped in when ready; and where inductor keeps its on-disk
+cache (`use_disk_cache`), so a restart loads the graphs instead of compiling them again. What
+each graph computes and which steps it takes: graph_steps.py.
 
 Why: at one row a step is ~6,000 small aten calls around 121 weight products, and those calls,
 not the weights' bytes, were a third of its time (SmolLM2-135M int4 on this EPYC: 8.5 ms of a
@@ -20,24 +21,28 @@ context never recompiles; the cache write (`index_copy_` into the layer's cache,
 is done in place by inductor, not by copying the cache. Sequences of length 1 are left to the
 eager step (torch would specialise the size 1 and compile again).
 
-A verify step of one stream (its token and a draft of k) is that step again with k + 1 query
-rows and a causal mask, and eager it cost as much over the one-row graph as the draft saved:
-with the one-row step compiled, n-gram drafts at c=1 no longer paid. Its own graph, the token
-count and the context both dynamic (one graph for every draft length), ran it 1.4-2.0x faster
-than eager (SmolLM2 Q4_1, 2 threads, T = 2..5; /tmp prototype, see docs/performance.md's
-speculative decoding section for the server figures), and is compiled after the one-row graph
-on the same background thread.
+Several decode rows: the same step with the eager step's grouped decode attention and the row
+count dynamic too, 1.4-1.9x the eager step on the shipped Q4_1 weights at every width from 2
+to 64 rows (2 threads, Xeon with AMX, ops/results/step-ab-decode-rows-graphs-2026-11-27-xeon-amx.json).
+Compiling only the layers' dense parts had lost to eager (four graphs; AMD EPYC, bf16 B=32
+0.93x, int4 1.06x): the Python between the layers and the attention's small ops are what the
+whole graph removes. With decode rows compiled, a step that also carries a prompt chunk would
+run eager at about twice a decode step, so every such step stalls its streams (the stall ratio
+at c=32 read 3.1-4.2, ops/results/overhead-c32-rows-graphs-vs-no-compile-2026-11-27-xeon-amx.json):
+decode rows beside one prompt chunk have a graph too (the mixed graph, the chunk's context
+gathered as a later chunk's is). Running the decode rows as their graph and the chunk eager
+beside it (two forwards) was no faster than the eager step
+(ops/results/step-ab-mixed-split-rows-graph-2026-11-27-xeon-amx.json).
 
-This is all `--compile` compiles. Every other step (prompt chunks, two or more decode rows)
-runs eager: compiling the layers' dense parts for them (a dynamic token dimension, four graphs)
-lost to eager at every bf16 size measured and was mixed for int4 (interleaved step_ab, 2
-threads, AMD EPYC: bf16 decode B=4 0.88x, B=16 0.93x, B=32 0.93x, prefill of 128 tokens 0.95x;
-int4 B=4 0.81x, B=32 1.06x, prefill 1.09x), and through the server int4 + compile ran 0.86-0.92x
-of int4 eager at c=4 and c=32 (ops/results/sweep-c1-c4-c32-quantized-llama-2026-11-24-epyc-zen4.json). Dropping those
-graphs took ~20 s off a first start.
+A verify step of one stream (its token and a draft of k) is the few-token graph, the token
+count and the context both dynamic, 1.4-2.0x faster than eager (SmolLM2 Q4_1, 2 threads,
+T = 2..5; docs/performance.md's speculative decoding section has the server figures).
 
-Owns also where inductor keeps its on-disk cache (`use_disk_cache`), so a restart loads the
-graph instead of compiling it again.
+The model's code branches on the row and token counts (the quantized linear's kernel:
+`QuantLinear`'s `max_rows` and `dense_rows`; the attention's float32 path up to
+FLOAT32_DECODE_MAX_SEQS rows), and dynamo guards each branch, so the counts are cut into width
+classes, one graph each, each compiled before a step of its class runs it: a step never
+compiles on the device thread. Steps with two or more prompt chunks, and the rest, run eager.
 """
 
 from __future__ import annotations
@@ -51,11 +56,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from actors.runners.native.attention import write_kv
+from actors.runners.native.graph_steps import (
+    MAX_FEW_TOKENS,
+    MIXED_MIN_ROWS,
+    SCRATCH_TOKENS,
+    attend_few,
+    attend_mixed,
+    attend_one,
+    attend_rows,
+    cuts,
+    mixed_classes,
+    width_classes,
+)
 from actors.runners.native.llama import rms_norm
-from actors.runners.paged_attention import float32_decode
 from runtime.logging import get_logger
 
 log = get_logger("runner")
@@ -75,44 +89,6 @@ def use_disk_cache() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path.home() / ".cache" / "switchyard" / "inductor")
 
 
-def attend_one(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-    write_rows: torch.Tensor, read_rows: torch.Tensor, scale: float,
-) -> torch.Tensor:  # fmt: skip
-    """One decode token: q [1, H, d], k/v [1, KVH, d] → [1, H, d]. k/v go to the cache rows
-    `write_rows` first, then the sequence's context (`read_rows`, head-major) is attended in
-    float32, as paged_attention's decode does for few sequences."""
-    kv_heads, _, head_dim = k_cache.shape
-    k_rows = k_cache.view(-1, head_dim)
-    v_rows = v_cache.view(-1, head_dim)
-    k_rows.index_copy_(0, write_rows, k[0])
-    v_rows.index_copy_(0, write_rows, v[0])
-    num_heads = q.shape[1]
-    length = read_rows.shape[0] // kv_heads
-    qg = q[0].view(kv_heads, 1, num_heads // kv_heads, head_dim)  # [KVH, 1, G, d]: heads grouped as repeat_kv does
-    keys = k_rows.index_select(0, read_rows).view(kv_heads, 1, length, head_dim)
-    values = v_rows.index_select(0, read_rows).view(kv_heads, 1, length, head_dim)
-    # One sequence, so nothing is padded: no bias.
-    return float32_decode(qg, keys, values, 0.0, scale).view(1, num_heads, head_dim)
-
-
-def attend_few(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-    write_rows: torch.Tensor, ctx_rows: torch.Tensor, mask: torch.Tensor, scale: float,
-) -> torch.Tensor:  # fmt: skip
-    """A few tokens of one sequence: q [T, H, d], k/v [T, KVH, d] → [T, H, d]. k/v go to the
-    cache first, then the context (`ctx_rows`, head-major) is attended under `mask` [1, 1, T, L]
-    (causal over the new tokens), as attention.py's prefill does for one chunk."""
-    kv_heads, _, head_dim = k_cache.shape
-    k_rows, v_rows = write_kv(k, v, k_cache, v_cache, write_rows)
-    tokens = q.shape[0]
-    length = ctx_rows.shape[0] // kv_heads
-    keys = k_rows.index_select(0, ctx_rows).view(1, kv_heads, length, head_dim)
-    values = v_rows.index_select(0, ctx_rows).view(1, kv_heads, length, head_dim)
-    out = F.scaled_dot_product_attention(q.view(1, tokens, -1, head_dim).transpose(1, 2), keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
-    return out.transpose(1, 2).reshape(tokens, -1, head_dim)
-
-
 def _own_code(fn: Any) -> types.FunctionType:
     return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
@@ -121,35 +97,11 @@ def _skip_weight_guards(entries: list[Any]) -> list[bool]:
     return [not entry.name.startswith("self.model.w.") for entry in entries]
 
 
-def applies(input_ids: torch.Tensor, step: Any, keep: torch.Tensor) -> bool:
-    """A step this graph runs: one decode token of a context of 2 or more, nothing else."""
-    paged = step.paged
-    return (
-        input_ids.shape[0] == 1
-        and keep.shape[0] == 1
-        and not step.prefills
-        and paged.decode_rows is not None
-        and not paged.per_sequence_decode
-        and paged.decode_len >= 2
-    )
-
-
-MAX_FEW_TOKENS = 8  # a draft of up to 7 tokens and the token before it
-
-
-def applies_few(input_ids: torch.Tensor, step: Any) -> bool:
-    """A step the few-token graph runs: one sequence fed 2..MAX_FEW_TOKENS tokens after a
-    context in the cache, nothing else."""
-    if len(step.prefills) != 1 or step.paged.decode_idx is not None:
-        return False
-    batch = step.prefills[0]
-    return batch.num_chunks == 1 and batch.ctx_rows is not None and 2 <= input_ids.shape[0] <= MAX_FEW_TOKENS
-
-
 class DecodeGraph:
-    """The native model's one-row decode step, compiled whole on a background thread."""
+    """The native model's decode steps (one row; 2 or more rows, by width class) and a sequence's
+    few-token step, each compiled whole on a background thread."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, max_rows: int, max_tokens: int) -> None:
         self.model = model
         # Guards: dynamo would check every weight tensor's and holder's type, shape and strides
         # before each step (~900 guards, ~0.9 ms of a 12 ms step). The weights never change
@@ -160,13 +112,30 @@ class DecodeGraph:
         self.compiled = torch.compile(step, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards})
         few = types.MethodType(_own_code(DecodeGraph._few), self)
         self.compiled_few = torch.compile(few, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards})
+        # A graph per width class, each with a code object of its own (dynamo keeps a code
+        # object's graphs in one cache, and another thread compiling into the cache the device
+        # thread reads is what these never share).
+        self.classes = width_classes(model.linear, max_rows)
+        rows = [types.MethodType(_own_code(DecodeGraph._rows), self) for _ in self.classes]
+        self.compiled_rows = [torch.compile(fn, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards}) for fn in rows]
+        self._rows_ready = [threading.Event() for _ in self.classes]
+        self.mixed = [c for c in mixed_classes(model.linear, max_tokens) if c[0] - MIXED_MIN_ROWS + 1 <= SCRATCH_TOKENS]
+        # The lm_head's linear branches on the kept rows too: a mixed graph takes only steps that
+        # keep (sample) no more rows than the narrowest such class holds.
+        self.mixed_keep = cuts(model.linear, MIXED_MIN_ROWS, max(max_rows, MIXED_MIN_ROWS) + 1, attention=False)[0]
+        mixed = [types.MethodType(_own_code(DecodeGraph._mixed), self) for _ in self.mixed]
+        self.compiled_mixed = [torch.compile(fn, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards}) for fn in mixed]
+        self._mixed_ready = [threading.Event() for _ in self.mixed]
         self._ready = threading.Event()
         self._few_ready = threading.Event()
         self.compile_nice: int | None = None  # the compiling thread's niceness once it started (None off Linux)
         self._thread: threading.Thread | None = None
 
-    def _whole_step(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Callable[..., torch.Tensor]) -> torch.Tensor:
-        """Embedding, every layer (its attention `attend(layer index, q, k, v)`), final norm, lm_head."""
+    def _whole_step(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Callable[..., torch.Tensor], keep: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Embedding, every layer (its attention `attend(layer index, q, k, v)`), final norm and
+        lm_head (of the rows `keep`, when given)."""
         model = self.model
         h = torch.nn.functional.embedding(input_ids, model.w.embed)
         cos = model.cos[positions][:, None, :]
@@ -174,7 +143,7 @@ class DecodeGraph:
         for i, layer in enumerate(model.w.layers):
             q, k, v = model.pre_attention(h, layer, cos, sin)
             h = model.post_attention(h, attend(i, q, k, v), layer)
-        h = rms_norm(h, model.w.final_norm, model.cfg.rms_norm_eps)
+        h = rms_norm(h if keep is None else h[keep], model.w.final_norm, model.cfg.rms_norm_eps)
         return model.linear(h, model.w.lm_head, None)
 
     def _step(
@@ -183,6 +152,26 @@ class DecodeGraph:
     ) -> torch.Tensor:  # fmt: skip
         scale = self.model.scale
         return self._whole_step(input_ids, positions, lambda i, q, k, v: attend_one(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, scale))
+
+    def _rows(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, write_rows: torch.Tensor, read_rows: torch.Tensor, bias: torch.Tensor,
+        keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor],
+    ) -> torch.Tensor:  # fmt: skip
+        scale = self.model.scale
+        return self._whole_step(
+            input_ids, positions, lambda i, q, k, v: attend_rows(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, bias, scale), keep
+        )
+
+    def _mixed(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, write_rows: torch.Tensor, decode_idx: torch.Tensor, read_rows: torch.Tensor,
+        bias: torch.Tensor, chunk_idx: torch.Tensor, ctx_rows: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor,
+        k_cache: list[torch.Tensor], v_cache: list[torch.Tensor],
+    ) -> torch.Tensor:  # fmt: skip
+        scale = self.model.scale
+        return self._whole_step(
+            input_ids, positions,
+            lambda i, q, k, v: attend_mixed(q, k, v, k_cache[i], v_cache[i], write_rows, decode_idx, read_rows, bias, chunk_idx, ctx_rows, mask, scale), keep,
+        )  # fmt: skip
 
     def _few(
         self, input_ids: torch.Tensor, positions: torch.Tensor, write_rows: torch.Tensor, ctx_rows: torch.Tensor, mask: torch.Tensor,
@@ -198,6 +187,57 @@ class DecodeGraph:
             for dim in dims:  # one graph for every token count and context length
                 torch._dynamo.mark_dynamic(tensor, dim)
         return self.compiled_few(input_ids, positions, step.paged.write_rows, batch.ctx_rows, batch.mask, k_cache, v_cache)
+
+    def _width_class(self, rows: int) -> int | None:
+        return next((i for i, (lo, hi) in enumerate(self.classes) if lo <= rows <= hi), None)
+
+    def rows_ready(self, rows: int) -> bool:
+        """Whether the graph of `rows`' width class is compiled (False past the widest class)."""
+        i = self._width_class(rows)
+        return i is not None and self._rows_ready[i].is_set()
+
+    def wait_rows_ready(self, timeout: float | None = None) -> bool:
+        """Every width class's graph compiled (within `timeout` seconds for each)."""
+        return all(ready.wait(timeout) for ready in self._rows_ready)
+
+    def rows(self, input_ids: torch.Tensor, positions: torch.Tensor, step: Any, keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> torch.Tensor:
+        """Logits `[B, V]` of a step `applies_rows` accepts (once `rows_ready(B)`)."""
+        paged = step.paged
+        i = self._width_class(input_ids.shape[0])
+        assert i is not None
+        for tensor, dims in ((input_ids, (0,)), (positions, (0,)), (paged.write_rows, (0,)), (paged.decode_rows, (0,)), (paged.decode_bias, (1, 3)), (keep, (0,))):
+            for dim in dims:  # one graph for every width in the class and every context length
+                torch._dynamo.mark_dynamic(tensor, dim)
+        return self.compiled_rows[i](input_ids, positions, paged.write_rows, paged.decode_rows, paged.decode_bias, keep, k_cache, v_cache)
+
+    def _mixed_class(self, tokens: int) -> int | None:
+        return next((i for i, (lo, hi) in enumerate(self.mixed) if lo <= tokens <= hi), None)
+
+    def mixed_ready(self, tokens: int, kept: int) -> bool:
+        """Whether the mixed graph of a step of `tokens` tokens keeping `kept` rows is compiled."""
+        i = self._mixed_class(tokens)
+        lo, hi = self.mixed_keep
+        return i is not None and lo <= kept <= hi and self._mixed_ready[i].is_set()
+
+    def wait_mixed_ready(self, timeout: float | None = None) -> bool:
+        return all(ready.wait(timeout) for ready in self._mixed_ready)
+
+    def mixed_step(self, input_ids: torch.Tensor, positions: torch.Tensor, step: Any, keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> torch.Tensor:
+        """Logits of the rows `keep` of a step `applies_mixed` accepts (once `mixed_ready`)."""
+        paged, batch = step.paged, step.prefills[0]
+        i = self._mixed_class(input_ids.shape[0])
+        assert i is not None
+        tensors = (
+            (input_ids, (0,)), (positions, (0,)), (paged.write_rows, (0,)), (paged.decode_idx, (0,)), (paged.decode_rows, (0,)), (paged.decode_bias, (1, 3)),
+            (batch.real_tokens, (0,)), (batch.ctx_rows, (0,)), (batch.mask, (2, 3)), (keep, (0,)),
+        )  # fmt: skip
+        for tensor, dims in tensors:
+            for dim in dims:  # one graph for every step in the class
+                torch._dynamo.mark_dynamic(tensor, dim)
+        return self.compiled_mixed[i](
+            input_ids, positions, paged.write_rows, paged.decode_idx, paged.decode_rows, paged.decode_bias,
+            batch.real_tokens, batch.ctx_rows, batch.mask, keep, k_cache, v_cache,
+        )  # fmt: skip
 
     @property
     def few_ready(self) -> bool:
@@ -222,47 +262,21 @@ class DecodeGraph:
     def compile_in_background(
         self, scratch_step: Callable[[list[tuple[int, int]]], tuple[Any, torch.Tensor]], k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]
     ) -> None:
-        """Compile on a thread of its own while the eager step serves, then swap each graph in
-        (the one-row graph first, then the few-token one).
+        """Compile on a thread of its own while the eager step serves, then swap each graph in:
+        the one-row graph first (a single stream's step), then the rows graphs (narrowest width
+        class first), the mixed graphs, then the few-token one.
 
-        `scratch_step(seqs)` builds a step in a KV block no request ever holds (the runner keeps
-        one past the blocks it reports), so the compiling calls may write the live caches while
+        `scratch_step(seqs)` builds a step in KV blocks no request ever holds (the runner keeps
+        them past the blocks it reports), so the compiling calls may write the live caches while
         the device thread runs steps in other rows. The first start pays minutes of inductor
         (on disk after); nothing waits for it.
         """
         if self._thread is not None:  # started already
             return
-        device = k_cache[0].device
-
-        def one_row() -> None:
-            step, positions = scratch_step([(1, 1)])
-            self(torch.ones(1, dtype=torch.long, device=device), positions, step, k_cache, v_cache)
-
-        def few_tokens() -> None:
-            # A quantized linear switches kernels past `max_rows` rows (quant.QuantLinear): a
-            # graph for each side, so no draft length compiles on the device thread.
-            max_rows = getattr(self.model.linear, "max_rows", MAX_FEW_TOKENS)
-            for tokens in sorted({2, min(max_rows + 1, MAX_FEW_TOKENS)}):
-                step, positions = scratch_step([(1, tokens)])
-                self.few(torch.ones(tokens, dtype=torch.long, device=device), positions, step, k_cache, v_cache)
-
-        def lowest_priority() -> None:
-            # The compile takes minutes of a core on every start on a CPU (2.5 min for the
-            # one-row graph and 4+ for the few-token one with the inductor cache warm, 2-core
-            # Xeon, 2026-11-26), while the eager step serves: at the default priority it took
-            # that core from the step's threads and the event loop. At nice 19 it runs on idle
-            # cycles only; Linux sets a thread's niceness by its id, and what the thread forks
-            # (inductor's compiler processes) inherits it.
-            try:
-                thread_id = threading.get_native_id()
-                os.setpriority(os.PRIO_PROCESS, thread_id, 19)
-                self.compile_nice = os.getpriority(os.PRIO_PROCESS, thread_id)
-            except (AttributeError, OSError) as exc:  # not Linux, or not allowed: compile at the default priority
-                log.info("compile_priority_unchanged", error=repr(exc)[:200])
 
         def compile_all() -> None:
-            lowest_priority()
-            for part, run, ready in (("decode graph (one row, whole step)", one_row, self._ready), ("few-token graph (one row, a draft's verify step)", few_tokens, self._few_ready)):
+            self.compile_nice = _lowest_priority()
+            for part, run, ready in self._parts(scratch_step, k_cache, v_cache):
                 started = time.perf_counter()
                 log.info("compiling", part=part, background=True)
                 try:
@@ -277,3 +291,64 @@ class DecodeGraph:
 
         self._thread = threading.Thread(target=compile_all, name="switchyard-compile", daemon=True)
         self._thread.start()
+
+    def _parts(
+        self, scratch_step: Callable[[list[tuple[int, int]]], tuple[Any, torch.Tensor]], k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]
+    ) -> list[tuple[str, Callable[[], None], threading.Event]]:
+        """Each graph's name, a call that compiles it (in the scratch blocks: what the calls
+        write is never read) and the event that swaps it in, in the order they compile."""
+        device = k_cache[0].device
+
+        def ones(n: int) -> torch.Tensor:
+            return torch.ones(n, dtype=torch.long, device=device)
+
+        def one_row() -> None:
+            step, positions = scratch_step([(1, 1)])
+            self(ones(1), positions, step, k_cache, v_cache)
+
+        def width_class(rows: int) -> Callable[[], None]:
+            def run() -> None:
+                step, positions = scratch_step([(1, 1)] * rows)
+                self.rows(ones(rows), positions, step, torch.arange(rows, device=device), k_cache, v_cache)
+
+            return run
+
+        def mixed_class(tokens: int) -> Callable[[], None]:
+            def run() -> None:
+                step, positions = scratch_step([(1, 1)] * MIXED_MIN_ROWS + [(1, tokens - MIXED_MIN_ROWS)])
+                keep = torch.arange(MIXED_MIN_ROWS, device=device)  # the decode rows: the narrowest kept rows
+                self.mixed_step(ones(tokens), positions, step, keep, k_cache, v_cache)
+
+            return run
+
+        def few_tokens() -> None:
+            # A quantized linear switches kernels past `max_rows` rows (quant.QuantLinear): a
+            # graph for each side, so no draft length compiles on the device thread.
+            max_rows = getattr(self.model.linear, "max_rows", MAX_FEW_TOKENS)
+            for tokens in sorted({2, min(max_rows + 1, MAX_FEW_TOKENS)}):
+                step, positions = scratch_step([(1, tokens)])
+                self.few(ones(tokens), positions, step, k_cache, v_cache)
+
+        return [
+            ("decode graph (one row, whole step)", one_row, self._ready),
+            *((f"decode graph ({lo}-{hi} rows, whole step)", width_class(lo), self._rows_ready[i]) for i, (lo, hi) in enumerate(self.classes)),
+            *((f"mixed graph (decode rows and a prompt chunk, {lo}-{hi} tokens)", mixed_class(lo), self._mixed_ready[i]) for i, (lo, hi) in enumerate(self.mixed)),
+            ("few-token graph (one row, a draft's verify step)", few_tokens, self._few_ready),
+        ]
+
+
+def _lowest_priority() -> int | None:
+    """The calling thread at nice 19: its niceness then (None where it could not be set).
+
+    The compile takes minutes of a core on a first start on a CPU (2.5-5 min for each graph of
+    the embedded model, 2-core Xeon; with inductor's cache warm 10-21 s each, 2026-11-27), while
+    the eager step serves: at the default priority it took that core from the step's threads and
+    the event loop. At nice 19 it runs on idle cycles only; Linux sets a thread's niceness by its
+    id, and what the thread forks (inductor's compiler processes) inherits it."""
+    try:
+        thread_id = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread_id, 19)
+        return os.getpriority(os.PRIO_PROCESS, thread_id)
+    except (AttributeError, OSError) as exc:  # not Linux, or not allowed: compile at the default priority
+        log.info("compile_priority_unchanged", error=repr(exc)[:200])
+        return None

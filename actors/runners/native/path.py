@@ -3,8 +3,9 @@
 Owns: `NativePath`, which reads the checkpoint (actors/runners/native/loader.py), builds the
 Llama-family model (llama.py) and answers the runner's `ModelPath` interface, and which step
 runs where: steps of up to the token budget through CUDA graphs on a GPU, a row per token
-(cuda_graphs.py), a single stream's decode through the compiled graph with `--compile`
-(decode_graph.py), every other step eager.
+(cuda_graphs.py), decode steps (one row or several, alone or beside one prompt chunk) and a
+sequence's few-token step through the compiled graphs with `--compile` (decode_graph.py;
+graph_steps.py says which step takes which), every other step eager.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 
 from actors.runners.invariant import fixed_block_linear
-from actors.runners.native import attention, decode_graph, quant, shipped, smoothing
+from actors.runners.native import attention, decode_graph, graph_steps, quant, shipped, smoothing
 from actors.runners.native.config import native_config
 from actors.runners.native.cuda_graphs import BucketedDecode, DecodeBatch
 from actors.runners.native.llama import LlamaModel
@@ -80,7 +81,7 @@ class NativePath:
             self.impl += "+compiled"
             # Before the first torch.compile: importing inductor fixes its cache directory.
             decode_graph.use_disk_cache()
-            self.decode_graph = decode_graph.DecodeGraph(self.model)  # compiled in the background once the runner is warm
+            self.decode_graph = decode_graph.DecodeGraph(self.model, max_num_seqs, max_step_tokens or 512)  # compiled in the background once the runner is warm
 
     def _quantize(self, weights, model_dir: Path, quantization: str) -> str:
         """Quantized linears in place of the dense ones; what is served ("int8", "q4_1", ...)."""
@@ -100,11 +101,12 @@ class NativePath:
         return shipped.describe(served)
 
     def compile_in_background(self, scratch_blocks: list[int], block_size: int, k_cache, v_cache) -> None:
-        """Once warm: compile the one-row decode graph off the device thread (--compile), its
-        compiling calls running in `scratch_blocks`, KV blocks no request holds."""
+        """Once warm: compile the decode graphs off the device thread (--compile), their
+        compiling calls running in `scratch_blocks`, KV blocks no request holds (every row of a
+        several-row compiling call in the same blocks)."""
         if self.decode_graph is not None:
             def scratch(seqs: list[tuple[int, int]]) -> tuple[Any, torch.Tensor]:
-                return attention.build_step(seqs, [scratch_blocks], block_size, k_cache, v_cache)
+                return attention.build_step(seqs, [scratch_blocks] * len(seqs), block_size, k_cache, v_cache)
 
             self.decode_graph.compile_in_background(scratch, k_cache, v_cache)
 
@@ -113,7 +115,15 @@ class NativePath:
             plan = self.bucketed.plan(seqs, tables)
             if plan is not None:
                 return plan, _NO_POSITIONS
-        return attention.build_step(seqs, tables, block_size, k_cache, v_cache, per_sequence_decode=self.batch_invariant)
+        return attention.build_step(seqs, tables, block_size, k_cache, v_cache, per_sequence_decode=self.batch_invariant, gather_fresh=self._mixed(seqs))
+
+    def _mixed(self, seqs: list[tuple[int, int]]) -> bool:
+        """Whether a step of `seqs` runs a mixed graph (decode rows beside one prompt chunk), which
+        reads a fresh chunk's keys from the cache too."""
+        graph = self.decode_graph
+        chunks = sum(1 for _, n in seqs if n > 1)
+        decodes = len(seqs) - chunks
+        return graph is not None and chunks == 1 and decodes >= graph_steps.MIXED_MIN_ROWS and graph.mixed_ready(sum(n for _, n in seqs), decodes + 1)
 
     def with_images(self, seqs, requests, positions):
         return positions
@@ -123,8 +133,12 @@ class NativePath:
             assert self.bucketed is not None
             return self.bucketed(input_ids, step, keep, k_cache, v_cache)
         graph = self.decode_graph
-        if graph is not None and graph.ready and decode_graph.applies(input_ids, step, keep):
+        if graph is not None and graph.ready and graph_steps.applies(input_ids, step, keep):
             return graph(input_ids, positions, step, k_cache, v_cache)
-        if graph is not None and graph.few_ready and decode_graph.applies_few(input_ids, step):
+        if graph is not None and graph_steps.applies_rows(input_ids, step, keep) and graph.rows_ready(input_ids.shape[0]):
+            return graph.rows(input_ids, positions, step, keep, k_cache, v_cache)
+        if graph is not None and graph_steps.applies_mixed(input_ids, step) and graph.mixed_ready(input_ids.shape[0], keep.shape[0]):
+            return graph.mixed_step(input_ids, positions, step, keep, k_cache, v_cache)
+        if graph is not None and graph.few_ready and graph_steps.applies_few(input_ids, step):
             return graph.few(input_ids, positions, step, k_cache, v_cache)[keep]  # one sequence: its tokens are the step's rows
         return self.model.forward(input_ids, positions, step, keep, k_cache, v_cache)
