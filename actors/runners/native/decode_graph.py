@@ -98,8 +98,9 @@ def _skip_weight_guards(entries: list[Any]) -> list[bool]:
 
 
 class DecodeGraph:
-    """The native model's decode steps (one row; 2 or more rows, by width class) and a sequence's
-    few-token step, each compiled whole on a background thread."""
+    """The native model's decode steps (one row; 2 or more rows, by width class; 5 or more beside
+    one prompt chunk, by token class) and a sequence's few-token step, each compiled whole on a
+    background thread."""
 
     def __init__(self, model: Any, max_rows: int, max_tokens: int) -> None:
         self.model = model
@@ -115,11 +116,12 @@ class DecodeGraph:
         # A graph per width class, each with a code object of its own (dynamo keeps a code
         # object's graphs in one cache, and another thread compiling into the cache the device
         # thread reads is what these never share).
-        self.classes = width_classes(model.linear, max_rows)
+        self.classes = [(lo, hi) for lo, hi in width_classes(model.linear, max_rows) if lo <= hi]  # none where a step holds one row
         rows = [types.MethodType(_own_code(DecodeGraph._rows), self) for _ in self.classes]
         self.compiled_rows = [torch.compile(fn, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards}) for fn in rows]
         self._rows_ready = [threading.Event() for _ in self.classes]
-        self.mixed = [c for c in mixed_classes(model.linear, max_tokens) if c[0] - MIXED_MIN_ROWS + 1 <= SCRATCH_TOKENS]
+        fits = max_rows >= MIXED_MIN_ROWS  # a step may hold that many decode rows
+        self.mixed = [c for c in mixed_classes(model.linear, max_tokens) if fits and c[0] - MIXED_MIN_ROWS + 1 <= SCRATCH_TOKENS]
         # The lm_head's linear branches on the kept rows too: a mixed graph takes only steps that
         # keep (sample) no more rows than the narrowest such class holds.
         self.mixed_keep = cuts(model.linear, MIXED_MIN_ROWS, max(max_rows, MIXED_MIN_ROWS) + 1, attention=False)[0]

@@ -95,9 +95,9 @@ def cuts(linear: Any, lowest: int, highest: int, attention: bool) -> list[tuple[
     kernels (up to `max_rows`, past `dense_rows`: the step's tokens) and, with `attention`, the
     grouped decode's float32 path (up to FLOAT32_DECODE_MAX_SEQS: its decode rows)."""
     counts = (FLOAT32_DECODE_MAX_SEQS if attention else None, getattr(linear, "max_rows", None), getattr(linear, "dense_rows", None))
-    cuts = sorted({c for c in counts if c is not None and lowest <= c < highest})
-    lows = [lowest, *(c + 1 for c in cuts)]
-    return [(lo, hi) for lo, hi in zip(lows, [*cuts, highest], strict=True)]
+    points = sorted({c for c in counts if c is not None and lowest <= c < highest})
+    lows = [lowest, *(c + 1 for c in points)]
+    return [(lo, hi) for lo, hi in zip(lows, [*points, highest], strict=True)]
 
 
 def width_classes(linear: Any, max_rows: int) -> list[tuple[int, int]]:
