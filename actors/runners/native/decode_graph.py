@@ -109,29 +109,29 @@ class DecodeGraph:
         # after load, so their guards are dropped (1.07x the step, interleaved), and this graph
         # gets a code object of its own: dynamo keeps graphs per code object, so with the weight
         # guards gone a second model in the process must never find this one's graph.
-        step = types.MethodType(_own_code(DecodeGraph._step), self)
-        self.compiled = torch.compile(step, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards})
-        few = types.MethodType(_own_code(DecodeGraph._few), self)
-        self.compiled_few = torch.compile(few, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards})
+        self.compiled = self._compiled(DecodeGraph._step)
+        self.compiled_few = self._compiled(DecodeGraph._few)
         # A graph per width class, each with a code object of its own (dynamo keeps a code
         # object's graphs in one cache, and another thread compiling into the cache the device
         # thread reads is what these never share).
         self.classes = [(lo, hi) for lo, hi in width_classes(model.linear, max_rows) if lo <= hi]  # none where a step holds one row
-        rows = [types.MethodType(_own_code(DecodeGraph._rows), self) for _ in self.classes]
-        self.compiled_rows = [torch.compile(fn, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards}) for fn in rows]
+        self.compiled_rows = [self._compiled(DecodeGraph._rows) for _ in self.classes]
         self._rows_ready = [threading.Event() for _ in self.classes]
         fits = max_rows >= MIXED_MIN_ROWS  # a step may hold that many decode rows
         self.mixed = [c for c in mixed_classes(model.linear, max_tokens) if fits and c[0] - MIXED_MIN_ROWS + 1 <= SCRATCH_TOKENS]
         # The lm_head's linear branches on the kept rows too: a mixed graph takes only steps that
         # keep (sample) no more rows than the narrowest such class holds.
         self.mixed_keep = cuts(model.linear, MIXED_MIN_ROWS, max(max_rows, MIXED_MIN_ROWS) + 1, attention=False)[0]
-        mixed = [types.MethodType(_own_code(DecodeGraph._mixed), self) for _ in self.mixed]
-        self.compiled_mixed = [torch.compile(fn, fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards}) for fn in mixed]
+        self.compiled_mixed = [self._compiled(DecodeGraph._mixed) for _ in self.mixed]
         self._mixed_ready = [threading.Event() for _ in self.mixed]
         self._ready = threading.Event()
         self._few_ready = threading.Event()
         self.compile_nice: int | None = None  # the compiling thread's niceness once it started (None off Linux)
         self._thread: threading.Thread | None = None
+
+    def _compiled(self, method: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        """`method` bound to this graph, with a code object of its own, compiled whole."""
+        return torch.compile(types.MethodType(_own_code(method), self), fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards})
 
     def _whole_step(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Callable[..., torch.Tensor], keep: torch.Tensor | None = None
@@ -185,17 +185,12 @@ class DecodeGraph:
     def few(self, input_ids: torch.Tensor, positions: torch.Tensor, step: Any, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> torch.Tensor:
         """Logits `[T, V]` of every fed token of a step `applies_few` accepts (once `few_ready`)."""
         batch = step.prefills[0]
-        for tensor, dims in ((input_ids, (0,)), (positions, (0,)), (step.paged.write_rows, (0,)), (batch.ctx_rows, (0,)), (batch.mask, (2, 3))):
-            for dim in dims:  # one graph for every token count and context length
-                torch._dynamo.mark_dynamic(tensor, dim)
+        _mark_dynamic((input_ids, (0,)), (positions, (0,)), (step.paged.write_rows, (0,)), (batch.ctx_rows, (0,)), (batch.mask, (2, 3)))  # every token count and context length
         return self.compiled_few(input_ids, positions, step.paged.write_rows, batch.ctx_rows, batch.mask, k_cache, v_cache)
-
-    def _width_class(self, rows: int) -> int | None:
-        return next((i for i, (lo, hi) in enumerate(self.classes) if lo <= rows <= hi), None)
 
     def rows_ready(self, rows: int) -> bool:
         """Whether the graph of `rows`' width class is compiled (False past the widest class)."""
-        i = self._width_class(rows)
+        i = _class_of(self.classes, rows)
         return i is not None and self._rows_ready[i].is_set()
 
     def wait_rows_ready(self, timeout: float | None = None) -> bool:
@@ -205,19 +200,15 @@ class DecodeGraph:
     def rows(self, input_ids: torch.Tensor, positions: torch.Tensor, step: Any, keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> torch.Tensor:
         """Logits `[B, V]` of a step `applies_rows` accepts (once `rows_ready(B)`)."""
         paged = step.paged
-        i = self._width_class(input_ids.shape[0])
+        i = _class_of(self.classes, input_ids.shape[0])
         assert i is not None
-        for tensor, dims in ((input_ids, (0,)), (positions, (0,)), (paged.write_rows, (0,)), (paged.decode_rows, (0,)), (paged.decode_bias, (1, 3)), (keep, (0,))):
-            for dim in dims:  # one graph for every width in the class and every context length
-                torch._dynamo.mark_dynamic(tensor, dim)
+        # One graph for every width in the class and every context length.
+        _mark_dynamic((input_ids, (0,)), (positions, (0,)), (paged.write_rows, (0,)), (paged.decode_rows, (0,)), (paged.decode_bias, (1, 3)), (keep, (0,)))
         return self.compiled_rows[i](input_ids, positions, paged.write_rows, paged.decode_rows, paged.decode_bias, keep, k_cache, v_cache)
-
-    def _mixed_class(self, tokens: int) -> int | None:
-        return next((i for i, (lo, hi) in enumerate(self.mixed) if lo <= tokens <= hi), None)
 
     def mixed_ready(self, tokens: int, kept: int) -> bool:
         """Whether the mixed graph of a step of `tokens` tokens keeping `kept` rows is compiled."""
-        i = self._mixed_class(tokens)
+        i = _class_of(self.mixed, tokens)
         lo, hi = self.mixed_keep
         return i is not None and lo <= kept <= hi and self._mixed_ready[i].is_set()
 
@@ -227,15 +218,12 @@ class DecodeGraph:
     def mixed_step(self, input_ids: torch.Tensor, positions: torch.Tensor, step: Any, keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> torch.Tensor:
         """Logits of the rows `keep` of a step `applies_mixed` accepts (once `mixed_ready`)."""
         paged, batch = step.paged, step.prefills[0]
-        i = self._mixed_class(input_ids.shape[0])
+        i = _class_of(self.mixed, input_ids.shape[0])
         assert i is not None
-        tensors = (
+        _mark_dynamic(  # one graph for every step in the class
             (input_ids, (0,)), (positions, (0,)), (paged.write_rows, (0,)), (paged.decode_idx, (0,)), (paged.decode_rows, (0,)), (paged.decode_bias, (1, 3)),
             (batch.real_tokens, (0,)), (batch.ctx_rows, (0,)), (batch.mask, (2, 3)), (keep, (0,)),
         )  # fmt: skip
-        for tensor, dims in tensors:
-            for dim in dims:  # one graph for every step in the class
-                torch._dynamo.mark_dynamic(tensor, dim)
         return self.compiled_mixed[i](
             input_ids, positions, paged.write_rows, paged.decode_idx, paged.decode_rows, paged.decode_bias,
             batch.real_tokens, batch.ctx_rows, batch.mask, keep, k_cache, v_cache,
@@ -337,6 +325,18 @@ class DecodeGraph:
             *((f"mixed graph (decode rows and a prompt chunk, {lo}-{hi} tokens)", mixed_class(lo), self._mixed_ready[i]) for i, (lo, hi) in enumerate(self.mixed)),
             ("few-token graph (one row, a draft's verify step)", few_tokens, self._few_ready),
         ]
+
+
+def _class_of(classes: list[tuple[int, int]], count: int) -> int | None:
+    """The index of the class (lo, hi) holding `count`, None past them all."""
+    return next((i for i, (lo, hi) in enumerate(classes) if lo <= count <= hi), None)
+
+
+def _mark_dynamic(*tensors: tuple[torch.Tensor, tuple[int, ...]]) -> None:
+    """Each tensor's dims as dynamic: the graph takes every size of them without compiling again."""
+    for tensor, dims in tensors:
+        for dim in dims:
+            torch._dynamo.mark_dynamic(tensor, dim)
 
 
 def _lowest_priority() -> int | None:
