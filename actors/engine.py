@@ -189,6 +189,7 @@ class Engine:
                 # beside others' chunks was split where alone it was not, and a chunk boundary
                 # changes its attention's rounding (a seeded text diverged in a loaded CI run).
                 step_stretch=None if cfg.batch_invariant else cfg.step_stretch,
+                max_prompt_chunks=cfg.max_prompt_chunks or info.prompt_chunks,
                 step_samples=info.step_samples,
                 max_model_len=self.max_model_len,
                 eos_token_ids=self.eos_token_ids,
@@ -249,6 +250,7 @@ class Engine:
                 cfg.max_num_batched_tokens,
                 cfg.max_num_batched_tokens_embed,
                 cfg.step_stretch,
+                cfg.max_prompt_chunks,
                 cfg.spec_decoding,
             ]
             self._fingerprint = "fp_" + hashlib.sha256(repr(source).encode()).hexdigest()[:12]

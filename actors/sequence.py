@@ -243,6 +243,11 @@ class SchedulerConfig:
     # x its decodes' own time, as measured by actors/step_cost.py. None: the token budget only.
     step_stretch: float | None = None
     step_samples: tuple[tuple[int, int, float], ...] = ()  # the runner's timed start-up steps, to seed it
+    # With requests streaming, the most prompt chunks a step carries (None: any). A runner
+    # whose steps with one chunk beside the decodes run compiled and those with two eager
+    # asks for 1 (ModelInfo.prompt_chunks): a two-chunk step cost 1.3-1.5x a one-chunk step
+    # of the same tokens there (ops/results/step-ab-two-chunks-vs-one-2026-11-27-xeon-amx.json).
+    max_prompt_chunks: int | None = None
     num_spec_tokens: int = 0  # speculative decoding: the most draft tokens a request verifies in a step (0: off)
     draft_model: bool = False  # drafts come from the runner's draft model (actors/model_drafts.py), not n-grams
     spec_max_rows: int | None = None  # no drafts in a step of more decode rows than this (None: the fit decides alone)

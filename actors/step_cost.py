@@ -57,16 +57,22 @@ _PRIOR_WEIGHT = 1e-5
 
 
 class PromptTokens:
-    """The prompt tokens one step still has to hand out. A single token (a decode) is never held back."""
+    """The prompt tokens one step still has to hand out, and the prompt chunks it may still
+    carry (`chunks`, None: any). A single token (a decode) is never held back."""
 
-    def __init__(self, left: int) -> None:
+    def __init__(self, left: int, chunks: int | None = None) -> None:
         self.left = left
+        self.chunks = chunks
 
     def take(self, wanted: int) -> int:
         if wanted <= 1:
             return wanted
+        if self.chunks == 0:
+            return 0
         granted = min(wanted, self.left)
         self.left -= granted
+        if granted and self.chunks is not None:
+            self.chunks -= 1
         return granted
 
 

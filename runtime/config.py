@@ -28,6 +28,9 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # 1.7, not 2: steps scatter ~15% around the fit on a shared CPU, and at 2 the p99 gap came
     # out over 2x the p50 in 7 of 8 rounds (docs/performance.md, "Step budget and stalls").
     step_stretch: float | None = 1.7
+    # While requests stream, the most prompt chunks a step carries; None: the runner's choice
+    # (ModelInfo.prompt_chunks: 1 where only steps of one chunk beside the decodes compile).
+    max_prompt_chunks: int | None = None
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     max_pending: int = 512  # admitted, unfinished requests; past this submit() says Overloaded
     # Estimated tokens (prompt + max_tokens, see runtime.admission.estimate_tokens) of admitted,

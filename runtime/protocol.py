@@ -44,6 +44,10 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     # Timed start-up steps, (decode rows, prompt tokens, seconds), that seed the scheduler's
     # step cost model (actors/runners/calibration.py); filled in by the executor after warm-up.
     step_samples: tuple[tuple[int, int, float], ...] = ()
+    # The most prompt chunks a step should carry beside streaming decodes for this runner's
+    # fastest steps (None: any): 1 where steps of one chunk run a compiled graph and steps of
+    # two run eager (actors/runners/native/path.py).
+    prompt_chunks: int | None = None
 
 
 class Runtime(Protocol):

@@ -183,6 +183,7 @@ class TorchRunner:
             block_size=self.block_size,
             fingerprint="fp_" + hashlib.sha256(fingerprint_src.encode()).hexdigest()[:12],
             impl=model.impl,
+            prompt_chunks=getattr(model, "prompt_chunks", None),
         )
 
     def warmup(self) -> list[calibration.Sample]:

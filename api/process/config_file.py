@@ -35,7 +35,7 @@ MODEL_KEYS = {
     "max_num_batched_tokens", "max_model_len", "max_pending", "max_pending_tokens", "num_threads", "batch_invariant",
     "model_impl", "compile", "quantization", "cuda_graphs", "step_stretch", "step_deadline", "async_scheduling", "spec_decoding", "num_spec_tokens",
     "draft_model",
-    "limit_images_per_prompt", "stream_interval",
+    "limit_images_per_prompt", "stream_interval", "max_prompt_chunks",
     "reasoning_parser", "reasoning_budgets",
 }
 
@@ -83,6 +83,9 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
         interval = table.get("stream_interval", 1)
         if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
             raise SystemExit(f"{path}: models[{i}].stream_interval must be a whole number of at least 1")
+        chunks = table.get("max_prompt_chunks", 1)  # left out: the runner's choice
+        if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 1:
+            raise SystemExit(f"{path}: models[{i}].max_prompt_chunks must be a whole number of at least 1 (leave it out for the runner's choice)")
         budgets = table.get("reasoning_budgets", {})
         if not isinstance(budgets, dict) or not all(k in ("low", "medium", "high") and isinstance(v, int) and v >= 0 for k, v in budgets.items()):
             raise SystemExit(f"{path}: models[{i}].reasoning_budgets must be a table of low, medium, high = tokens")

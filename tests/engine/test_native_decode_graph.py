@@ -211,6 +211,8 @@ def test_rows_graphs_run_every_width_and_match_eager(runners: tuple[TorchRunner,
     for i, inner in enumerate(graph.compiled_rows):
         graph.compiled_rows[i] = lambda *args, i=i, inner=inner: runs.append(i) or inner(*args)
     assert graph.mixed == [(7, 512)] and all(graph.mixed_ready(tokens, 6) for tokens in (10, 11))
+    # Only a step of one prompt chunk beside the decodes has a graph: the scheduler is asked for one.
+    assert compiled.model.prompt_chunks == 1 and eager.model.prompt_chunks is None
     mixed_inner = graph.compiled_mixed[0]
     graph.compiled_mixed[0] = lambda *args: runs.append(-1) or mixed_inner(*args)
     want, feeds = _decode_rows(eager, None)

@@ -36,3 +36,15 @@ def test_batch_invariant_engines_schedule_by_the_token_budget_alone() -> None:
         runtime = Engine(RuntimeConfig(batch_invariant=invariant), runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset())  # type: ignore[arg-type]
         runtime.max_model_len = 512
         assert runtime._make_core(info).config.step_stretch == stretch
+
+
+def test_the_runners_prompt_chunks_reach_the_scheduler_unless_the_flag_says() -> None:
+    from actors.engine import Engine
+    from runtime.config import RuntimeConfig
+    from runtime.protocol import ModelInfo
+
+    for asked, flag, expected in ((1, None, 1), (None, None, None), (1, 4, 4)):
+        info = ModelInfo(max_model_len=512, vocab_size=320, device="cpu", dtype="float32", num_kv_blocks=64, block_size=4, fingerprint="fp", prompt_chunks=asked)
+        runtime = Engine(RuntimeConfig(max_prompt_chunks=flag), runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset())  # type: ignore[arg-type]
+        runtime.max_model_len = 512
+        assert runtime._make_core(info).config.max_prompt_chunks == expected

@@ -81,9 +81,14 @@ def test_prompt_tokens_never_hold_back_a_decode():
     assert prompt.take(1) == 1
 
 
-def simulate(step_stretch: float | None, concurrency: int = 32, total: int = 96, step_cost=cost, step_samples: tuple = ()) -> tuple[list[float], float, int]:
-    """Closed loop on the simulated clock: (gaps between a stream's tokens, seconds, tokens out)."""
-    core = make_core(num_blocks=1024, block_size=16, max_num_seqs=128, max_num_batched_tokens=512, step_stretch=step_stretch, step_samples=step_samples)
+def simulate(
+    step_stretch: float | None, concurrency: int = 32, total: int = 96, step_cost=cost, step_samples: tuple = (), max_prompt_chunks: int | None = None, chunk_cost=None,
+) -> tuple[list[float], float, int]:  # fmt: skip
+    """Closed loop on the simulated clock: (gaps between a stream's tokens, seconds, tokens out).
+    `chunk_cost(rows, tokens, chunks)`, when given, times each step instead of `step_cost`."""
+    core = make_core(
+        num_blocks=1024, block_size=16, max_num_seqs=128, max_num_batched_tokens=512, step_stretch=step_stretch, step_samples=step_samples, max_prompt_chunks=max_prompt_chunks,
+    )  # fmt: skip
     driver = Driver(core)
     now, started = 0.0, 0
     last_token_at: dict[str, float] = {}
@@ -94,7 +99,8 @@ def simulate(step_stretch: float | None, concurrency: int = 32, total: int = 96,
     while core.has_work:
         plan = driver.schedule()
         assert plan is not None
-        step_s = step_cost(plan.num_decode_rows, plan.num_prefill_tokens)
+        chunks = sum(1 for item in plan.seqs if len(item.token_ids) > 1)
+        step_s = chunk_cost(plan.num_decode_rows, plan.num_prefill_tokens, chunks) if chunk_cost else step_cost(plan.num_decode_rows, plan.num_prefill_tokens)
         deltas = driver.update(plan, driver.result(plan), now, now + step_s)
         now += step_s
         for delta in deltas:
@@ -133,6 +139,24 @@ def test_the_flag_reaches_the_runtime_config(capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_args(["serve", "--step-stretch", "0.5"])
     assert exit_info.value.code == 2 and "--step-stretch" in capsys.readouterr().err
+
+
+def test_the_prompt_chunks_flag_and_key_reach_the_runtime_config(tmp_path, capsys):
+    from api.process.config_file import model_configs, read_config_file
+
+    assert parse_args(["serve"]).config.max_prompt_chunks is None  # auto: the runner's
+    assert parse_args(["serve", "--max-prompt-chunks", "2"]).config.max_prompt_chunks == 2
+    assert parse_args(["serve", "--max-prompt-chunks", "auto"]).config.max_prompt_chunks is None
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["serve", "--max-prompt-chunks", "0"])
+    assert exit_info.value.code == 2 and "--max-prompt-chunks" in capsys.readouterr().err
+    config = tmp_path / "switchyard.toml"
+    config.write_text('[[models]]\nname = "a"\nmax_prompt_chunks = 3\n')
+    (served,) = model_configs(RuntimeConfig(), read_config_file(str(config)), with_embeddings=False)
+    assert served.max_prompt_chunks == 3
+    config.write_text('[[models]]\nname = "a"\nmax_prompt_chunks = "auto"\n')
+    with pytest.raises(SystemExit, match="max_prompt_chunks"):
+        read_config_file(str(config))
 
 
 def _jittered_cost(rng: random.Random):
@@ -189,3 +213,43 @@ def test_a_fixed_prompt_cost_under_a_decode_steps_is_carried_per_token():
     # made the tiny model's drafts look not worth it in tests/engine/test_spec_decoding_draft.py).
     assert model.predict(32, 4) - model.predict(32, 0) == pytest.approx(4 * PER_TOKEN, rel=0.1)
     assert model.prefill_allowance(32, 2.0) == pytest.approx(98, abs=2)
+
+
+def test_one_prompt_chunk_a_step_while_requests_stream_where_the_runner_asks_for_it():
+    core = make_core(max_num_batched_tokens=512, num_blocks=256, max_prompt_chunks=1)
+    driver = Driver(core)
+    driver.add("a", prompt_of(8), max_tokens=50, ignore_eos=True)
+    driver.add("b", prompt_of(8, start=100), max_tokens=50, ignore_eos=True)
+    first = driver.schedule()
+    assert [len(item.token_ids) for item in first.seqs] == [8, 8]  # nobody streams yet: any number of chunks
+    driver.update(first, driver.result(first))
+    driver.add("c", prompt_of(40, start=200), max_tokens=4, ignore_eos=True)
+    driver.add("d", prompt_of(40, start=300), max_tokens=4, ignore_eos=True)
+    plan = driver.schedule()
+    assert sorted(len(item.token_ids) for item in plan.seqs) == [1, 1, 40]  # "a" and "b" stream: c's chunk alone, d waits
+    driver.update(plan, driver.result(plan))
+    plan = driver.schedule()
+    assert sorted(len(item.token_ids) for item in plan.seqs) == [1, 1, 1, 40]
+    unlimited = make_core(max_num_batched_tokens=512, num_blocks=256)
+    driver = Driver(unlimited)
+    for name, start in (("a", 0), ("b", 100)):
+        driver.add(name, prompt_of(8, start=start), max_tokens=50, ignore_eos=True)
+    driver.update(plan := driver.schedule(), driver.result(plan))
+    driver.add("c", prompt_of(40, start=200), max_tokens=4, ignore_eos=True)
+    driver.add("d", prompt_of(40, start=300), max_tokens=4, ignore_eos=True)
+    assert sorted(len(item.token_ids) for item in driver.schedule().seqs) == [1, 1, 40, 40]
+
+
+def test_where_two_chunks_run_eager_beside_compiled_one_chunk_steps_one_a_step_is_faster_and_smoother():
+    # A CPU serving compiled graphs (ops/results/step-ab-two-chunks-vs-one-2026-11-27-xeon-amx.json):
+    # a step of decodes beside one prompt chunk runs compiled; beside two, eager: 1.3-1.5x the time there.
+    def compiled_cost(rows: int, tokens: int, chunks: int) -> float:
+        return cost(rows, tokens) * (1.5 if chunks >= 2 else 1.0)
+
+    samples = tuple((r, t, compiled_cost(r, t, 1 if t else 0)) for r, t in CALIBRATION_SHAPES)
+    runs = {limit: simulate(step_stretch=1.7, step_samples=samples, max_prompt_chunks=limit, chunk_cost=compiled_cost) for limit in (None, 1)}
+    ratio = {limit: percentile(gaps, 99) / percentile(gaps, 50) for limit, (gaps, _, _) in runs.items()}
+    tok_s = {limit: tokens / seconds for limit, (_, seconds, tokens) in runs.items()}
+    print(f"p99/p50 gap: any chunks {ratio[None]:.2f}, one {ratio[1]:.2f}; tok/s one / any {tok_s[1] / tok_s[None]:.3f}")
+    assert ratio[1] <= 1.8 < ratio[None]
+    assert tok_s[1] > tok_s[None]

@@ -125,6 +125,13 @@ class NativePath:
         decodes = len(seqs) - chunks
         return graph is not None and chunks == 1 and decodes >= graph_steps.MIXED_MIN_ROWS and graph.mixed_ready(sum(n for _, n in seqs), decodes + 1)
 
+    @property
+    def prompt_chunks(self) -> int | None:
+        """ModelInfo.prompt_chunks: 1 when mixed graphs compile (a step of one prompt chunk beside
+        the decodes runs one; a step of two runs eager), else any."""
+        graph = self.decode_graph
+        return 1 if graph is not None and graph.mixed else None
+
     def with_images(self, seqs, requests, positions):
         return positions
 
