@@ -71,10 +71,14 @@ if ((DRY_RUN)); then
   SERVER_ARGS="--device cpu --no-embeddings --no-compile --drain-timeout 5 --dtype float32 --num-threads 1 --kv-cache-gib 0.02"
   SWEEP_SIZE=(--requests-per-slot 1 --min-requests 2 --warmup 1 --bare-steps 8 --bare-threads 1 --time-cap 20 --request-timeout 30 --startup-timeout 90 --bare-timeout 90)
   BW_ARGS=(--mib 16 --reps 4)
+  # The serial server alone: --stream-interval 4 is the same script path with other flags,
+  # and a fourth server is ~20 s of CI's budget.
+  SERIAL_VARIANTS='serial=--no-async-scheduling'
 else
   BUDGET=${BUDGET:-450}
   DEVICE=cuda
   BATCHES=1,8,32,64,128
+  SERIAL_VARIANTS='serial=--no-async-scheduling;interval4=--stream-interval 4'
   STEPS=16
   # tests/engine but the modules of CPU-only code, which pin the CPU anyway (CI runs them).
   TESTS=(tests/engine --ignore=tests/engine/test_native_quant.py --ignore=tests/engine/test_native_compiled.py --ignore=tests/engine/test_native_decode_graph.py)
@@ -191,7 +195,7 @@ sweep() {
   stage sweep-graphs 150 "${run[@]}" --server-args "$SERVER_ARGS --log-level debug" --bare-native native --bare-native-baseline native --bare-batches "$BATCHES" --out "$WORK/sweep-graphs.json" || true
   # With --stream-interval 4 (fewer, larger chunks: the event loop's cost a chunk bounds the
   # server where steps are short, docs/performance.md "Where a step takes a few ms").
-  stage sweep-serial 150 "${run[@]}" --skip-switchyard --switchyard-variants 'serial=--no-async-scheduling;interval4=--stream-interval 4' --out "$WORK/sweep-serial.json" || true
+  stage sweep-serial 150 "${run[@]}" --skip-switchyard --switchyard-variants "$SERIAL_VARIANTS" --out "$WORK/sweep-serial.json" || true
   stage sweep-eager 110 "${run[@]}" --skip-switchyard --switchyard-variants 'nographs=--no-cuda-graphs' --out "$WORK/sweep-eager.json" || true
 }
 
