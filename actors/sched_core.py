@@ -97,10 +97,11 @@ class SchedulerCore:
 
     def schedule(self) -> StepPlan | None:
         budget = self.config.max_num_batched_tokens
-        allowance, encode_budget_s = self._step_allowances()
+        streaming = any(seq.num_output_tokens > 0 for seq in self.running)  # a request waits between chunks
+        allowance, encode_budget_s = self._step_allowances(streaming)
         # While requests stream, as many prompt chunks as the runner's fastest step carries
-        # (SchedulerConfig.max_prompt_chunks says why); with nobody waiting, any number.
-        prompt = PromptTokens(allowance, self.config.max_prompt_chunks if self._streaming() else None)
+        # (SchedulerConfig.max_prompt_chunks says why); with nobody streaming, any number.
+        prompt = PromptTokens(allowance, self.config.max_prompt_chunks if streaming else None)
         scheduled: list[tuple[Sequence, int]] = []
         preemptions_before = self.num_preemptions
         for seq in list(self.running):
@@ -288,15 +289,11 @@ class SchedulerCore:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _step_allowances(self) -> tuple[int, float | None]:
+    def _step_allowances(self, streaming: bool) -> tuple[int, float | None]:
         """The step's prompt tokens and the seconds of encoder work it grants (step_cost.py `allowances`)."""
         held = min(len(self.running) + len(self.waiting), self.config.max_num_seqs)
         encoding = self.encoding.any_waits(self.running) or self.encoding.any_waits(self.waiting)  # those admission may take too
-        return self.step_cost.allowances(held if self._streaming() else 0, self.config.step_stretch, self.config.max_num_batched_tokens, self.config.block_size, encoding)
-
-    def _streaming(self) -> bool:
-        """Whether any request has sent tokens and waits between chunks."""
-        return any(seq.num_output_tokens > 0 for seq in self.running)
+        return self.step_cost.allowances(held if streaming else 0, self.config.step_stretch, self.config.max_num_batched_tokens, self.config.block_size, encoding)
 
     def _release_forks(self, parent_id: str) -> None:
         for child in reversed(self.forks.pop(parent_id, [])):
