@@ -195,9 +195,9 @@ def _prompt_tokens(seconds: float, coef: tuple[float, float, float, float]) -> i
     no chunk keeps the step within the stretch: the step then carries tokens worth at least its
     fixed cost, so the stall buys a whole prompt rather than a block of one. The same floor
     holds from half of `seconds` up: there what is left after the fixed cost would be a sliver
-    that pays the whole fixed cost again each step (a compiled CPU step beside a prompt chunk,
-    ~20-30 ms over a 55-85 ms decode step: a 128-token prompt a step at c=32, 1.7-2.3x the
-    decode step, docs/performance.md "One prompt chunk a step")."""
+    that pays the whole fixed cost again each step (a compiled CPU step beside a prompt chunk
+    pays ~20-30 ms over a 55-85 ms decode step; chunks sized without the floor read no
+    different at c=32, docs/performance.md "One prompt chunk a step")."""
     _, _, per_token, prompt_step = coef
     return int(max(seconds - prompt_step, prompt_step) / per_token)
 
