@@ -80,12 +80,10 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
             raise SystemExit(f"{path}: models[{i}].reasoning_parser must be one of {', '.join(PARSERS)}")
         if table.get("spec_decoding", "off") not in SPEC_DECODING_MODES:
             raise SystemExit(f"{path}: models[{i}].spec_decoding must be one of {', '.join(SPEC_DECODING_MODES)}")
-        interval = table.get("stream_interval", 1)
-        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
-            raise SystemExit(f"{path}: models[{i}].stream_interval must be a whole number of at least 1")
-        chunks = table.get("max_prompt_chunks", 1)  # left out: the runner's choice
-        if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 1:
-            raise SystemExit(f"{path}: models[{i}].max_prompt_chunks must be a whole number of at least 1 (leave it out for the runner's choice)")
+        for key, left_out in (("stream_interval", ""), ("max_prompt_chunks", " (leave it out for the runner's choice)")):
+            value = table.get(key, 1)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SystemExit(f"{path}: models[{i}].{key} must be a whole number of at least 1{left_out}")
         budgets = table.get("reasoning_budgets", {})
         if not isinstance(budgets, dict) or not all(k in ("low", "medium", "high") and isinstance(v, int) and v >= 0 for k, v in budgets.items()):
             raise SystemExit(f"{path}: models[{i}].reasoning_budgets must be a table of low, medium, high = tokens")
