@@ -163,6 +163,7 @@ class SchedulerActor:
         log.debug(
             "step", step_id=plan.step_id, decode_rows=plan.num_decode_rows, prompt_tokens=plan.num_prefill_tokens, ms=round((finished - started) * 1e3, 1),
             runner_ms=round(result.elapsed * 1e3, 1), encoder_ms=round(result.encoder_s * 1e3, 1),
+            **self._fit_fields(plan),
         )  # fmt: skip
         self._drain()
         items = self.core.update(plan, result, started, finished)
@@ -171,6 +172,16 @@ class SchedulerActor:
         if items:
             await self.outputs.send(StepOutputs(step_id=plan.step_id, items=items))
         await self._send_dropped()
+
+    def _fit_fields(self, plan: StepPlan) -> dict[str, object]:
+        """What the step cost fit that planned this step expected of it (the log's debug line
+        only: how far the fit is off mixed steps decides how many prompt tokens ride beside the
+        streams, actors/step_cost.py)."""
+        if not isinstance(self.core, SchedulerCore):
+            return {}  # embeddings: no streams, no fit
+        fit = self.core.step_cost
+        predicted = fit.predict(plan.num_decode_rows, plan.num_prefill_tokens)
+        return {"predicted_ms": None if predicted is None else round(predicted * 1e3, 1), "fit_ms": fit.coefficients_ms()}
 
     async def _send_dropped(self) -> None:
         if self._dropped:

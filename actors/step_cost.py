@@ -122,6 +122,13 @@ class StepCostModel:
         base, per_row, per_token, prompt_step = coef
         return base + per_row * decode_rows + per_token * prefill_tokens + (prompt_step if prefill_tokens else 0.0)
 
+    def coefficients_ms(self) -> dict[str, float] | None:
+        """The fit as the step log prints it (milliseconds; None while it is not trusted)."""
+        coef = self._fit()
+        if coef is None:
+            return None
+        return dict(zip(("base", "per_row", "per_token", "prompt_step"), (round(c * 1e3, 3) for c in coef)))
+
     def allowances(self, held: int, stretch: float | None, budget: int, floor: int, encoding: bool) -> tuple[int, float | None]:
         """A step's prompt tokens (of `budget`, at least `floor`), and the seconds of a vision
         encoder's work it grants (None: no limit), with `held` requests streaming (0: none,

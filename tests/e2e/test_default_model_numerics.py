@@ -131,12 +131,9 @@ async def test_float32_seeded_text_is_the_same_alone_or_beside_31_others(fp32_se
 
 
 async def test_bf16_batch_invariant_seeded_text_is_the_same_alone_or_beside_31_others(bf16_invariant_server: Server) -> None:
-    # Without --batch-invariant all four diverged within these 48 tokens (measured once here).
-    targets = [{**t, "max_tokens": 48} for t in TARGETS] + [
-        dict(prompt="List three uses of copper:", max_tokens=48, temperature=1.0, seed=11),
-        dict(prompt="The weather in the mountains", max_tokens=48, temperature=0.7, top_k=50, seed=3),
-    ]
-    await same_alone_and_crowded(bf16_invariant_server, targets)
+    # Without --batch-invariant both diverged within these 48 tokens (as did two more prompts,
+    # measured once here; two targets keep the suite's time: each costs a crowd of 31).
+    await same_alone_and_crowded(bf16_invariant_server, [{**t, "max_tokens": 48} for t in TARGETS])
 
 
 async def same_alone_and_crowded(server: Server, targets: list[dict[str, Any]]) -> None:

@@ -35,6 +35,11 @@ def test_the_fit_recovers_a_linear_cost_and_sizes_the_allowance():
     # A step of 32 decodes takes 98 ms alone; at stretch 2 it may add 98 ms of prompt: 98 tokens.
     assert model.prefill_allowance(32, 2.0) == pytest.approx(98, abs=1)
     assert model.prefill_allowance(32, 1.5) == pytest.approx(49, abs=1)
+    # What the scheduler's debug step line prints of the fit, in milliseconds.
+    fit = model.coefficients_ms()
+    assert fit is not None
+    assert fit["base"] == pytest.approx(BASE * 1e3, abs=0.5) and fit["per_token"] == pytest.approx(PER_TOKEN * 1e3, abs=0.01)
+    assert fit["per_row"] == pytest.approx(PER_ROW * 1e3, abs=0.01) and fit["prompt_step"] == 0.0
 
 
 def test_no_answer_until_both_kinds_of_step_were_seen():
