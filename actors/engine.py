@@ -190,6 +190,9 @@ class Engine:
                 # changes its attention's rounding (a seeded text diverged in a loaded CI run).
                 step_stretch=None if cfg.batch_invariant else cfg.step_stretch,
                 max_prompt_chunks=cfg.max_prompt_chunks or info.prompt_chunks,
+                # Under --batch-invariant no bursts either: a burst's budget can end inside a
+                # prompt, which alone would have gone whole (the reason above).
+                burst_tokens=0 if cfg.batch_invariant else cfg.burst_tokens,
                 step_samples=info.step_samples,
                 max_model_len=self.max_model_len,
                 eos_token_ids=self.eos_token_ids,
@@ -251,6 +254,7 @@ class Engine:
                 cfg.max_num_batched_tokens_embed,
                 cfg.step_stretch,
                 cfg.max_prompt_chunks,
+                cfg.burst_tokens,
                 cfg.spec_decoding,
             ]
             self._fingerprint = "fp_" + hashlib.sha256(repr(source).encode()).hexdigest()[:12]

@@ -18,6 +18,13 @@ waiting queue is admitted before it, so no request starves.
 
 While requests stream, prompt chunks also fit a time budget measured on this machine's steps
 (actors/step_cost.py), so a stream's gap between chunks stays within `step_stretch` x a decode step.
+Except in a burst (`_burst`): when the prompts waiting to start outnumber the streams
+BURST_RATIO to 1, one step starts them all, as if nobody streamed. Started one a step instead
+(the time budget's way), a burst of 31 prompts beside one stream took ~45 steps at c=32 here,
+the requests finished one by one as they had started, and every later step ran ~19 rows where
+the batch holds 32: the server made 0.68 of the bare step's tokens/s, against 0.94 with the
+burst in one step, whose cost is one long gap for the few streams beside it and a later first
+token for the burst's early requests (docs/performance.md, "Bursts").
 Images are encoded ahead of their tokens, in the steps' spare time (actors/encode_ahead.py).
 """
 
@@ -36,6 +43,8 @@ from actors.step_cost import PromptTokens, StepCostModel
 from runtime.messages import FinishReason, ForkedSeq, Logprob, StepPlan, StepResult, TokenDelta, TokenizedRequest
 
 __all__ = ["SchedulerConfig", "SchedulerCore", "SeqStatus", "Sequence"]
+
+BURST_RATIO = 4  # prompts waiting to start per stream, at least, for a burst step
 
 
 class SchedulerCore:
@@ -96,9 +105,12 @@ class SchedulerCore:
     # -- one step -----------------------------------------------------------------------------
 
     def schedule(self) -> StepPlan | None:
-        budget = self.config.max_num_batched_tokens
-        streaming = any(seq.num_output_tokens > 0 for seq in self.running)  # a request waits between chunks
-        allowance, encode_budget_s = self._step_allowances(streaming)
+        chunk_limit = budget = self.config.max_num_batched_tokens
+        streams = sum(1 for seq in self.running if seq.num_output_tokens > 0)  # requests waiting between chunks
+        if self._burst(streams):
+            streams, budget = 0, max(budget, self.config.burst_tokens)  # started as if nobody streamed
+        streaming = streams > 0
+        allowance, encode_budget_s = self._step_allowances(streaming, budget)
         # While requests stream, as many prompt chunks as the runner's fastest step carries
         # (SchedulerConfig.max_prompt_chunks says why); with nobody streaming, any number.
         prompt = PromptTokens(allowance, self.config.max_prompt_chunks if streaming else None)
@@ -109,7 +121,7 @@ class SchedulerCore:
                 break
             if seq.status is not SeqStatus.RUNNING:  # preempted to make room for an earlier one
                 continue
-            num_new = prompt.take(self.encoding.limit(seq, min(seq.num_tokens - seq.num_computed_tokens, budget)))
+            num_new = prompt.take(self.encoding.limit(seq, min(seq.num_tokens - seq.num_computed_tokens, budget, chunk_limit)))
             if num_new == 0:
                 continue  # a prompt chunk with no time left in this step, or an image not encoded yet; its blocks stay
             if not self._reserve_or_preempt(seq, num_new):
@@ -124,7 +136,7 @@ class SchedulerCore:
             seq = self.waiting[0]
             if not seq.block_table:
                 self._attach_cached_prefix(seq)
-            num_new = prompt.take(self.encoding.limit(seq, min(seq.num_tokens - seq.num_computed_tokens, budget)))
+            num_new = prompt.take(self.encoding.limit(seq, min(seq.num_tokens - seq.num_computed_tokens, budget, chunk_limit)))
             if num_new == 0 and not self.encoding.waits(seq):  # else admitted with no tokens: its image is encoded first
                 break
             need = self.blocks.blocks_needed(seq.num_computed_tokens + num_new) - len(seq.block_table)
@@ -289,11 +301,16 @@ class SchedulerCore:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _step_allowances(self, streaming: bool) -> tuple[int, float | None]:
-        """The step's prompt tokens and the seconds of encoder work it grants (step_cost.py `allowances`)."""
+    def _burst(self, streams: int) -> bool:
+        """Several prompts wait to start, at least BURST_RATIO per stream (module docstring)."""
+        startable = min(len(self.waiting), self.config.max_num_seqs - len(self.running))
+        return self.config.burst_tokens > 0 and startable > 1 and startable >= BURST_RATIO * streams
+
+    def _step_allowances(self, streaming: bool, budget: int) -> tuple[int, float | None]:
+        """The step's prompt tokens (of `budget`) and the seconds of encoder work it grants (step_cost.py `allowances`)."""
         held = min(len(self.running) + len(self.waiting), self.config.max_num_seqs)
         encoding = self.encoding.any_waits(self.running) or self.encoding.any_waits(self.waiting)  # those admission may take too
-        return self.step_cost.allowances(held if streaming else 0, self.config.step_stretch, self.config.max_num_batched_tokens, self.config.block_size, encoding)
+        return self.step_cost.allowances(held if streaming else 0, self.config.step_stretch, budget, self.config.block_size, encoding)
 
     def _release_forks(self, parent_id: str) -> None:
         for child in reversed(self.forks.pop(parent_id, [])):

@@ -31,6 +31,10 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # While requests stream, the most prompt chunks a step carries; None: the runner's choice
     # (ModelInfo.prompt_chunks: 1 where only steps of one chunk beside the decodes compile).
     max_prompt_chunks: int | None = None
+    # When prompts waiting to start outnumber the streams 4 to 1 (a burst of arrivals), one step
+    # starts them all, up to this many tokens, each chunk still at most max_num_batched_tokens;
+    # 0: never (actors/sched_core.py says why). 8192 starts a burst of 64 128-token prompts at once.
+    burst_tokens: int = 8192
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     max_pending: int = 512  # admitted, unfinished requests; past this submit() says Overloaded
     # Estimated tokens (prompt + max_tokens, see runtime.admission.estimate_tokens) of admitted,

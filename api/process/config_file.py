@@ -35,7 +35,7 @@ MODEL_KEYS = {
     "max_num_batched_tokens", "max_model_len", "max_pending", "max_pending_tokens", "num_threads", "batch_invariant",
     "model_impl", "compile", "quantization", "cuda_graphs", "step_stretch", "step_deadline", "async_scheduling", "spec_decoding", "num_spec_tokens",
     "draft_model",
-    "limit_images_per_prompt", "stream_interval", "max_prompt_chunks",
+    "limit_images_per_prompt", "stream_interval", "max_prompt_chunks", "burst_tokens",
     "reasoning_parser", "reasoning_budgets",
 }
 
@@ -80,10 +80,10 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
             raise SystemExit(f"{path}: models[{i}].reasoning_parser must be one of {', '.join(PARSERS)}")
         if table.get("spec_decoding", "off") not in SPEC_DECODING_MODES:
             raise SystemExit(f"{path}: models[{i}].spec_decoding must be one of {', '.join(SPEC_DECODING_MODES)}")
-        for key, left_out in (("stream_interval", ""), ("max_prompt_chunks", " (leave it out for the runner's choice)")):
-            value = table.get(key, 1)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise SystemExit(f"{path}: models[{i}].{key} must be a whole number of at least 1{left_out}")
+        for key, least, left_out in (("stream_interval", 1, ""), ("max_prompt_chunks", 1, " (leave it out for the runner's choice)"), ("burst_tokens", 0, " (0: never)")):
+            value = table.get(key, least)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise SystemExit(f"{path}: models[{i}].{key} must be a whole number of at least {least}{left_out}")
         budgets = table.get("reasoning_budgets", {})
         if not isinstance(budgets, dict) or not all(k in ("low", "medium", "high") and isinstance(v, int) and v >= 0 for k, v in budgets.items()):
             raise SystemExit(f"{path}: models[{i}].reasoning_budgets must be a table of low, medium, high = tokens")

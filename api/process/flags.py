@@ -69,6 +69,7 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=DEFAULTS.max_num_batched_tokens, help="tokens per step at most: decodes plus prompt chunks (default %(default)s)")
     p.add_argument("--step-stretch", type=_stretch, default=DEFAULTS.step_stretch, help="while requests stream, a step carries prompt chunks worth at most (this - 1) x its decodes' own time, measured as the engine runs, so a stream's gap between chunks stays within this x a decode step ('off': the token budget alone; default %(default)s)")
     p.add_argument("--max-prompt-chunks", type=_chunks, default=DEFAULTS.max_prompt_chunks, help="while requests stream, the most prompt chunks one step carries (default auto: one where the runner compiles steps of one chunk beside the decodes and runs others eager, else any)")
+    p.add_argument("--burst-tokens", type=_whole, default=DEFAULTS.burst_tokens, help="when prompts waiting to start outnumber the streams 4 to 1, one step starts them all, up to this many tokens, each chunk at most --max-num-batched-tokens: the streams beside them wait once, and the burst runs as one batch (0: never; default %(default)s)")
     p.add_argument("--max-model-len", type=int, default=None, help="context length in tokens, prompt plus output (default: the model's, capped by the KV cache)")
     p.add_argument("--max-pending", type=int, default=DEFAULTS.max_pending, help="admitted, unfinished requests; past this a 429 (default %(default)s)")
     p.add_argument("--limit-images-per-prompt", type=int, default=DEFAULTS.limit_images_per_prompt, help="a vision-language model: images one prompt may carry, more is a 400 (default %(default)s)")
@@ -114,11 +115,18 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     platform_config.add_arguments(p)
 
 
-def _positive_int(text: str) -> int:
+def _whole(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be at least 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _whole(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value

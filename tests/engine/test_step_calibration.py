@@ -32,10 +32,11 @@ def test_batch_invariant_engines_schedule_by_the_token_budget_alone() -> None:
     from runtime.protocol import ModelInfo
 
     info = ModelInfo(max_model_len=512, vocab_size=320, device="cpu", dtype="float32", num_kv_blocks=64, block_size=4, fingerprint="fp")
-    for invariant, stretch in ((False, 1.7), (True, None)):
+    for invariant, stretch, burst in ((False, 1.7, 8192), (True, None, 0)):
         runtime = Engine(RuntimeConfig(batch_invariant=invariant), runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset())  # type: ignore[arg-type]
         runtime.max_model_len = 512
-        assert runtime._make_core(info).config.step_stretch == stretch
+        config = runtime._make_core(info).config
+        assert (config.step_stretch, config.burst_tokens) == (stretch, burst)  # batch invariance: neither
 
 
 def test_the_runners_prompt_chunks_reach_the_scheduler_unless_the_flag_says() -> None:

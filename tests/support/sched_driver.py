@@ -127,7 +127,8 @@ class Driver:
         core, cfg = self.core, self.core.config
         bs = cfg.block_size
         assert plan.seqs, "an empty plan"
-        assert plan.num_tokens <= cfg.max_num_batched_tokens
+        assert plan.num_tokens <= max(cfg.max_num_batched_tokens, cfg.burst_tokens)  # a burst's step may carry more
+        assert all(len(s.token_ids) <= cfg.max_num_batched_tokens for s in plan.seqs)  # ...but no chunk is longer
         assert len(plan.seqs) <= cfg.max_num_seqs
         ids = [s.request_id for s in plan.seqs]
         assert len(set(ids)) == len(ids), ids
