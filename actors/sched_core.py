@@ -18,13 +18,7 @@ waiting queue is admitted before it, so no request starves.
 
 While requests stream, prompt chunks also fit a time budget measured on this machine's steps
 (actors/step_cost.py), so a stream's gap between chunks stays within `step_stretch` x a decode step.
-Except in a burst (`_burst`): when the prompts waiting to start outnumber the streams
-BURST_RATIO to 1, one step starts them all, as if nobody streamed. Started one a step instead
-(the time budget's way), a burst of 31 prompts beside one stream took ~45 steps at c=32 here,
-the requests finished one by one as they had started, and every later step ran ~19 rows where
-the batch holds 32: the server made 0.68 of the bare step's tokens/s, against 0.94 with the
-burst in one step, whose cost is one long gap for the few streams beside it and a later first
-token for the burst's early requests (docs/performance.md, "Bursts").
+Except in a burst (step_cost.py `is_burst`): then one step starts every waiting prompt.
 Images are encoded ahead of their tokens, in the steps' spare time (actors/encode_ahead.py).
 """
 
@@ -39,12 +33,10 @@ from actors.lookahead import plan_ahead
 from actors.model_drafts import ModelDrafter, observe_step
 from actors.plans import PlanBuilder
 from actors.sequence import SchedulerConfig, SeqStatus, Sequence
-from actors.step_cost import PromptTokens, StepCostModel
+from actors.step_cost import PromptTokens, StepCostModel, is_burst
 from runtime.messages import FinishReason, ForkedSeq, Logprob, StepPlan, StepResult, TokenDelta, TokenizedRequest
 
 __all__ = ["SchedulerConfig", "SchedulerCore", "SeqStatus", "Sequence"]
-
-BURST_RATIO = 4  # prompts waiting to start per stream, at least, for a burst step
 
 
 class SchedulerCore:
@@ -107,7 +99,7 @@ class SchedulerCore:
     def schedule(self) -> StepPlan | None:
         chunk_limit = budget = self.config.max_num_batched_tokens
         streams = sum(1 for seq in self.running if seq.num_output_tokens > 0)  # requests waiting between chunks
-        if self._burst(streams):
+        if self.config.burst_tokens and is_burst(min(len(self.waiting), self.config.max_num_seqs - len(self.running)), streams):
             streams, budget = 0, max(budget, self.config.burst_tokens)  # started as if nobody streamed
         streaming = streams > 0
         allowance, encode_budget_s = self._step_allowances(streaming, budget)
@@ -300,11 +292,6 @@ class SchedulerCore:
             self._append_token(child, [result.sampled[child.request_id]], batch_size, logprobs, outputs)
 
     # -- internals ----------------------------------------------------------------------------
-
-    def _burst(self, streams: int) -> bool:
-        """Several prompts wait to start, at least BURST_RATIO per stream (module docstring)."""
-        startable = min(len(self.waiting), self.config.max_num_seqs - len(self.running))
-        return self.config.burst_tokens > 0 and startable > 1 and startable >= BURST_RATIO * streams
 
     def _step_allowances(self, streaming: bool, budget: int) -> tuple[int, float | None]:
         """The step's prompt tokens (of `budget`) and the seconds of encoder work it grants (step_cost.py `allowances`)."""
