@@ -23,7 +23,12 @@ the vision bench's server (2026-11-26, Xeon; gc callbacks timed it), with the GI
 every stream's next token waited that long. `freeze_startup_heap()`, once the models are loaded
 and warm, moves everything alive then into the permanent generation, which collections skip
 (vLLM does the same at the end of its warm-up; SGLang offers it as a call); what requests
-allocate later is collected as before.
+allocate later is collected as before. Graphs compiled in the background after that (inductor's
+and dynamo's objects, hundreds of thousands) made a full collection 430-626 ms again; one of
+them stalled a 64-row step four times over, in step with every stream after a burst, the p99
+gap of a c=64 level (docs/performance.md, "A burst of arrivals in one step"). So the compile
+thread calls `refreeze_heap()` when its last graph is in: it freezes again, where the startup
+froze (a test's in-process server never froze, and does not then).
 Imports gc, os, ctypes and runtime.logging.
 """
 
@@ -60,11 +65,21 @@ def bound_native_caches() -> None:
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", ONEDNN_CACHE_ENTRIES)
 
 
-def freeze_startup_heap() -> int:
+_frozen = False  # freeze_startup_heap ran in this process
+
+
+def freeze_startup_heap(reason: str = "startup") -> int:
     """Collect once, then keep every object alive now out of later collections; how many
     (logged as `heap_frozen`)."""
+    global _frozen
     gc.collect()
     gc.freeze()
+    _frozen = True
     frozen = gc.get_freeze_count()
-    get_logger("memory").info("heap_frozen", objects=frozen)
+    get_logger("memory").info("heap_frozen", objects=frozen, reason=reason)
     return frozen
+
+
+def refreeze_heap(reason: str) -> int | None:
+    """Freeze again what was built since (module docstring), where the startup froze; else None."""
+    return freeze_startup_heap(reason) if _frozen else None

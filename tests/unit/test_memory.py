@@ -28,3 +28,22 @@ def test_bound_native_caches_keeps_the_operators_value(monkeypatch: pytest.Monke
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "1024")
     memory.bound_native_caches()
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "1024"
+
+
+def test_the_heap_is_frozen_again_only_where_the_startup_froze_it() -> None:
+    # In a process of its own: a frozen heap outlives the call (a test process must not freeze).
+    import subprocess
+    import sys
+
+    script = """
+import gc
+from runtime import memory
+assert memory.refreeze_heap("graphs_compiled") is None and gc.get_freeze_count() == 0
+first = memory.freeze_startup_heap()
+built_later = [[i] for i in range(50_000)]  # what a background compile leaves alive
+again = memory.refreeze_heap("graphs_compiled")
+assert again is not None and again >= first + 50_000, (first, again)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "reason=graphs_compiled" in proc.stdout  # the log line says why

@@ -71,6 +71,7 @@ from actors.runners.native.graph_steps import (
 )
 from actors.runners.native.llama import rms_norm
 from runtime.logging import get_logger
+from runtime.memory import refreeze_heap
 
 log = get_logger("runner")
 
@@ -278,6 +279,7 @@ class DecodeGraph:
                 ready.set()
                 seconds = round(time.perf_counter() - started, 1)
                 log.info("compiled", part=part, seconds=seconds, swapped_in=True, cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+            refreeze_heap("graphs_compiled")  # the graphs' objects out of full collections (runtime/memory.py)
 
         self._thread = threading.Thread(target=compile_all, name="switchyard-compile", daemon=True)
         self._thread.start()
