@@ -248,9 +248,9 @@ class SchedulerConfig:
     # asks for 1 (ModelInfo.prompt_chunks): a two-chunk step cost 1.3-1.5x a one-chunk step
     # of the same tokens there (ops/results/step-ab-two-chunks-vs-one-2026-11-27-xeon-amx.json).
     max_prompt_chunks: int | None = None
-    # A burst: prompts waiting to start at least BURST_RATIO x the streams (or any, with nobody
-    # streaming). Then one step starts them all, up to this many tokens (each chunk still at
-    # most max_num_batched_tokens), as if nobody streamed; 0: no bursts (sched_core.py says why).
+    # A burst: two or more prompts waiting to start, at least BURST_RATIO per stream. Then one
+    # step starts them all, up to this many tokens (each chunk still at most
+    # max_num_batched_tokens), as if nobody streamed; 0: no bursts (step_cost.py `is_burst`).
     burst_tokens: int = 0
     num_spec_tokens: int = 0  # speculative decoding: the most draft tokens a request verifies in a step (0: off)
     draft_model: bool = False  # drafts come from the runner's draft model (actors/model_drafts.py), not n-grams
