@@ -18,6 +18,7 @@ Imports trio and runtime.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from typing import Any
@@ -176,8 +177,8 @@ class SchedulerActor:
     def _fit_fields(self, plan: StepPlan) -> dict[str, object]:
         """What the step cost fit that planned this step expected of it (the log's debug line
         only: how far the fit is off mixed steps decides how many prompt tokens ride beside the
-        streams, actors/step_cost.py)."""
-        if not isinstance(self.core, SchedulerCore):
+        streams, actors/step_cost.py). Nothing at other levels: it runs every step."""
+        if not isinstance(self.core, SchedulerCore) or not log.is_enabled_for(logging.DEBUG):
             return {}  # embeddings: no streams, no fit
         fit = self.core.step_cost
         predicted = fit.predict(plan.num_decode_rows, plan.num_prefill_tokens)

@@ -155,39 +155,34 @@ def test_the_flag_reaches_the_runtime_config(capsys):
     assert exit_info.value.code == 2 and "--step-stretch" in capsys.readouterr().err
 
 
-def test_the_prompt_chunks_flag_and_key_reach_the_runtime_config(tmp_path, capsys):
+def _assert_flag_and_key(tmp_path, capsys, flag: str, refused_flag: str, key: str, toml_value: str, expected: int, refused_toml: str) -> None:
+    """`flag` refuses `refused_flag` at the command line (exit 2, naming it); the TOML `key`
+    reaches the runtime config as `expected` and refuses `refused_toml`, naming the key."""
     from api.process.config_file import model_configs, read_config_file
 
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["serve", flag, refused_flag])
+    assert exit_info.value.code == 2 and flag in capsys.readouterr().err
+    config = tmp_path / "switchyard.toml"
+    config.write_text(f'[[models]]\nname = "a"\n{key} = {toml_value}\n')
+    (served,) = model_configs(RuntimeConfig(), read_config_file(str(config)), with_embeddings=False)
+    assert getattr(served, key) == expected
+    config.write_text(f'[[models]]\nname = "a"\n{key} = {refused_toml}\n')
+    with pytest.raises(SystemExit, match=key):
+        read_config_file(str(config))
+
+
+def test_the_prompt_chunks_flag_and_key_reach_the_runtime_config(tmp_path, capsys):
     assert parse_args(["serve"]).config.max_prompt_chunks is None  # auto: the runner's
     assert parse_args(["serve", "--max-prompt-chunks", "2"]).config.max_prompt_chunks == 2
     assert parse_args(["serve", "--max-prompt-chunks", "auto"]).config.max_prompt_chunks is None
-    with pytest.raises(SystemExit) as exit_info:
-        parse_args(["serve", "--max-prompt-chunks", "0"])
-    assert exit_info.value.code == 2 and "--max-prompt-chunks" in capsys.readouterr().err
-    config = tmp_path / "switchyard.toml"
-    config.write_text('[[models]]\nname = "a"\nmax_prompt_chunks = 3\n')
-    (served,) = model_configs(RuntimeConfig(), read_config_file(str(config)), with_embeddings=False)
-    assert served.max_prompt_chunks == 3
-    config.write_text('[[models]]\nname = "a"\nmax_prompt_chunks = "auto"\n')
-    with pytest.raises(SystemExit, match="max_prompt_chunks"):
-        read_config_file(str(config))
+    _assert_flag_and_key(tmp_path, capsys, "--max-prompt-chunks", "0", "max_prompt_chunks", "3", 3, '"auto"')
 
 
 def test_the_burst_flag_and_key_reach_the_runtime_config(tmp_path, capsys):
-    from api.process.config_file import model_configs, read_config_file
-
     assert parse_args(["serve"]).config.burst_tokens == 8192
     assert parse_args(["serve", "--burst-tokens", "0"]).config.burst_tokens == 0
-    with pytest.raises(SystemExit) as exit_info:
-        parse_args(["serve", "--burst-tokens", "-1"])
-    assert exit_info.value.code == 2 and "--burst-tokens" in capsys.readouterr().err
-    config = tmp_path / "switchyard.toml"
-    config.write_text('[[models]]\nname = "a"\nburst_tokens = 0\n')
-    (served,) = model_configs(RuntimeConfig(), read_config_file(str(config)), with_embeddings=False)
-    assert served.burst_tokens == 0
-    config.write_text('[[models]]\nname = "a"\nburst_tokens = 1.5\n')
-    with pytest.raises(SystemExit, match="burst_tokens"):
-        read_config_file(str(config))
+    _assert_flag_and_key(tmp_path, capsys, "--burst-tokens", "-1", "burst_tokens", "0", 0, "1.5")
 
 
 def _jittered_cost(rng: random.Random):
