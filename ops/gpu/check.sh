@@ -6,8 +6,8 @@
 #   bash ops/gpu/check.sh --dry-run --out DIR       # anywhere: --device cpu, tiny sizes, about 90 s
 #
 # Options: --carry DIR (default .gpu-carry: wheels/ and smollm2/, made by ops/gpu/wheels.sh),
-# --budget SECONDS (default 450; the dry run 600), --only STAGES (comma separated: run only
-# these of tests, bandwidth, step-ab, sweep; install, preflight, models and the report run as
+# --budget SECONDS (default 480; the dry run 600), --only STAGES (comma separated: run only
+# these of tests, bandwidth, step-ab, sweep, spec; install, preflight, models and the report run as
 # needed), --keep-work (leave the stage outputs and the models in the work directory, which is
 # otherwise removed). PYTHON picks the interpreter (default python3).
 #
@@ -24,6 +24,8 @@
 #   step-ab    ops.bench.step_ab, CUDA graphs (native) against eager (native+nographs), per model
 #   sweep-*    ops.bench.run with --device cuda, one server each: graphs (with the bare CUDA-graph
 #              step, ops.bench.bare_native, as the baseline), --no-async-scheduling, --no-cuda-graphs
+#   sweep-spec ops.bench.run with --device cuda, drafting off, --spec-decoding ngram and auto, one
+#              server each (random weights never copy their prompt: this is drafting's cost side)
 #   report     OUT/gpu-check.json and OUT/summary.md (printed); OUT/server-logs.tar.gz
 # The whole output is also in OUT/gpu-check.log. Exit 0 when every stage passed, 1 when one did
 # not, 2 for a usage error.
@@ -74,11 +76,13 @@ if ((DRY_RUN)); then
   # The serial server alone: --stream-interval 4 is the same script path with other flags,
   # and a fourth server is ~20 s of CI's budget.
   SERIAL_VARIANTS='serial=--no-async-scheduling'
+  SPEC_VARIANTS='ngram=--spec-decoding ngram'  # the stage's path, one server; off and auto on a GPU
 else
-  BUDGET=${BUDGET:-450}
+  BUDGET=${BUDGET:-480}
   DEVICE=cuda
   BATCHES=1,8,32,64,128
   SERIAL_VARIANTS='serial=--no-async-scheduling;interval4=--stream-interval 4'
+  SPEC_VARIANTS='off=--spec-decoding off;ngram=--spec-decoding ngram;auto=--spec-decoding auto'
   STEPS=16
   # tests/engine but the modules of CPU-only code, which pin the CPU anyway (CI runs them).
   TESTS=(tests/engine --ignore=tests/engine/test_native_quant.py --ignore=tests/engine/test_native_compiled.py --ignore=tests/engine/test_native_decode_graph.py)
@@ -164,7 +168,7 @@ run_stages() {
     SWITCHYARD_TEST_DEVICE=$DEVICE stage tests 150 "$PYTHON" -m pytest "${TESTS[@]}" -q -rfEs -p no:cacheprovider \
       -o faulthandler_timeout=60 --junitxml="$WORK/tests.xml" || true
   fi
-  if wanted step-ab || wanted sweep; then
+  if wanted step-ab || wanted sweep || wanted spec; then
     stage models 90 "$PYTHON" -m ops.gpu.models "${MODELS_ARGS[@]}" --dir "$WORK/models" --device "$DEVICE" --out "$WORK/models.json" && models_ok=1
   fi
   if wanted bandwidth; then
@@ -178,6 +182,9 @@ run_stages() {
   done
   if wanted sweep; then
     sweep "$models_ok"
+  fi
+  if wanted spec; then
+    spec_sweep "$models_ok"
   fi
 }
 
@@ -197,6 +204,19 @@ sweep() {
   # server where steps are short, docs/performance.md "Where a step takes a few ms").
   stage sweep-serial 150 "${run[@]}" --skip-switchyard --switchyard-variants "$SERIAL_VARIANTS" --out "$WORK/sweep-serial.json" || true
   stage sweep-eager 110 "${run[@]}" --skip-switchyard --switchyard-variants 'nographs=--no-cuda-graphs' --out "$WORK/sweep-eager.json" || true
+}
+
+# Speculative decoding on the GPU: drafting off, n-gram and auto, one server each, in one stage
+# (its own off server, so the three ratios come from one stage). The random-weight model never
+# copies its prompt, so drafts are mostly rejected: what this measures is what drafting costs
+# where it cannot pay, the side of `auto` that must stay within 3% of off.
+spec_sweep() {
+  if (($1 == 0)); then
+    skip sweep-spec "no models"
+    return 0
+  fi
+  stage sweep-spec 130 "$PYTHON" -m ops.bench.run --model "$WORK/models/embedded" --levels "$BATCHES" --skip-bare --skip-switchyard \
+    --server-args "$SERVER_ARGS" "${SWEEP_SIZE[@]}" --switchyard-variants "$SPEC_VARIANTS" --out "$WORK/sweep-spec.json" || true
 }
 
 main() {

@@ -5,7 +5,7 @@
 Reads the stage log check.sh keeps (`stages.tsv`: name, status, exit code, seconds, note) and
 each stage's file in WORK (preflight.json, tests.xml, models.json, bandwidth.json,
 step_ab-embedded.json, step_ab-llama-1b.json, sweep-graphs.json, sweep-serial.json,
-sweep-eager.json, merged into one `sweep`; a stage that failed or was skipped left none, and its
+sweep-eager.json, sweep-spec.json, merged into one `sweep`; a stage that failed or was skipped left none, and its
 part says so), and writes OUT/gpu-check.json and OUT/summary.md, the table
 also printed, and `problems`: each stage that did not pass, each failed test, each server
 section or level with errors (exit status 3 when there is any; 0 when none). Derived here:
@@ -38,10 +38,12 @@ from ops.harness.stats import ms, percentile, ratio
 PROMPT_TOKENS = 128
 SERVERS = {
     "switchyard": "graphs", "switchyard:nographs": "eager", "switchyard:serial": "graphs, serial",
-    "switchyard:interval4": "graphs, stream interval 4",
+    "switchyard:interval4": "graphs, stream interval 4", "switchyard:off": "graphs, drafting off (spec stage)",
+    "switchyard:ngram": "graphs, --spec-decoding ngram", "switchyard:auto": "graphs, --spec-decoding auto",
 }  # fmt: skip
 MODELS = ("embedded", "llama-1b")
-DRY_RUN_UNSWEPT = ("switchyard:interval4",)  # check.sh's dry run sweeps the serial server alone in that stage
+# check.sh's dry run sweeps the serial server alone in its stage, and the n-gram one alone in its
+DRY_RUN_UNSWEPT = ("switchyard:interval4", "switchyard:off", "switchyard:auto")
 DRY_RUN_SKIPS = [
     "install: the carried wheels (CI has none; the local environment has every package)",
     "CUDA: the GPU-only tests skip themselves; `native` and `native+nographs` both run eager on a CPU (no capture)",
@@ -210,14 +212,17 @@ def _sweep_lines(result: dict[str, Any]) -> list[str]:
 
 
 def merge_sweeps(work: Path) -> dict[str, Any] | None:
-    """check.sh's three sweeps (graphs with the bare step; serial and --stream-interval 4; eager)
-    as one: the graphs run's results with the others' server sections beside its own."""
-    parts = {name: read(work, f"sweep-{name}.json") for name in ("graphs", "serial", "eager")}
+    """check.sh's four sweeps (graphs with the bare step; serial and --stream-interval 4; eager;
+    drafting off, n-gram and auto) as one: the graphs run's results with the others' server
+    sections beside its own."""
+    parts = {name: read(work, f"sweep-{name}.json") for name in ("graphs", "serial", "eager", "spec")}
     found = [p for p in parts.values() if p]
     if not found:
         return None
     merged = dict(parts["graphs"] or {"levels": found[0].get("levels", [])})
-    for name, key in (("serial", "switchyard:serial"), ("serial", "switchyard:interval4"), ("eager", "switchyard:nographs")):
+    moved = [("serial", "switchyard:serial"), ("serial", "switchyard:interval4"), ("eager", "switchyard:nographs")]
+    moved += [("spec", f"switchyard:{side}") for side in ("off", "ngram", "auto")]
+    for name, key in moved:
         if parts[name] and key in parts[name]:
             merged[key] = parts[name][key]
     merged.pop("markdown", None)
@@ -256,6 +261,29 @@ def server_steps(work: Path) -> dict[str, Any] | None:
     }
 
 
+def spec_over_off(sweep: dict[str, Any] | None) -> dict[str, dict[str, float | None]]:
+    """Per drafting server and c, its tok/s over the spec stage's own drafting-off server."""
+    off = (sweep or {}).get("switchyard:off")
+    out: dict[str, dict[str, float | None]] = {}
+    for side in ("ngram", "auto"):
+        section = (sweep or {}).get(f"switchyard:{side}")
+        for lv in ((section or {}).get("sweep") or {}).get("levels", []):
+            base = level(off, lv["concurrency"])
+            out.setdefault(side, {})[str(lv["concurrency"])] = ratio(lv["output_tok_s"], base["output_tok_s"]) if base else None
+    return out
+
+
+def _spec_lines(result: dict[str, Any]) -> list[str]:
+    spec = result.get("spec_over_off")
+    if not spec:
+        return []
+    levels = sorted({int(c) for per in spec.values() for c in per})
+    lines = ["### Drafting on the GPU: tok/s over drafting off (the spec stage's three servers)", ""]
+    lines += ["| server | " + " | ".join(f"c={c}" for c in levels) + " |", "|---|" + "---:|" * len(levels)]
+    lines += [f"| --spec-decoding {side} | " + " | ".join(fmt(per.get(str(c))) for c in levels) + " |" for side, per in spec.items()]
+    return [*lines, ""]
+
+
 def _server_step_lines(result: dict[str, Any]) -> list[str]:
     steps = result.get("server_steps")
     if not steps:
@@ -271,7 +299,7 @@ def markdown(result: dict[str, Any]) -> str:
     device = result.get("device") or {}
     title = f"## GPU check: {device.get('name') or device.get('device') or '?'}" + (" (DRY RUN on a CPU: tiny sizes, figures mean nothing)" if result["dry_run"] else "")
     lines = [title, "", f"{result['finished_utc']}, {result['machine']['cpu']}, torch {device.get('torch')}", "", *_stage_lines(result)]
-    lines += [*_step_lines(result), *_sweep_lines(result), *_server_step_lines(result), "### Targets (issue 22)", "", "| target | value | goal | met |", "|---|---:|---|---|"]
+    lines += [*_step_lines(result), *_sweep_lines(result), *_spec_lines(result), *_server_step_lines(result), "### Targets (issue 22)", "", "| target | value | goal | met |", "|---|---:|---|---|"]
     lines += [f"| {t['target']} | {fmt(t['value'])} | {t['goal']} | {'–' if t['met'] is None else 'yes' if t['met'] else 'NO'} |" for t in result["targets"]]
     lines += ["", "### Problems", "", *(f"- {line}" for line in result["problems"])] if result["problems"] else ["", "No problems."]
     if result["dry_run"]:
@@ -291,6 +319,7 @@ def collect(work: Path, dry_run: bool) -> dict[str, Any]:
     }  # fmt: skip
     result["bare_step"] = bare_step(result["sweep"])
     result["server_steps"] = server_steps(work)
+    result["spec_over_off"] = spec_over_off(result["sweep"])
     meta = models.get("models", {})
     result["hbm"] = {name: hbm(result["step_ab"][name], meta.get(name), result["bandwidth"]) for name in MODELS}
     result["targets"] = targets(result)

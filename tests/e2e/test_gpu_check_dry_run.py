@@ -18,8 +18,9 @@ from tests.support import ROOT
 
 pytestmark = pytest.mark.slow
 
-STAGES = ["install", "preflight", "tests", "models", "bandwidth", "step-ab-embedded", "step-ab-llama-1b", "sweep-graphs", "sweep-serial", "sweep-eager"]
-SERVERS = ["switchyard", "switchyard:nographs", "switchyard:serial"]  # a real run sweeps switchyard:interval4 too
+STAGES = ["install", "preflight", "tests", "models", "bandwidth", "step-ab-embedded", "step-ab-llama-1b", "sweep-graphs", "sweep-serial", "sweep-eager", "sweep-spec"]
+SERVERS = ["switchyard", "switchyard:nographs", "switchyard:serial", "switchyard:ngram"]
+UNSWEPT = ["switchyard:interval4", "switchyard:off", "switchyard:auto"]  # a real run sweeps them too
 
 
 def test_the_dry_run_runs_every_stage_and_reports_them(tmp_path: Path) -> None:
@@ -57,11 +58,11 @@ def test_the_dry_run_runs_every_stage_and_reports_them(tmp_path: Path) -> None:
     assert set(result["bare_step"]) == {"1", "2"} and all(b["workload_tok_s"] for b in result["bare_step"].values())
 
     targets = {t["target"]: t for t in result["targets"]}
-    assert len(targets) == 3 + len(SERVERS) + 1  # three of the step and the server, a stall target per server (interval4's: no value here)
+    assert len(targets) == 3 + len(SERVERS) + len(UNSWEPT)  # three of the step and the server, a stall target per server (no value for the unswept)
     assert targets["c=32 chunk gap p99/p50, graphs, stream interval 4"]["value"] is None
     assert targets["decode steps as CUDA graphs over eager, B=1, embedded shape"]["value"] is not None
     assert targets["server c=64 over the bare CUDA-graph step (same work)"]["value"] is None  # no c=64 in a dry run
-
+    assert result["spec_over_off"] == {"ngram": {"1": None, "2": None}}  # no drafting-off server in a dry run
     summary = (out / "summary.md").read_text()
     assert summary == result["markdown"] and summary in proc.stdout
-    assert "DRY RUN" in summary and "| sweep-eager | ok |" in summary and "### Targets (issue 22)" in summary and "No problems." in summary
+    assert "DRY RUN" in summary and "| sweep-spec | ok |" in summary and "### Drafting on the GPU" in summary and "### Targets (issue 22)" in summary and "No problems." in summary
