@@ -76,8 +76,11 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # `draft_model` (a smaller Llama-family model with the target's tokenizer, run in the
     # runner: actors/runners/draft_model.py); "auto": the draft model when one is given, else
     # n-gram (`drafter()`); at most `num_spec_tokens` a step, verified in the packed step, as
-    # many as the step cost fit says pay; "off": none.
-    spec_decoding: str = "off"
+    # many as the step cost fit says pay; "off": none. "auto" by default: no workload at
+    # c = 1, 8, 32, 64 ran more than 3% slower than "off" (ops/results/spec-auto-vs-off-c8-c32-refreeze-6rounds-2026-11-27-xeon-amx.json,
+    # spec-auto-vs-off-c1-c64-bursts-2026-11-27-xeon-amx.json, spec-auto-vs-off-grounded-c64-bursts-6rounds-2026-11-27-xeon-amx.json);
+    # off under batch_invariant (`drafter()`).
+    spec_decoding: str = "auto"
     num_spec_tokens: int = 4
     draft_model: str | None = None  # a local HF directory or a built-in name, as `model`
     # A vision-language model: images one prompt may carry (more is a 400 naming the part).
@@ -101,7 +104,10 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
 
     def drafter(self) -> str:
         """What `spec_decoding` drafts with: "off", "ngram" or "draft" ("auto": the draft model
-        when one is given, else n-gram)."""
+        when one is given, else n-gram; off under batch_invariant, where a verify row's
+        attention over several new tokens need not round as a decode row's does)."""
         if self.spec_decoding == "auto":
+            if self.batch_invariant:
+                return "off"
             return "draft" if self.draft_model else "ngram"
         return self.spec_decoding

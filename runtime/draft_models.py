@@ -25,7 +25,11 @@ def draft_error(config: RuntimeConfig, native_architectures: Collection[str]) ->
     if config.task == "embeddings":
         return None
     if config.drafter() != "draft":
-        return f"--draft-model {config.draft_model!r} drafts only with --spec-decoding draft or auto (not {config.spec_decoding!r})" if config.draft_model else None
+        if not config.draft_model:
+            return None
+        if config.spec_decoding == "auto":  # batch_invariant turned auto's drafting off
+            return f"--draft-model {config.draft_model!r}: --spec-decoding auto drafts nothing under --batch-invariant (--spec-decoding draft drafts anyway)"
+        return f"--draft-model {config.draft_model!r} drafts only with --spec-decoding draft or auto (not {config.spec_decoding!r})"
     if not config.draft_model:
         return "--spec-decoding draft needs --draft-model: a smaller Llama-family model with the target's tokenizer (a local Hugging Face directory)"
     error = model_error(config.draft_model, flag="--draft-model")

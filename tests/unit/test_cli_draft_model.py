@@ -87,6 +87,18 @@ def test_what_is_allowed(tmp_path: Path) -> None:
     assert draft_error(RuntimeConfig(task="embeddings", spec_decoding="draft"), SUPPORTED) is None
 
 
+def test_auto_is_the_default_and_drafts_nothing_under_batch_invariance(tmp_path: Path) -> None:
+    from api.process.flags import parse_args
+
+    assert RuntimeConfig().spec_decoding == "auto" and RuntimeConfig().drafter() == "ngram"
+    assert parse_args(["serve"]).config.spec_decoding == "auto"
+    assert RuntimeConfig(batch_invariant=True).drafter() == "off"
+    assert RuntimeConfig(batch_invariant=True, spec_decoding="ngram").drafter() == "ngram"  # asked for by name: drafts
+    target, draft = model_dir(tmp_path / "target", VOCAB), model_dir(tmp_path / "draft", VOCAB, "Qwen2ForCausalLM", hidden_size=32)
+    error = draft_error(RuntimeConfig(model=str(target), batch_invariant=True, draft_model=str(draft)), SUPPORTED)
+    assert error is not None and "--batch-invariant" in error and "--spec-decoding draft" in error, error
+
+
 def test_a_models_table_takes_a_draft_model(tmp_path: Path) -> None:
     from api.process.config_file import model_configs, read_config_file
 
