@@ -1,8 +1,8 @@
 """The GPU check's CPU dry run (ops/gpu/check.sh --dry-run), so the script cannot rot while no
 GPU runs it: every stage runs end to end on the CPU with tiny sizes (a tiny random model for
 both shapes, batches 1 and 2, c = 1 and 2), and its results JSON, summary and output folder are
-what ops/gpu/README.md says a GPU session gets back. Slow: about a minute and a half on 2 cores
-(three servers start, each in its own process)."""
+what ops/gpu/README.md says a GPU session gets back. Slow: about 70 s on 2 cores (four servers
+start, each in its own process, and the bare step's)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ def test_the_dry_run_runs_every_stage_and_reports_them(tmp_path: Path) -> None:
     assert targets["decode steps as CUDA graphs over eager, B=1, embedded shape"]["value"] is not None
     assert targets["server c=64 over the bare CUDA-graph step (same work)"]["value"] is None  # no c=64 in a dry run
     assert result["spec_over_off"] == {"ngram": {"1": None, "2": None}}  # no drafting-off server in a dry run
+
     summary = (out / "summary.md").read_text()
     assert summary == result["markdown"] and summary in proc.stdout
     assert "DRY RUN" in summary and "| sweep-spec | ok |" in summary and "### Drafting on the GPU" in summary and "### Targets (issue 22)" in summary and "No problems." in summary
