@@ -161,7 +161,7 @@ class Drafter:
         best, best_rate = 0, rows / base * MIN_GAIN  # what the fit does not see (drafting's own time) must be paid for
         for k in range(1, self.max_tokens + 1):
             expected = sum(alpha**i for i in range(1, k + 1))
-            seconds = cost.predict(rows, k)  # its decode row, plus k more tokens to verify
+            seconds = cost.predict_verify(rows, k)  # its decode row, plus k more tokens to verify
             if seconds is not None and seconds > 0 and (rows + expected) / seconds > best_rate:
                 best, best_rate = k, (rows + expected) / seconds
         return best

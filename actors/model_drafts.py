@@ -58,7 +58,7 @@ class ModelDrafter(Drafter):
 
 class _WithDraftForwards(StepCostModel):
     """The step cost fit's prediction plus a k-token draft's own draft forwards. Only `predict`
-    answers (all `Drafter.worth` asks); the fit itself stays the core's."""
+    and `predict_verify` answer (all `Drafter.worth` asks); the fit itself stays the core's."""
 
     def __init__(self, fit: StepCostModel, forward_seconds: float, acceptance: float) -> None:  # no super(): it holds no steps
         self._inner = fit
@@ -67,10 +67,18 @@ class _WithDraftForwards(StepCostModel):
 
     def predict(self, decode_rows: int, prefill_tokens: int) -> float | None:
         seconds = self._inner.predict(decode_rows, prefill_tokens)
-        if seconds is None or prefill_tokens <= 0:
-            return seconds
-        forwards = prefill_tokens - 1 + self._acceptance**prefill_tokens  # the last draft token's KV when all are kept
-        return seconds + forwards * self._forward_seconds
+        return None if seconds is None else seconds + self._forwards(prefill_tokens)
+
+    def predict_verify(self, decode_rows: int, draft_tokens: int) -> float | None:
+        seconds = self._inner.predict_verify(decode_rows, draft_tokens)
+        return None if seconds is None else seconds + self._forwards(draft_tokens)
+
+    def _forwards(self, draft_tokens: int) -> float:
+        """The draft model's seconds for a draft of `draft_tokens`."""
+        if draft_tokens <= 0:
+            return 0.0
+        forwards = draft_tokens - 1 + self._acceptance**draft_tokens  # the last draft token's KV when all are kept
+        return forwards * self._forward_seconds
 
 
 def observe_step(fit: StepCostModel, drafter: Drafter | None, plan: StepPlan, result: StepResult, seconds: float) -> None:

@@ -136,6 +136,19 @@ class StepCostModel:
         base, per_row, per_token, prompt_step = coef
         return base + per_row * decode_rows + per_token * prefill_tokens + (prompt_step if prefill_tokens else 0.0)
 
+    def predict_verify(self, decode_rows: int, draft_tokens: int) -> float | None:
+        """Seconds a step of `decode_rows` decode rows is expected to take when one of them also
+        verifies `draft_tokens` drafted tokens. Alone, a verify step is no prompt chunk: on a
+        CPU the compiled few-token graph runs it (runners/native/decode_graph.py), on CUDA a row
+        per token of the step's graph, so its tokens cost as decode rows do, without a prompt
+        step's fixed cost (`prompt_step`, 31 ms against a 10.5 ms one-row decode step on the Xeon
+        of ops/results/sweep-c1-c4-c16-c32-default-spec-auto-llama-server-tfserve-2026-11-27-xeon-amx.json,
+        where counting it left `auto` never drafting at one stream). Beside other rows the step
+        runs as one with a prompt chunk (the mixed graph) and pays it."""
+        if decode_rows <= 1:
+            return self.predict(1 + draft_tokens, 0)
+        return self.predict(decode_rows, draft_tokens)
+
     def coefficients_ms(self) -> dict[str, float] | None:
         """The fit as the step log prints it (milliseconds; None while it is not trusted)."""
         coef = self._fit()

@@ -108,6 +108,21 @@ def test_drafting_turns_itself_off_where_a_token_costs_a_row() -> None:
     assert drafter.worth(cheap_tokens, 1, "a") == 0
 
 
+def test_one_stream_drafts_though_a_prompt_step_has_a_fixed_cost() -> None:
+    """A compiled CPU runner's fit (ops/results/sweep-c1-c4-c16-c32-default-spec-auto-llama-server-tfserve-2026-11-27-xeon-amx.json's
+    server: a one-row decode 10.5 ms, a prompt step 31 ms more): one stream's verify step is the
+    few-token graph, its tokens costing as rows, so it drafts; beside other rows a verify step
+    is a mixed step and pays the fixed cost, so at 4 rows it does not."""
+    fit = StepCostModel(((1, 0, 0.0113), (4, 0, 0.0137), (32, 0, 0.036), (1, 16, 0.0445), (0, 64, 0.062), (1, 128, 0.084), (32, 128, 0.110)))
+    coef = fit.coefficients_ms()
+    assert coef is not None and coef["prompt_step"] > 20  # the fixed cost the fit learnt
+    assert fit.predict_verify(1, 4) < fit.predict(1, 4) - 0.015  # alone: rows, not a prompt chunk
+    assert fit.predict_verify(4, 4) == fit.predict(4, 4)
+    drafter = Drafter(max_tokens=4)
+    assert drafter.worth(fit, 1, "a") > 0
+    assert drafter.worth(fit, 4, "a") == 0
+
+
 def test_a_step_is_not_planned_ahead_while_a_request_would_draft() -> None:
     """A draft starts from the token the step in flight samples: async scheduling waits for it."""
     for spec, ahead in ((4, False), (0, True)):

@@ -104,7 +104,7 @@ def test_the_draft_models_own_forwards_are_paid_for() -> None:
     a step, and not once it costs as much as the tokens it may add."""
     fit = StepCostModel(((1, 0, 0.050), (32, 0, 0.120), (0, 256, 0.200), (1, 256, 0.205), (32, 128, 0.190)))
     drafter = ModelDrafter(max_tokens=4)
-    assert drafter.worth(fit, 1, "a") == 4  # no forward timed yet: draft, and let it be measured
+    assert drafter.worth(fit, 1, "a") > 0  # no forward timed yet: draft, and let it be measured
     drafter.observe(forwards=3, seconds=0.003)
     assert drafter.worth(fit, 1, "a") > 0
     dear = ModelDrafter(max_tokens=4)
