@@ -78,7 +78,8 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # n-gram (`drafter()`); at most `num_spec_tokens` a step, verified in the packed step, as
     # many as the step cost fit says pay; "off": none. "auto" by default: no workload at
     # c = 1, 8, 32, 64 ran more than 3% slower than "off" (ops/results/spec-auto-vs-off-c8-c32-refreeze-6rounds-2026-11-27-xeon-amx.json,
-    # spec-auto-vs-off-c1-c64-bursts-2026-11-27-xeon-amx.json, spec-auto-vs-off-grounded-c64-bursts-6rounds-2026-11-27-xeon-amx.json);
+    # spec-auto-vs-off-c1-c8-verify-as-rows-2026-11-27-xeon-amx.json, spec-auto-vs-off-c1-c64-bursts-2026-11-27-xeon-amx.json,
+    # spec-auto-vs-off-grounded-c64-bursts-6rounds-2026-11-27-xeon-amx.json);
     # off under batch_invariant (`drafter()`).
     spec_decoding: str = "auto"
     num_spec_tokens: int = 4
