@@ -37,7 +37,8 @@ def _log(msg: str) -> None:
 
 
 def _variant(model_dir: str, variant: str, ids: list[int], batches: list[int], dtype: str, steps: int, threads: int) -> dict[str, Any]:
-    """Load one variant, warm it up, then its b=1 prefill and every batch's decode steps."""
+    """Load one variant, warm it up, then its b=1 prefill and every batch's prefill and decode
+    steps, each width warmed once before it is timed."""
     import torch
 
     started = time.perf_counter()
@@ -48,6 +49,10 @@ def _variant(model_dir: str, variant: str, ids: list[int], batches: list[int], d
         prefills = [measure(runner, per_seq, ids, 1, 1)["prefill_ms"] for _ in range(3)]
         res["prefill_b1_ms"] = statistics.median(prefills)
         for b in batches:
+            # One unmeasured prefill and step at this width first: a shape's first use can cost a
+            # second on a GPU (the B=8 baseline of ops/results/gpu-check-spec-stage-2026-11-27-h200.json
+            # and of gpu-check-runner-time-2026-11-26-h200.json), which the server's warm-up pays apart.
+            measure(runner, per_seq, ids, b, 1)
             res["batches"][str(b)] = entry = measure(runner, per_seq, ids, b, steps)
             _log(f"[bare-native {variant} {dtype}] B={b}: {entry['decode_tok_s']} tok/s (step p50 {entry['step_ms_p50']} ms), prefill {entry['prefill_ms']} ms")
     runner.close()
