@@ -179,7 +179,7 @@ class SchedulerActor:
         only: how far the fit is off mixed steps decides how many prompt tokens ride beside the
         streams, actors/step_cost.py). Nothing at other levels: it runs every step."""
         if not isinstance(self.core, SchedulerCore) or not log.is_enabled_for(logging.DEBUG):
-            return {}  # embeddings: no streams, no fit
+            return {}  # embeddings (no streams, no fit), or the line is not logged
         fit = self.core.step_cost
         predicted = fit.predict(plan.num_decode_rows, plan.num_prefill_tokens)
         return {"predicted_ms": None if predicted is None else round(predicted * 1e3, 1), "fit_ms": fit.coefficients_ms()}

@@ -65,16 +65,11 @@ def bound_native_caches() -> None:
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", ONEDNN_CACHE_ENTRIES)
 
 
-_frozen = False  # freeze_startup_heap ran in this process
-
-
 def freeze_startup_heap(reason: str = "startup") -> int:
     """Collect once, then keep every object alive now out of later collections; how many
     (logged as `heap_frozen`)."""
-    global _frozen
     gc.collect()
     gc.freeze()
-    _frozen = True
     frozen = gc.get_freeze_count()
     get_logger("memory").info("heap_frozen", objects=frozen, reason=reason)
     return frozen
@@ -82,4 +77,4 @@ def freeze_startup_heap(reason: str = "startup") -> int:
 
 def refreeze_heap(reason: str) -> int | None:
     """Freeze again what was built since (module docstring), where the startup froze; else None."""
-    return freeze_startup_heap(reason) if _frozen else None
+    return freeze_startup_heap(reason) if gc.get_freeze_count() else None

@@ -188,22 +188,24 @@ run_stages() {
   fi
 }
 
+# ops.bench.run on the embedded shape at every level, as each sweep stage runs it.
+SWEEP_RUN=("$PYTHON" -m ops.bench.run --model "$WORK/models/embedded" --levels "$BATCHES" --skip-bare --server-args "$SERVER_ARGS" "${SWEEP_SIZE[@]}")
+
 # The server sweep, one ops.bench.run per server so a stage cut short loses one server, not all:
 # graphs (the default on CUDA) with the bare CUDA-graph step as the baseline, then
 # --no-async-scheduling (the serial step; async is the default) and --stream-interval 4 in one
 # stage, then --no-cuda-graphs. ops.gpu.report puts them back together.
 sweep() {
-  local run=("$PYTHON" -m ops.bench.run --model "$WORK/models/embedded" --levels "$BATCHES" --skip-bare --server-args "$SERVER_ARGS" "${SWEEP_SIZE[@]}")
   if (($1 == 0)); then
     skip sweep-graphs "no models"
     return 0
   fi
   # The graphs server logs its steps (--log-level debug: a line a step), for the report's step table.
-  stage sweep-graphs 150 "${run[@]}" --server-args "$SERVER_ARGS --log-level debug" --bare-native native --bare-native-baseline native --bare-batches "$BATCHES" --out "$WORK/sweep-graphs.json" || true
+  stage sweep-graphs 150 "${SWEEP_RUN[@]}" --server-args "$SERVER_ARGS --log-level debug" --bare-native native --bare-native-baseline native --bare-batches "$BATCHES" --out "$WORK/sweep-graphs.json" || true
   # With --stream-interval 4 (fewer, larger chunks: the event loop's cost a chunk bounds the
   # server where steps are short, docs/performance.md "Where a step takes a few ms").
-  stage sweep-serial 150 "${run[@]}" --skip-switchyard --switchyard-variants "$SERIAL_VARIANTS" --out "$WORK/sweep-serial.json" || true
-  stage sweep-eager 110 "${run[@]}" --skip-switchyard --switchyard-variants 'nographs=--no-cuda-graphs' --out "$WORK/sweep-eager.json" || true
+  stage sweep-serial 150 "${SWEEP_RUN[@]}" --skip-switchyard --switchyard-variants "$SERIAL_VARIANTS" --out "$WORK/sweep-serial.json" || true
+  stage sweep-eager 110 "${SWEEP_RUN[@]}" --skip-switchyard --switchyard-variants 'nographs=--no-cuda-graphs' --out "$WORK/sweep-eager.json" || true
 }
 
 # Speculative decoding on the GPU: drafting off, n-gram and auto, one server each, in one stage
@@ -216,8 +218,7 @@ spec_sweep() {
     skip sweep-spec "no models"
     return 0
   fi
-  stage sweep-spec 130 "$PYTHON" -m ops.bench.run --model "$WORK/models/embedded" --levels "$BATCHES" --skip-bare --skip-switchyard \
-    --server-args "$SERVER_ARGS" "${SWEEP_SIZE[@]}" --switchyard-variants "$SPEC_VARIANTS" --out "$WORK/sweep-spec.json" || true
+  stage sweep-spec 130 "${SWEEP_RUN[@]}" --skip-switchyard --switchyard-variants "$SPEC_VARIANTS" --out "$WORK/sweep-spec.json" || true
 }
 
 main() {
