@@ -8,6 +8,13 @@ from __future__ import annotations
 import msgspec
 
 SPEC_DECODING_MODES = ("off", "ngram", "draft", "auto")
+# 1.7, not 2: steps scatter ~15% around the fit on a shared CPU, and at 2 the p99 gap came out
+# over 2x the p50 in 7 of 8 rounds (docs/performance.md, "Step budget and stalls").
+TEXT_STEP_STRETCH = 1.7
+# An image prompt is hundreds of placeholder tokens: while images come in, nearly every step
+# carries a prompt chunk, so the streams' p99 gap is such a step's, the stretch plus the steps'
+# scatter (1.98 at 1.7 against 1.65 at 1.5, ops/results/vision-c4-images-c2-smollm2-tower-*.json).
+IMAGE_STEP_STRETCH = 1.5
 
 
 class RuntimeConfig(msgspec.Struct, kw_only=True):
@@ -25,9 +32,8 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # While requests stream, a step carries prompt chunks worth at most (step_stretch - 1) x its
     # decodes' own time, measured on this machine's steps (actors/step_cost.py): a stream's gap
     # between chunks stays within step_stretch x a decode step. None: the token budget alone.
-    # 1.7, not 2: steps scatter ~15% around the fit on a shared CPU, and at 2 the p99 gap came
-    # out over 2x the p50 in 7 of 8 rounds (docs/performance.md, "Step budget and stalls").
-    step_stretch: float | None = 1.7
+    # "auto": TEXT_STEP_STRETCH, or IMAGE_STEP_STRETCH for a model that reads images (stretch_for).
+    step_stretch: float | str | None = "auto"
     # While requests stream, the most prompt chunks a step carries; None: the runner's choice
     # (ModelInfo.prompt_chunks: 1 where only steps of one chunk beside the decodes compile).
     max_prompt_chunks: int | None = None
@@ -102,6 +108,14 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     step_deadline: float = 60.0  # /health turns 503 when one step runs longer than this
     log_level: str = "info"
     log_prompts: bool = False
+
+    def stretch_for(self, reads_images: bool) -> float | None:
+        """The step stretch in force for a model that does or does not read images ("auto":
+        IMAGE_STEP_STRETCH or TEXT_STEP_STRETCH; None: the token budget alone)."""
+        if self.step_stretch == "auto":
+            return IMAGE_STEP_STRETCH if reads_images else TEXT_STEP_STRETCH
+        assert not isinstance(self.step_stretch, str), self.step_stretch
+        return self.step_stretch
 
     def drafter(self) -> str:
         """What `spec_decoding` drafts with: "off", "ngram" or "draft" ("auto": the draft model

@@ -84,6 +84,9 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
             value = table.get(key, least)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise SystemExit(f"{path}: models[{i}].{key} must be a whole number of at least {least}{left_out}")
+        stretch = table.get("step_stretch", "auto")
+        if stretch not in ("auto", "off") and (not isinstance(stretch, (int, float)) or isinstance(stretch, bool) or stretch <= 1):
+            raise SystemExit(f"{path}: models[{i}].step_stretch must be a number above 1, \"auto\" or \"off\"")
         budgets = table.get("reasoning_budgets", {})
         if not isinstance(budgets, dict) or not all(k in ("low", "medium", "high") and isinstance(v, int) and v >= 0 for k, v in budgets.items()):
             raise SystemExit(f"{path}: models[{i}].reasoning_budgets must be a table of low, medium, high = tokens")
@@ -117,6 +120,8 @@ def model_configs(base: RuntimeConfig, config: str | ConfigFile | None, with_emb
     configs = []
     for table in config.models:
         fields = {k: v for k, v in table.items() if k in MODEL_KEYS}
+        if fields.get("step_stretch") == "off":
+            fields["step_stretch"] = None
         if "name" in table:
             fields["served_name"] = table["name"]
         configs.append(msgspec.structs.replace(base, **fields))

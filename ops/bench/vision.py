@@ -16,6 +16,13 @@ machine is shared: a phase alone reads the load of the moment, the median of rou
   encoder runs for every one; none is served by the encoder or prefix cache) and a question,
   asking `--image-max-tokens` tokens.
 
+What the load generator does not put on the server's cores (it shares the machine with the
+server; a real client does not): every image request's body (a new noise PNG, base64, about
+13 ms of CPU each) is built before the phase starts, not at the moment it is sent. And the text
+streams ask `skip_special_tokens: false`: the random-weight text tower emits special tokens
+(`<jupyter_code>`, its EOS) in some streams, which skipped leave a step with no text, a gap of two
+steps at the client that is the model's, not the server's (a chat model emits one at a turn's end).
+
 Per phase: the text streams' tokens/s, TTFT, and the gaps between a stream's chunks (p50,
 p99, and the stall ratio p99/p50: the target is at most 2, as for text alone); for the image
 requests, TTFT (fetching nothing: the image is a data: URI, decoded at the edge), tokens/s,
@@ -34,12 +41,13 @@ import shlex
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ops.harness.load import OUTPUT_TOKENS, RequestResult, closed_loop, one_request, one_stream, summarize, switchyard_target
+from ops.harness.load import OUTPUT_TOKENS, RequestResult, Target, closed_loop, one_request, one_stream, summarize, switchyard_target
 from ops.harness.prompts import PROMPT_TOKENS, build_prompts, default_model_dir
 from ops.harness.results import cpu_model, log, start_run, wait_for_quiet, write_results
 from ops.harness.servers import RunningServer, step_lines, switchyard_server
@@ -60,18 +68,27 @@ def image_body(seed: int, max_tokens: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def text_target(base_url: str) -> Target:
+    """The text streams' target: every token shows as text (the module's docstring says why)."""
+    target = switchyard_target(base_url, SERVED_NAME)
+    return replace(target, extra_body={**target.extra_body, "skip_special_tokens": False})
+
+
 async def phase(srv: RunningServer, prompts: list[str], args: argparse.Namespace, images: bool, seed0: int) -> dict[str, Any]:
     """One phase: the text streams (and, with `images`, the image streams beside them)."""
-    target = switchyard_target(srv.base_url, SERVED_NAME)
+    target = text_target(srv.base_url)
     chat_url = srv.base_url + "/v1/chat/completions"
     text_done = False
+    # Built before the clock starts, more than a phase sends (6-8 at the defaults); past them, built as sent.
+    bodies = [image_body(seed0 + i, args.image_max_tokens) for i in range(4 * args.text_requests)] if images else []
     async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=64)) as client:
 
         async def text(i: int) -> RequestResult:
             return await one_request(client, target, prompts[i], OUTPUT_TOKENS, REQUEST_TIMEOUT)
 
         async def image(i: int) -> RequestResult:
-            return await one_stream(client, chat_url, image_body(seed0 + i, args.image_max_tokens), REQUEST_TIMEOUT)
+            body = bodies[i] if i < len(bodies) else image_body(seed0 + i, args.image_max_tokens)
+            return await one_stream(client, chat_url, body, REQUEST_TIMEOUT)
 
         async def texts() -> tuple[list[RequestResult], int]:
             nonlocal text_done
@@ -173,7 +190,7 @@ def step_summary(steps: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def warm_up(srv: RunningServer, prompt: str, args: argparse.Namespace) -> None:
     async with httpx.AsyncClient(timeout=None) as client:
-        await one_request(client, switchyard_target(srv.base_url, SERVED_NAME), prompt, 8, REQUEST_TIMEOUT)
+        await one_request(client, text_target(srv.base_url), prompt, 8, REQUEST_TIMEOUT)
         await one_stream(client, srv.base_url + "/v1/chat/completions", image_body(10_000, 4), REQUEST_TIMEOUT)
 
 
@@ -209,6 +226,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--text-requests", type=int, default=8, help="text requests per phase")
     p.add_argument("--image-max-tokens", type=int, default=32)
+    p.add_argument(
+        "--text-tower", choices=("smollm2", "random"), default="smollm2",
+        help="the LLaVA's text tower: a small random Llama (6 x 512), or the embedded SmolLM2-135M with its weights (30 x 576: SmolVLM-256M's text tower)",
+    )  # fmt: skip
     p.add_argument("--server-args", default="--dtype float32 --max-num-batched-tokens 128", help="`switchyard serve` arguments, one shell-quoted string")
     p.add_argument("--max-load", type=float, default=2.5, help="wait (up to 120 s) before each phase until the 1-minute load average is at most this")
     p.add_argument("--startup-timeout", type=float, default=600.0)
@@ -222,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="switchyard-vision-bench-") as tmp:
-        model_dir = build_llava(Path(tmp) / "llava", default_model_dir())
+        model_dir = build_llava(Path(tmp) / "llava", default_model_dir(), text_weights=args.text_tower == "smollm2")
         prompts = build_prompts(model_dir, 2 * args.rounds * args.text_requests + 1, PROMPT_TOKENS, "unique")
         server_args = ["--model", str(model_dir), "--served-name", SERVED_NAME, "--no-embeddings", "--log-level", "debug", *shlex.split(args.server_args)]
         with switchyard_server(log_dir / "server.log", server_args, args.startup_timeout) as srv:
@@ -236,7 +257,10 @@ def main(argv: list[str] | None = None) -> None:
         "rounds_run": args.rounds,
         "image_max_tokens": args.image_max_tokens,
         "server_args": args.server_args,
-        "model": "random-weight LLaVA (ops.harness.tiny_vlm defaults): CLIP 224px/14 (256 image tokens), 6 layers x 384; Llama 6 layers x 512; SmolLM2 tokenizer",
+        "model": "LLaVA (ops.harness.tiny_vlm): random CLIP 224px/14 (256 image tokens), 6 layers x 384; "
+        + ("SmolLM2-135M's own weights as the text tower (30 layers x 576)" if args.text_tower == "smollm2" else "random Llama 6 layers x 512")
+        + "; SmolLM2 tokenizer",
+        "text_tower": args.text_tower,
         "cpu": cpu_model(),
         "rounds": rounds,
         "median": {name: median_phase([r[name] for r in rounds]) for name in ("text", "mixed")},

@@ -39,6 +39,22 @@ def test_batch_invariant_engines_schedule_by_the_token_budget_alone() -> None:
         assert (config.step_stretch, config.burst_tokens) == (stretch, burst)  # batch invariance: neither
 
 
+def test_a_model_that_reads_images_defaults_to_a_tighter_stretch() -> None:
+    # An image prompt puts a chunk in nearly every step while images come in (runtime/config.py
+    # IMAGE_STEP_STRETCH says what was measured); a stretch given by name is kept.
+    from actors.engine import Engine
+    from runtime.config import RuntimeConfig
+    from runtime.protocol import ModelInfo
+
+    info = ModelInfo(max_model_len=512, vocab_size=320, device="cpu", dtype="float32", num_kv_blocks=64, block_size=4, fingerprint="fp")
+    stretches = {}
+    for given, images in (("auto", None), ("auto", object()), (1.7, object()), (None, object())):
+        runtime = Engine(RuntimeConfig(step_stretch=given), runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset(), images=images)  # type: ignore[arg-type]
+        runtime.max_model_len = 512
+        stretches[(given, images is not None)] = runtime._make_core(info).config.step_stretch
+    assert stretches == {("auto", False): 1.7, ("auto", True): 1.5, (1.7, True): 1.7, (None, True): None}
+
+
 def test_the_runners_prompt_chunks_reach_the_scheduler_unless_the_flag_says() -> None:
     from actors.engine import Engine
     from runtime.config import RuntimeConfig

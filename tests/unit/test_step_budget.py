@@ -146,16 +146,17 @@ def test_a_time_budget_keeps_the_p99_gap_within_the_stretch_at_c32():
     assert throughput >= 0.9
 
 
-def test_the_flag_reaches_the_runtime_config(capsys):
-    assert parse_args(["serve"]).config.step_stretch == 1.7
+def test_the_flag_and_key_reach_the_runtime_config(tmp_path, capsys):
+    default = parse_args(["serve"]).config
+    assert default.step_stretch == "auto" and (default.stretch_for(reads_images=False), default.stretch_for(reads_images=True)) == (1.7, 1.5)
     assert parse_args(["serve", "--step-stretch", "1.5"]).config.step_stretch == 1.5
     assert parse_args(["serve", "--step-stretch", "off"]).config.step_stretch is None
-    with pytest.raises(SystemExit) as exit_info:
-        parse_args(["serve", "--step-stretch", "0.5"])
-    assert exit_info.value.code == 2 and "--step-stretch" in capsys.readouterr().err
+    assert parse_args(["serve", "--step-stretch", "auto"]).config.step_stretch == "auto"
+    _assert_flag_and_key(tmp_path, capsys, "--step-stretch", "0.5", "step_stretch", "1.4", 1.4, "1")
+    _assert_flag_and_key(tmp_path, capsys, "--step-stretch", "1", "step_stretch", '"off"', None, '"fast"')
 
 
-def _assert_flag_and_key(tmp_path, capsys, flag: str, refused_flag: str, key: str, toml_value: str, expected: int, refused_toml: str) -> None:
+def _assert_flag_and_key(tmp_path, capsys, flag: str, refused_flag: str, key: str, toml_value: str, expected: object, refused_toml: str) -> None:
     """`flag` refuses `refused_flag` at the command line (exit 2, naming it); the TOML `key`
     reaches the runtime config as `expected` and refuses `refused_toml`, naming the key."""
     from api.process.config_file import model_configs, read_config_file
@@ -201,7 +202,7 @@ def test_the_default_stretch_leaves_room_for_steps_that_scatter_around_the_fit()
     for seed in range(5):
         jittered = _jittered_cost(random.Random(seed))
         seed_steps = tuple((r, t, jittered(r, t)) for r, t in CALIBRATION_SHAPES)
-        gaps, _, _ = simulate(step_stretch=RuntimeConfig().step_stretch, step_cost=jittered, step_samples=seed_steps)
+        gaps, _, _ = simulate(step_stretch=RuntimeConfig().stretch_for(reads_images=False), step_cost=jittered, step_samples=seed_steps)
         ratio = percentile(gaps, 99) / percentile(gaps, 50)
         print(f"seed {seed}: p99/p50 gap at the default stretch with steps jittered +-15%: {ratio:.2f}")
         assert ratio <= 2.0, seed
