@@ -1,11 +1,13 @@
 """Do image requests stall the text streams beside them? TTFT and tokens/s of image requests, and the text streams' chunk gaps.
 
     python -m ops.bench.vision [--rounds 3] [--text-concurrency 4] [--image-concurrency 2]
-        [--text-requests 8] [--server-args '--dtype float32 --max-num-batched-tokens 128'] [--out F]
+        [--text-requests 8] [--text-tower smollm2|random]
+        [--server-args '--dtype float32 --max-num-batched-tokens 128'] [--out F]
 
-Builds a small random-weight LLaVA in a temporary directory (ops.harness.tiny_vlm: a CLIP
-tower of 224x224 pixels, 256 image tokens an image, a Llama text tower, SmolLM2's tokenizer),
-starts `switchyard serve --model DIR` on it, sends one unmeasured text and image request, and
+Builds a LLaVA in a temporary directory (ops.harness.tiny_vlm: a random CLIP tower of 224x224
+pixels, 256 image tokens an image; as its text tower the embedded SmolLM2-135M with its own
+weights, SmolVLM-256M's text tower, or with `--text-tower random` a small random Llama; SmolLM2's
+tokenizer), starts `switchyard serve --model DIR` on it, sends one unmeasured text and image request, and
 runs `--rounds` rounds of two phases, their order alternating from round to round (this 2-core
 machine is shared: a phase alone reads the load of the moment, the median of rounds less so):
 
