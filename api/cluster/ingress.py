@@ -46,8 +46,7 @@ from api.http.openai.responses.request import ResponsesRequest
 from api.http.openai.tools.parser import output_prefix
 from api.http.openai.tools.prompt import template_takes_tools
 from api.http.platform.media import MediaPolicy
-from api.http.shared.media.decode import decode_image
-from api.http.shared.media.load import data_uri_bytes
+from api.http.shared.media.load import decode_data_uri
 from api.http.shared.routes import match
 from runtime.images import ImageInput, ImageRef
 from runtime.logging import configure_logging, get_logger
@@ -141,8 +140,7 @@ def _routing_image(ref: ImageRef) -> ImageInput:
     image (never fetched here) a stand-in whose tokens the hashes stop before."""
     if not _inline(ref):
         return _STAND_IN
-    policy = MediaPolicy()
-    return decode_image(data_uri_bytes(ref.url.strip(), policy.max_image_bytes, ref.param), policy.max_image_pixels, ref.param, ref.detail)
+    return decode_data_uri(ref, MediaPolicy())
 
 
 def request_prompt(

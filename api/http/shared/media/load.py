@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import trio
 
 from api.http.platform.media import MediaPolicy
-from api.http.shared.media.decode import decode_in_thread
+from api.http.shared.media.decode import decode_image, decode_in_thread
 from api.http.shared.media.fetch import fetch_url, read_file_url
 from runtime.errors import InvalidRequest
 from runtime.images import ImageInput, ImageRef
@@ -31,21 +31,29 @@ async def load_images(refs: Sequence[ImageRef], policy: MediaPolicy, max_images:
         )
     images = []
     for ref in refs:
-        data = await _bytes(ref, policy)
-        images.append(await decode_in_thread(data, policy.max_image_pixels, ref.param, ref.detail))
+        images.append(await _image(ref, policy))
     return tuple(images)
 
 
-async def _bytes(ref: ImageRef, policy: MediaPolicy) -> bytes:
+async def _image(ref: ImageRef, policy: MediaPolicy) -> ImageInput:
     url = ref.url.strip()
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "data":
-        return data_uri_bytes(url, policy.max_image_bytes, ref.param)
+        # Base64 and pixels in one worker-thread hop: the event loop, whose every stream's
+        # chunks wait out what it does, does no per-byte work.
+        return await trio.to_thread.run_sync(decode_data_uri, ref, policy)
     if scheme in ("http", "https"):
-        return await fetch_url(url, policy, ref.param)
-    if scheme == "file":
-        return await trio.to_thread.run_sync(read_file_url, url, policy, ref.param)
-    raise InvalidRequest("An image is a data: URI (base64) or an http(s) URL.", param=ref.param, code="invalid_image_url")
+        data = await fetch_url(url, policy, ref.param)
+    elif scheme == "file":
+        data = await trio.to_thread.run_sync(read_file_url, url, policy, ref.param)
+    else:
+        raise InvalidRequest("An image is a data: URI (base64) or an http(s) URL.", param=ref.param, code="invalid_image_url")
+    return await decode_in_thread(data, policy.max_image_pixels, ref.param, ref.detail)
+
+
+def decode_data_uri(ref: ImageRef, policy: MediaPolicy) -> ImageInput:
+    """A `data:` image part, base64 to pixels, under the policy's caps (blocking: a worker thread's)."""
+    return decode_image(data_uri_bytes(ref.url.strip(), policy.max_image_bytes, ref.param), policy.max_image_pixels, ref.param, ref.detail)
 
 
 def data_uri_bytes(url: str, cap: int, param: str) -> bytes:
