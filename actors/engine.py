@@ -188,7 +188,7 @@ class Engine:
                 # the step's prompts and follows measured step times, so a short prompt arriving
                 # beside others' chunks was split where alone it was not, and a chunk boundary
                 # changes its attention's rounding (a seeded text diverged in a loaded CI run).
-                step_stretch=None if cfg.batch_invariant else cfg.stretch_for(self.images is not None),
+                step_stretch=None if cfg.batch_invariant else cfg.stretch_for(reads_images=self.max_images_per_prompt > 0),
                 max_prompt_chunks=cfg.max_prompt_chunks or info.prompt_chunks,
                 # Under --batch-invariant no bursts either: a burst's budget can end inside a
                 # prompt, which alone would have gone whole (the reason above).
@@ -252,7 +252,7 @@ class Engine:
                 cfg.max_num_seqs,
                 cfg.max_num_batched_tokens,
                 cfg.max_num_batched_tokens_embed,
-                cfg.stretch_for(self.images is not None),
+                cfg.stretch_for(reads_images=self.max_images_per_prompt > 0),
                 cfg.max_prompt_chunks,
                 cfg.burst_tokens,
                 cfg.spec_decoding,

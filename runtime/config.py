@@ -5,6 +5,9 @@ Imports msgspec only.
 
 from __future__ import annotations
 
+import math
+from typing import Literal
+
 import msgspec
 
 SPEC_DECODING_MODES = ("off", "ngram", "draft", "auto")
@@ -33,7 +36,7 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # decodes' own time, measured on this machine's steps (actors/step_cost.py): a stream's gap
     # between chunks stays within step_stretch x a decode step. None: the token budget alone.
     # "auto": TEXT_STEP_STRETCH, or IMAGE_STEP_STRETCH for a model that reads images (stretch_for).
-    step_stretch: float | str | None = "auto"
+    step_stretch: float | Literal["auto"] | None = "auto"
     # While requests stream, the most prompt chunks a step carries; None: the runner's choice
     # (ModelInfo.prompt_chunks: 1 where only steps of one chunk beside the decodes compile).
     max_prompt_chunks: int | None = None
@@ -114,7 +117,6 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
         IMAGE_STEP_STRETCH or TEXT_STEP_STRETCH; None: the token budget alone)."""
         if self.step_stretch == "auto":
             return IMAGE_STEP_STRETCH if reads_images else TEXT_STEP_STRETCH
-        assert not isinstance(self.step_stretch, str), self.step_stretch
         return self.step_stretch
 
     def drafter(self) -> str:
@@ -126,3 +128,11 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
                 return "off"
             return "draft" if self.draft_model else "ngram"
         return self.spec_decoding
+
+
+def valid_stretch(value: object) -> bool:
+    """A step stretch a flag or a config file may give: a finite number above 1 (a step is at
+    least its decodes; inf or nan would overflow the prompt allowance), "auto" or "off"."""
+    if value in ("auto", "off"):
+        return True
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 1

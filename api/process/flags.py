@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import Literal
 
 from api.http.platform import config as platform_config
-from runtime.config import SPEC_DECODING_MODES, RuntimeConfig
+from runtime.config import IMAGE_STEP_STRETCH, SPEC_DECODING_MODES, TEXT_STEP_STRETCH, RuntimeConfig, valid_stretch
 
 DEFAULTS = RuntimeConfig()  # one place for every default: the CLI shows the same ones
 
@@ -67,7 +68,7 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=DEFAULTS.block_size, help="tokens per KV cache block, the prefix cache's unit (default %(default)s)")
     p.add_argument("--max-num-seqs", type=int, default=DEFAULTS.max_num_seqs, help="requests running in one step at most (default %(default)s)")
     p.add_argument("--max-num-batched-tokens", type=int, default=DEFAULTS.max_num_batched_tokens, help="tokens per step at most: decodes plus prompt chunks (default %(default)s)")
-    p.add_argument("--step-stretch", type=_stretch, default=DEFAULTS.step_stretch, help="while requests stream, a step carries prompt chunks worth at most (this - 1) x its decodes' own time, measured as the engine runs, so a stream's gap between chunks stays within this x a decode step ('off': the token budget alone; auto: 1.7, or 1.5 for a model that reads images, whose long image prompts put a chunk in nearly every step; default %(default)s)")
+    p.add_argument("--step-stretch", type=_stretch, default=DEFAULTS.step_stretch, help="while requests stream, a step carries prompt chunks worth at most (this - 1) x its decodes' own time, measured as the engine runs, so a stream's gap between chunks stays within this x a decode step ('off': the token budget alone; auto: " f"{TEXT_STEP_STRETCH}, or {IMAGE_STEP_STRETCH} for a model that reads images, whose long image prompts put a chunk in nearly every step; default %(default)s)")
     p.add_argument("--max-prompt-chunks", type=_chunks, default=DEFAULTS.max_prompt_chunks, help="while requests stream, the most prompt chunks one step carries (default auto: one where the runner compiles steps of one chunk beside the decodes and runs others eager, else any)")
     p.add_argument("--burst-tokens", type=_whole, default=DEFAULTS.burst_tokens, help="when prompts waiting to start outnumber the streams 4 to 1, one step starts them all, up to this many tokens, each chunk at most --max-num-batched-tokens: the streams beside them wait once, and the burst runs as one batch (0: never; default %(default)s)")
     p.add_argument("--max-model-len", type=int, default=None, help="context length in tokens, prompt plus output (default: the model's, capped by the KV cache)")
@@ -136,12 +137,12 @@ def _chunks(text: str) -> int | None:
     return None if text == "auto" else _positive_int(text)
 
 
-def _stretch(text: str) -> float | str | None:
+def _stretch(text: str) -> float | Literal["auto"] | None:
     if text in ("off", "auto"):
-        return None if text == "off" else text
+        return None if text == "off" else "auto"
     value = float(text)
-    if value <= 1.0:
-        raise argparse.ArgumentTypeError("must be above 1 (a step is at least its decodes), 'auto' or 'off'")
+    if not valid_stretch(value):
+        raise argparse.ArgumentTypeError("must be a finite number above 1 (a step is at least its decodes), 'auto' or 'off'")
     return value
 
 

@@ -21,9 +21,9 @@ machine is shared: a phase alone reads the load of the moment, the median of rou
 What the load generator does not put on the server's cores (it shares the machine with the
 server; a real client does not): every image request's body (a new noise PNG, base64, about
 13 ms of CPU each) is built before the phase starts, not at the moment it is sent. And the text
-streams ask `skip_special_tokens: false`: the random-weight text tower emits special tokens
-(`<jupyter_code>`, its EOS) in some streams, which skipped leave a step with no text, a gap of two
-steps at the client that is the model's, not the server's (a chat model emits one at a turn's end).
+streams ask `skip_special_tokens: false`: a text tower (the random one especially) may emit
+special tokens (`<jupyter_code>`, its EOS) mid-stream, which skipped leave a step with no text, a
+gap of two steps at the client that is the model's, not the server's.
 
 Per phase: the text streams' tokens/s, TTFT, and the gaps between a stream's chunks (p50,
 p99, and the stall ratio p99/p50: the target is at most 2, as for text alone); for the image
@@ -76,13 +76,14 @@ def text_target(base_url: str) -> Target:
     return replace(target, extra_body={**target.extra_body, "skip_special_tokens": False})
 
 
-async def phase(srv: RunningServer, prompts: list[str], args: argparse.Namespace, images: bool, seed0: int) -> dict[str, Any]:
-    """One phase: the text streams (and, with `images`, the image streams beside them)."""
+async def phase(srv: RunningServer, prompts: list[str], args: argparse.Namespace, bodies: list[dict[str, Any]] | None, seed0: int) -> dict[str, Any]:
+    """One phase: the text streams (and, given image `bodies`, the image streams beside them;
+    past those, a body is built as it is sent)."""
+    images = bodies is not None
+    bodies = bodies or []
     target = text_target(srv.base_url)
     chat_url = srv.base_url + "/v1/chat/completions"
     text_done = False
-    # Built before the clock starts, more than a phase sends (6-8 at the defaults); past them, built as sent.
-    bodies = [image_body(seed0 + i, args.image_max_tokens) for i in range(4 * args.text_requests)] if images else []
     async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=64)) as client:
 
         async def text(i: int) -> RequestResult:
@@ -138,9 +139,12 @@ def one_round(srv: RunningServer, prompts: list[str], args: argparse.Namespace, 
     _, offset = step_lines(srv.log_path, 0)
     for k, (name, images) in enumerate(order):
         first = (2 * round_no + k) * args.text_requests
+        seed0 = 1000 * (2 * round_no + k)
+        # Before the quiet wait: more than a phase sends at the defaults (6-8).
+        bodies = [image_body(seed0 + i, args.image_max_tokens) for i in range(2 * args.text_requests)] if images else None
         quiet = wait_for_quiet(args.max_load, 60)
         _, offset = step_lines(srv.log_path, offset)
-        out[name] = asyncio.run(phase(srv, prompts[first : first + args.text_requests], args, images, seed0=1000 * (2 * round_no + k)))
+        out[name] = asyncio.run(phase(srv, prompts[first : first + args.text_requests], args, bodies, seed0))
         steps, offset = step_lines(srv.log_path, offset)
         out[name].update(machine_load=quiet, server_steps=step_summary(steps))
         log(f"[round {round_no} {name}] text {out[name]['text']['output_tok_s']} tok/s, stall {out[name]['text']['stall_ratio']}, load {quiet['load1']:.2f}")

@@ -80,7 +80,10 @@ def _load_text_tower(model: Any, model_dir: Path) -> None:
     with torch.no_grad():
         for name, param in tower.named_parameters():
             source = weights["model." + name]
-            param[: source.shape[0]].copy_(source) if name == "embed_tokens.weight" else param.copy_(source)
+            if name == "embed_tokens.weight":  # the checkpoint's rows; `<image>`'s stays random
+                param[: source.shape[0]].copy_(source)
+            else:
+                param.copy_(source)
         head = weights.get("lm_head.weight", weights["model.embed_tokens.weight"])
         model.lm_head.weight[: head.shape[0]].copy_(head)
 

@@ -48,11 +48,13 @@ def test_a_model_that_reads_images_defaults_to_a_tighter_stretch() -> None:
 
     info = ModelInfo(max_model_len=512, vocab_size=320, device="cpu", dtype="float32", num_kv_blocks=64, block_size=4, fingerprint="fp")
     stretches = {}
-    for given, images in (("auto", None), ("auto", object()), (1.7, object()), (None, object())):
-        runtime = Engine(RuntimeConfig(step_stretch=given), runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset(), images=images)  # type: ignore[arg-type]
+    for given, images, limit in (("auto", None, 8), ("auto", object(), 8), ("auto", object(), 0), (1.7, object(), 8), (None, object(), 8)):
+        config = RuntimeConfig(step_stretch=given, limit_images_per_prompt=limit)
+        runtime = Engine(config, runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset(), images=images)  # type: ignore[arg-type]
         runtime.max_model_len = 512
-        stretches[(given, images is not None)] = runtime._make_core(info).config.step_stretch
-    assert stretches == {("auto", False): 1.7, ("auto", True): 1.5, (1.7, True): 1.7, (None, True): None}
+        stretches[(given, images is not None, limit)] = runtime._make_core(info).config.step_stretch
+    # A vision model served with no images a prompt (--limit-images-per-prompt 0) reads text only.
+    assert stretches == {("auto", False, 8): 1.7, ("auto", True, 8): 1.5, ("auto", True, 0): 1.7, (1.7, True, 8): 1.7, (None, True, 8): None}
 
 
 def test_the_runners_prompt_chunks_reach_the_scheduler_unless_the_flag_says() -> None:

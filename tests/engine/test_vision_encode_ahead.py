@@ -95,9 +95,10 @@ async def test_images_encoded_in_slices_beside_a_stream_match_transformers(fixtu
     monkeypatch.setattr(Slicer, "advance", counted)
     cases = [CASES[0], CASES[1], CASES[4]]
     expected = [reference_generate(model_dir, *case(text, seeds)[::2], NUM_NEW) for text, seeds in cases]
-    # A step's spare time: a block's worth of encoder. Drafting off: kept drafts shorten the
-    # stream the slices need beside them, and this test is about the slices. (It failed once on
-    # 2026-11-27 in a run beside tests/unit, its message not kept; alone and under load it passed.)
+    # A step's spare time: a block's worth of encoder. Drafting off, on a guess: the test failed
+    # once on 2026-11-27 in a run beside tests/unit, its message not kept (alone and with both
+    # cores loaded it passed 10 of 10), and kept drafts would shorten the stream the slices need
+    # beside them. This test is about the slices; the other test_vision_*.py run drafting's default.
     runtime = build_engine(tiny_config(model_dir, step_stretch=1.01, spec_decoding="off"))
     got: list[list[int]] = [[] for _ in cases]
     streaming = trio.Event()

@@ -153,7 +153,9 @@ def test_the_flag_and_key_reach_the_runtime_config(tmp_path, capsys):
     assert parse_args(["serve", "--step-stretch", "off"]).config.step_stretch is None
     assert parse_args(["serve", "--step-stretch", "auto"]).config.step_stretch == "auto"
     _assert_flag_and_key(tmp_path, capsys, "--step-stretch", "0.5", "step_stretch", "1.4", 1.4, "1")
-    _assert_flag_and_key(tmp_path, capsys, "--step-stretch", "1", "step_stretch", '"off"', None, '"fast"')
+    _assert_flag_and_key(tmp_path, capsys, "--step-stretch", "inf", "step_stretch", '"off"', None, '"fast"')
+    _assert_flag_and_key(tmp_path, capsys, "--step-stretch", "nan", "step_stretch", "2", 2.0, "nan")  # inf or nan would overflow the allowance
+    _assert_flag_and_key(tmp_path, capsys, "--step-stretch", "1", "step_stretch", '"auto"', "auto", "true")
 
 
 def _assert_flag_and_key(tmp_path, capsys, flag: str, refused_flag: str, key: str, toml_value: str, expected: object, refused_toml: str) -> None:
