@@ -77,6 +77,7 @@ class Engine:
         self.images = images
         # Images a prompt may carry: 0 for a model that reads text only (the edge refuses them).
         self.max_images_per_prompt = config.limit_images_per_prompt if images is not None else 0
+        self.step_stretch = config.stretch_for(reads_images=self.max_images_per_prompt > 0)  # "auto" resolved
         # A reasoning model's thinking format, from its chat template (or --reasoning-parser).
         self.thinking = detect_thinking(tokenizer, config.reasoning_parser, config.reasoning_budgets) if self.task == "generate" else None
         # Live requests, from open() until aborted or done. Only the runtime adds or removes
@@ -188,7 +189,7 @@ class Engine:
                 # the step's prompts and follows measured step times, so a short prompt arriving
                 # beside others' chunks was split where alone it was not, and a chunk boundary
                 # changes its attention's rounding (a seeded text diverged in a loaded CI run).
-                step_stretch=None if cfg.batch_invariant else cfg.stretch_for(reads_images=self.max_images_per_prompt > 0),
+                step_stretch=None if cfg.batch_invariant else self.step_stretch,
                 max_prompt_chunks=cfg.max_prompt_chunks or info.prompt_chunks,
                 # Under --batch-invariant no bursts either: a burst's budget can end inside a
                 # prompt, which alone would have gone whole (the reason above).
@@ -252,7 +253,7 @@ class Engine:
                 cfg.max_num_seqs,
                 cfg.max_num_batched_tokens,
                 cfg.max_num_batched_tokens_embed,
-                cfg.stretch_for(reads_images=self.max_images_per_prompt > 0),
+                self.step_stretch,
                 cfg.max_prompt_chunks,
                 cfg.burst_tokens,
                 cfg.spec_decoding,

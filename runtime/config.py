@@ -130,9 +130,12 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
         return self.spec_decoding
 
 
-def valid_stretch(value: object) -> bool:
-    """A step stretch a flag or a config file may give: a finite number above 1 (a step is at
-    least its decodes; inf or nan would overflow the prompt allowance), "auto" or "off"."""
-    if value in ("auto", "off"):
-        return True
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 1
+def stretch_value(value: object) -> float | Literal["auto"] | None:
+    """A step stretch as a flag or a config file gives it, as RuntimeConfig holds it: "auto";
+    "off" is None; a finite number above 1 a float (a step is at least its decodes; inf or nan
+    would overflow the prompt allowance). ValueError for anything else."""
+    if value == "auto" or value == "off":
+        return None if value == "off" else "auto"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 1:
+        return float(value)
+    raise ValueError(f"a step stretch is a finite number above 1, 'auto' or 'off', not {value!r}")

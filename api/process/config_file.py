@@ -27,7 +27,7 @@ import msgspec
 
 from api.http.databricks.declared import endpoint_specs
 from api.http.platform import config as platform_config
-from runtime.config import SPEC_DECODING_MODES, RuntimeConfig, valid_stretch
+from runtime.config import SPEC_DECODING_MODES, RuntimeConfig, stretch_value
 from runtime.reasoning import PARSERS
 
 MODEL_KEYS = {
@@ -84,8 +84,10 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
             value = table.get(key, least)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise SystemExit(f"{path}: models[{i}].{key} must be a whole number of at least {least}{left_out}")
-        if not valid_stretch(table.get("step_stretch", "auto")):
-            raise SystemExit(f"{path}: models[{i}].step_stretch must be a finite number above 1, \"auto\" or \"off\"")
+        try:
+            stretch_value(table.get("step_stretch", "auto"))
+        except ValueError:
+            raise SystemExit(f"{path}: models[{i}].step_stretch must be a finite number above 1, \"auto\" or \"off\"") from None
         budgets = table.get("reasoning_budgets", {})
         if not isinstance(budgets, dict) or not all(k in ("low", "medium", "high") and isinstance(v, int) and v >= 0 for k, v in budgets.items()):
             raise SystemExit(f"{path}: models[{i}].reasoning_budgets must be a table of low, medium, high = tokens")
@@ -119,9 +121,8 @@ def model_configs(base: RuntimeConfig, config: str | ConfigFile | None, with_emb
     configs = []
     for table in config.models:
         fields = {k: v for k, v in table.items() if k in MODEL_KEYS}
-        if "step_stretch" in fields:  # "off" is None; a whole number a float, as the flag gives it (the fingerprint's repr)
-            stretch = fields["step_stretch"]
-            fields["step_stretch"] = None if stretch == "off" else stretch if stretch == "auto" else float(stretch)
+        if "step_stretch" in fields:  # as the flag gives it: "off" None, a whole number a float (the fingerprint's repr)
+            fields["step_stretch"] = stretch_value(fields["step_stretch"])
         if "name" in table:
             fields["served_name"] = table["name"]
         configs.append(msgspec.structs.replace(base, **fields))

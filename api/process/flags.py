@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from api.http.platform import config as platform_config
-from runtime.config import IMAGE_STEP_STRETCH, SPEC_DECODING_MODES, TEXT_STEP_STRETCH, RuntimeConfig, valid_stretch
+from runtime.config import IMAGE_STEP_STRETCH, SPEC_DECODING_MODES, TEXT_STEP_STRETCH, RuntimeConfig, stretch_value
 
 DEFAULTS = RuntimeConfig()  # one place for every default: the CLI shows the same ones
 
@@ -138,12 +138,10 @@ def _chunks(text: str) -> int | None:
 
 
 def _stretch(text: str) -> float | Literal["auto"] | None:
-    if text in ("off", "auto"):
-        return None if text == "off" else "auto"
-    value = float(text)
-    if not valid_stretch(value):
-        raise argparse.ArgumentTypeError("must be a finite number above 1 (a step is at least its decodes), 'auto' or 'off'")
-    return value
+    try:
+        return stretch_value(text if text in ("off", "auto") else float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a finite number above 1 (a step is at least its decodes), 'auto' or 'off'") from None
 
 
 def _budgets(text: str) -> dict[str, int]:
