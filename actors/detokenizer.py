@@ -168,7 +168,10 @@ class DetokenizerActor:
 
     def _fail(self, state: DecodeState, message: str) -> None:
         self._forget(state)
-        state.start.mailbox.fail(RequestFailed(message, usage=self._usage(state)))
+        # The client learns that it failed and under which id; what failed (a grammar's state,
+        # an exception's text) goes to the log alone.
+        public = f"The server could not finish this request (request id {state.request_id}); its log has the details."
+        state.start.mailbox.fail(RequestFailed(public, usage=self._usage(state)))
         log.warning("request_failed", request_id=state.request_id, error=message)
 
     def _log_finish(self, state: DecodeState, finish: FinishReason, now: float) -> None:

@@ -103,8 +103,16 @@ def _tasks(draws: list[Draw], guided: Guided) -> list[tuple[Any, int, list[int]]
 
 def consume(draw: Draw, token: int, failed: dict[str, str]) -> bool:
     """`token` becomes `draw`'s: its grammar matcher (if live) takes it, then its history.
-    False, with the request failed, when the grammar refuses it."""
+    False, with the request failed, when the grammar refuses it.
+
+    A finished grammar takes nothing more: a draft's verify rows go on past a kept token that
+    completed it (the end of text), and what they sample lies past the request's end, which
+    the scheduler drops (it finishes the request at that token), so it never reaches the
+    matcher (which would refuse it and fail a request that ended well)."""
     matcher = draw.matcher
+    if matcher is not None and matcher.is_stopped():
+        draw.state.history.append(token)
+        return True
     if matcher is not None:
         try:
             if not matcher.consume_token(token):

@@ -52,3 +52,29 @@ async def test_guided_drafts_change_no_token(tiny_model_dir: Path) -> None:
         text = tokenizer.decode(ids, skip_special_tokens=True)
         assert re.fullmatch(f"({PHRASE})*", text[: len(text) - len(text) % len(PHRASE)]) and PHRASE.startswith(text[len(text) - len(text) % len(PHRASE) :]), text
     assert stats["kv_blocks_used"] == 0 and stats["requests"] == 0 and kept == 1
+
+
+
+async def test_a_kept_end_of_text_inside_a_draft_ends_the_guided_request(tiny_model_dir: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The prompt repeats "hello world", the end-of-text token, a newline, so n-gram drafts carry
+    the end of text and text after it where a fixed-string grammar is complete. The verify row
+    that keeps the end of text completes the grammar; the rows after it sample past the end, and
+    must not reach the finished matcher (it refused them: a grammar error and an HTTP 500). Each
+    request ends as it does without drafting."""
+    from tests.support.spec import always_draft
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    line = [*tokenizer("hello world")["input_ids"], tokenizer.eos_token_id, *tokenizer("\n")["input_ids"]]
+    fixed = Guide(kind="regex", definition="hello world", param="response_format")
+    outputs = {}
+    for spec in ("off", "ngram"):
+        if spec == "ngram":
+            always_draft(monkeypatch)
+        async with running(tiny_config(tiny_model_dir, spec_decoding=spec)) as engine:
+            for seed in range(6):
+                sampling = SamplingParams(temperature=0.0 if seed == 0 else 1.0, seed=seed, max_tokens=20, guide=fixed)
+                deltas = await generate(engine, line * 6, sampling)  # a grammar error raises RequestFailed here
+                outputs.setdefault(spec, []).append((tokenizer.decode(tokens(deltas), skip_special_tokens=True), deltas[-1].finish_reason))
+            stats = engine.statistics()
+    assert outputs["ngram"] == outputs["off"] and all(text == "hello world" for text, _ in outputs["off"]), outputs
+    assert stats["spec_accepted_tokens"] > 0, stats
