@@ -173,32 +173,31 @@ class Engine:
         for request_id in list(self.requests):
             ctx = self.requests.pop(request_id)
             ctx.aborted = True
-            ctx.mailbox.fail(EngineDead(f"The engine for {self.served_name} failed: {self.dead_reason}"))
+            ctx.mailbox.fail(EngineDead(f"The engine for {self.served_name} stopped (request id {request_id}); the server log has the details."))
 
     def _make_core(self, info: ModelInfo) -> SchedulerCore | EmbeddingSchedulerCore:
         cfg = self.config
         if self.task == "embed":
             return EmbeddingSchedulerCore(cfg.max_num_batched_tokens_embed, cfg.max_num_seqs)
+        fixed_blocks = bool(cfg.batch_invariant) and not info.rowwise
+        drafter = cfg.drafter(info.rowwise)
         return SchedulerCore(
             SchedulerConfig(
                 num_blocks=info.num_kv_blocks,
                 block_size=info.block_size,
                 max_num_seqs=cfg.max_num_seqs,
                 max_num_batched_tokens=cfg.max_num_batched_tokens,
-                # Under --batch-invariant the token budget alone: the time allowance is shared by
-                # the step's prompts and follows measured step times, so a short prompt arriving
-                # beside others' chunks was split where alone it was not, and a chunk boundary
-                # changes its attention's rounding (a seeded text diverged in a loaded CI run).
-                step_stretch=None if cfg.batch_invariant else self.step_stretch,
+                # Fixed-block invariance (--batch-invariant where the row-invariant kernels do not
+                # serve): the token budget alone, no bursts. There a chunk boundary changes a prompt's
+                # attention rounding, and a time allowance or a burst's budget moves the boundaries.
+                step_stretch=None if fixed_blocks else self.step_stretch,
                 max_prompt_chunks=cfg.max_prompt_chunks or info.prompt_chunks,
-                # Under --batch-invariant no bursts either: a burst's budget can end inside a
-                # prompt, which alone would have gone whole (the reason above).
-                burst_tokens=0 if cfg.batch_invariant else cfg.burst_tokens,
+                burst_tokens=0 if fixed_blocks else cfg.burst_tokens,
                 step_samples=info.step_samples,
                 max_model_len=self.max_model_len,
                 eos_token_ids=self.eos_token_ids,
-                num_spec_tokens=cfg.num_spec_tokens if cfg.drafter() != "off" else 0,
-                draft_model=cfg.drafter() == "draft",
+                num_spec_tokens=cfg.num_spec_tokens if drafter != "off" else 0,
+                draft_model=drafter == "draft",
                 spec_max_rows=AUTO_MAX_ROWS if cfg.spec_decoding == "auto" else None,
             )
         )

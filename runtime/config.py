@@ -50,10 +50,12 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # unfinished requests; past this submit() says Overloaded. None: no token budget.
     max_pending_tokens: int | None = None
     num_threads: int | None = None  # torch intra-op threads; None: leave torch's default
-    # Every matmul in fixed 32-row blocks, so a row's result never depends on the rows beside
-    # it: a seeded request gives the same text alone or in any batch, in bf16 too (the
-    # runner's `_fixed_block_linear` says why and what it costs).
-    batch_invariant: bool = False
+    # A request's tokens and logprobs never depend on the step it rides in. None (the default):
+    # where the row-invariant kernels serve (the native path on a CPU in bf16, dense or shipped
+    # weights: actors/runners/native/rowwise.py), else nothing extra. True: those kernels, and
+    # elsewhere every matmul in fixed 32-row blocks (actors/runners/invariant.py; slower).
+    # False: neither (the shape-dependent kernels).
+    batch_invariant: bool | None = None
     # Which model code runs the steps: "native" (our Llama-family decoder, for the
     # architectures it supports), "transformers" (any causal LM), or "auto" (native when it can).
     model_impl: str = "auto"
@@ -85,12 +87,11 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # `draft_model` (a smaller Llama-family model with the target's tokenizer, run in the
     # runner: actors/runners/draft_model.py); "auto": the draft model when one is given, else
     # n-gram (`drafter()`); at most `num_spec_tokens` a step, verified in the packed step, as
-    # many as the step cost fit says pay; "off": none. "auto" by default: no workload at
-    # c = 1, 8, 32, 64 ran more than 3% slower than "off" (ops/results/spec-auto-vs-off-c8-c32-refreeze-6rounds-2026-11-27-xeon-amx.json,
-    # spec-auto-vs-off-c1-c8-verify-as-rows-2026-11-27-xeon-amx.json, spec-auto-vs-off-c1-c64-bursts-2026-11-27-xeon-amx.json,
-    # spec-auto-vs-off-grounded-c64-bursts-6rounds-2026-11-27-xeon-amx.json);
-    # off under batch_invariant (`drafter()`).
-    spec_decoding: str = "auto"
+    # many as the step cost fit says pay; "off": none. Off by default: a verify row's logits
+    # must equal the decode row's bit for bit before drafting may change no answer (a wider
+    # step rounded differently, docs/models.md "Same request, same answer"); auto drafts
+    # nothing under batch_invariant (`drafter()`).
+    spec_decoding: str = "off"
     num_spec_tokens: int = 4
     draft_model: str | None = None  # a local HF directory or a built-in name, as `model`
     # A vision-language model: images one prompt may carry (more is a 400 naming the part).
@@ -119,12 +120,13 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
             return IMAGE_STEP_STRETCH if reads_images else TEXT_STEP_STRETCH
         return self.step_stretch
 
-    def drafter(self) -> str:
-        """What `spec_decoding` drafts with: "off", "ngram" or "draft" ("auto": the draft model
-        when one is given, else n-gram; off under batch_invariant, where a verify row's
-        attention over several new tokens need not round as a decode row's does)."""
+    def drafter(self, rowwise: bool = True) -> str:
+        """What `spec_decoding` drafts with: "off", "ngram" or "draft". "auto": the draft model
+        when one is given, else n-gram, where the runner computes rows alone (`rowwise`, the
+        runner's ModelInfo: a verify row's logits are then the decode row's, so drafting
+        changes no answer), else nothing; a mode given by name drafts anyway."""
         if self.spec_decoding == "auto":
-            if self.batch_invariant:
+            if not rowwise or self.batch_invariant is False:
                 return "off"
             return "draft" if self.draft_model else "ngram"
         return self.spec_decoding

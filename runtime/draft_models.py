@@ -27,8 +27,8 @@ def draft_error(config: RuntimeConfig, native_architectures: Collection[str]) ->
     if config.drafter() != "draft":
         if not config.draft_model:
             return None
-        if config.spec_decoding == "auto":  # batch_invariant turned auto's drafting off
-            return f"--draft-model {config.draft_model!r}: --spec-decoding auto drafts nothing under --batch-invariant (--spec-decoding draft drafts anyway)"
+        if config.spec_decoding == "auto":  # --no-batch-invariant turned auto's drafting off
+            return f"--draft-model {config.draft_model!r}: --spec-decoding auto drafts nothing under --no-batch-invariant (--spec-decoding draft drafts anyway)"
         return f"--draft-model {config.draft_model!r} drafts only with --spec-decoding draft or auto (not {config.spec_decoding!r})"
     if not config.draft_model:
         return "--spec-decoding draft needs --draft-model: a smaller Llama-family model with the target's tokenizer (a local Hugging Face directory)"

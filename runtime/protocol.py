@@ -48,6 +48,9 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     # fastest steps (None: any): 1 where steps of one chunk run a compiled graph and steps of
     # two run eager (actors/runners/native/path.py).
     prompt_chunks: int | None = None
+    # Every step's rows computed row by row (actors/runners/native/rowwise.py): a position's
+    # logits never depend on the step it rides in, so drafting and chunking change no answer.
+    rowwise: bool = False
 
 
 class Runtime(Protocol):

@@ -52,7 +52,7 @@ class TransformersPath:
     impl = "transformers"
     takes_images = False
 
-    def __init__(self, model_dir: Path, dtype: torch.dtype, device: torch.device, batch_invariant: bool) -> None:
+    def __init__(self, model_dir: Path, dtype: torch.dtype, device: torch.device, batch_invariant: bool | None) -> None:
         from transformers import AutoModelForCausalLM
 
         paged_attention.register()
@@ -72,7 +72,7 @@ class TransformersPath:
         self.max_position_embeddings = getattr(text, "max_position_embeddings", 2048)
 
     def build_step(self, seqs, tables, block_size, k_cache, v_cache):
-        return paged_attention.build_step(seqs, tables, block_size, k_cache, v_cache, per_sequence_decode=self.batch_invariant)
+        return paged_attention.build_step(seqs, tables, block_size, k_cache, v_cache, per_sequence_decode=bool(self.batch_invariant))
 
     def forward(self, input_ids, positions, step, keep, k_cache, v_cache):
         out = self.model(input_ids=input_ids[None, :], position_ids=positions[None, :], use_cache=False, paged_step=step, logits_to_keep=keep)
@@ -85,7 +85,7 @@ class TransformersPath:
 QUANTIZATIONS = ("none", "int8", "int4", "shipped")
 
 
-def _check_quantization(quantization: str | None, model_dir: Path, model_impl: str, device: torch.device, batch_invariant: bool) -> None:
+def _check_quantization(quantization: str | None, model_dir: Path, model_impl: str, device: torch.device, batch_invariant: bool | None) -> None:
     if quantization in (None, "none"):
         return
     if quantization not in QUANTIZATIONS:
@@ -96,12 +96,12 @@ def _check_quantization(quantization: str | None, model_dir: Path, model_impl: s
         raise ValueError("--quantization runs on the native path only, not with --model-impl transformers")
     if device.type != "cpu":
         raise ValueError(f"--quantization uses aten's CPU kernels; not on {device}")
-    if batch_invariant:
-        # The quantized kernels' rounding has not been shown to be independent of the row count.
-        raise ValueError("--quantization and --batch-invariant cannot be combined")
+    if batch_invariant and quantization != shipped.SCHEME:
+        # The int8 GEMM's rounding depends on the rows beside a row (its activations' scales do not, its blocking does).
+        raise ValueError(f"--quantization {quantization} and --batch-invariant cannot be combined")
 
 
-def served_quantization(quantization: str | None, model_dir: Path, dtype_explicit: bool, device: torch.device, batch_invariant: bool) -> tuple[str | None, str | None]:
+def served_quantization(quantization: str | None, model_dir: Path, dtype_explicit: bool, device: torch.device, batch_invariant: bool | None) -> tuple[str | None, str | None]:
     """What the native path serves: the scheme asked for; by default (None) the checkpoint's own
     quantized blocks where it ships them and nothing else was asked for, else the dense weights.
     Also why a checkpoint that ships quantized weights is served dense (None when it is not)."""
@@ -113,13 +113,11 @@ def served_quantization(quantization: str | None, model_dir: Path, dtype_explici
         return None, "--dtype asks for the dense upcast"
     if device.type != "cpu":
         return None, f"the quantized kernels are aten's CPU kernels, not {device.type}'s"
-    if batch_invariant:
-        return None, "--batch-invariant runs dense fixed-block matmuls"
     return shipped.SCHEME, None
 
 
 def choose(
-    model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool, max_len: int | None, compile: bool | None = False,
+    model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool | None, max_len: int | None, compile: bool | None = False,
     quantization: str | None = None, cuda_graphs: bool | None = None, block_size: int = 16, max_num_seqs: int = 256, dtype_explicit: bool = False,
     max_step_tokens: int = 0,
 ) -> ModelPath:  # fmt: skip

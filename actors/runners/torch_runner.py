@@ -102,7 +102,7 @@ class TorchRunner:
         block_size: int = 16,
         num_threads: int | None = None,
         max_model_len: int | None = None,
-        batch_invariant: bool = False,
+        batch_invariant: bool | None = None,
         model_impl: str = "auto",
         compile: bool | None = False,
         quantization: str | None = None,
@@ -184,6 +184,7 @@ class TorchRunner:
             fingerprint="fp_" + hashlib.sha256(fingerprint_src.encode()).hexdigest()[:12],
             impl=model.impl,
             prompt_chunks=getattr(model, "prompt_chunks", None),
+            rowwise=bool(getattr(model, "rowwise", False)),
         )
 
     def warmup(self) -> list[calibration.Sample]:

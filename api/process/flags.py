@@ -88,8 +88,9 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-prompts", action="store_true", help="log request bodies and generated text (default: never logged)")
     p.add_argument(
         "--batch-invariant",
-        action="store_true",
-        help="a seeded request gives the same text alone or in any batch, bf16 included (matmuls in fixed 32-row blocks; slower at low concurrency; default off)",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULTS.batch_invariant,
+        help="a request's tokens and logprobs never depend on the batch or the step it rides in (default: on where the row-invariant kernels serve, the native path on a CPU in bf16; --batch-invariant also elsewhere, as fixed 32-row matmul blocks, slower; --no-batch-invariant: never)",
     )
     p.add_argument("--model-impl", default=DEFAULTS.model_impl, choices=["auto", "native", "transformers"], help="model code: native (Llama, Mistral, Qwen2, Qwen3), transformers (any causal LM), auto: native when supported (default %(default)s)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=DEFAULTS.compile, help="torch.compile the native path's single-stream decode step on a background thread: the eager step serves at once and the graph is swapped in when ready (minutes the first time on a small CPU, inductor's disk cache after; default: on for the native path on a CPU, --no-compile: eager only)")

@@ -1,11 +1,13 @@
 """A checkpoint that ships quantized weights (the embedded model's layout, on a tiny Llama: Q4_1
-linears, a tied Q8_0 embedding) is served from its own blocks by default on CPU, and every
-other choice (--dtype, --quantization none|int4, the transformers path) keeps the dense upcast.
+linears, a tied Q8_0 embedding) is served from its own blocks by default on CPU, on the
+row-invariant kernels, and every other choice (--dtype, --quantization none|int4, the
+transformers path) keeps the dense upcast.
 
-In float32 the blocks on the int4 kernel are the dense weights exactly (no requantization), so
-steps of up to quant.MAX_ROWS[4] rows match the dense model to rounding and greedy text is the
-same; past the limit the int8 GEMM runs, as with --quantization int4, and on a CPU with AMX,
-past shipped.dense_past_rows, the dense matrices kept beside the blocks.
+Without those kernels (float32, --no-batch-invariant) the blocks run aten's int4 weight-only
+kernel at every width: in float32 they are the dense weights exactly (no requantization), so
+every step matches the dense model to rounding and greedy text is the same; on a CPU with AMX,
+past shipped.dense_past_rows, the dense matrices kept beside the blocks. No step quantizes
+the activations (only --quantization int8|int4 does).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import trio
 
 from actors.build import build_engine
 from actors.runners.native import quant, shipped
+from actors.runners.native.kernels import ops as kernels
 from actors.runners.torch_runner import TorchRunner
 from runtime.config import RuntimeConfig
 from runtime.request import Prompt
@@ -49,29 +52,26 @@ def _logits(runner: TorchRunner, rows: int) -> torch.Tensor:
 def test_the_default_serves_the_shipped_blocks_and_says_so(shipped_dir: Path) -> None:
     default = TorchRunner(shipped_dir, **KWARGS)
     info = default.load()
-    assert info.impl == "native+q4_1"
+    assert info.impl == "native+q4_1+rowwise" and info.rowwise
     assert default.model is not None
     weights = default.model.model.w
-    assert isinstance(weights.layers[0].qkv, quant.QuantizedWeight) and weights.layers[0].qkv.bits == 4
-    assert isinstance(weights.lm_head, quant.QuantizedWeight) and weights.lm_head.doubled  # the tied Q8_0 embedding
-    assert weights.embed.dtype == default.dtype  # the lookup reads the dense upcast
+    assert isinstance(weights.layers[0].qkv, kernels.Packed) and weights.layers[0].qkv.fmt == kernels.Q4_1
+    assert isinstance(weights.lm_head, kernels.Packed) and weights.lm_head.fmt == kernels.Q8_0  # the tied Q8_0 embedding
+    assert weights.embed.dtype == default.dtype == torch.bfloat16  # the lookup reads the dense upcast
     dense = TorchRunner(shipped_dir, quantization="none", **KWARGS)
     dense_info = dense.load()
-    assert dense_info.impl == "native" and dense_info.fingerprint != info.fingerprint
+    assert dense_info.impl == "native+bf16+rowwise" and dense_info.fingerprint != info.fingerprint
     default.warmup()  # mixed prefill + decode steps, sampling, calibration: the whole execute path
 
 
-def test_float32_shipped_steps_are_the_dense_weights_up_to_the_row_limit(shipped_dir: Path) -> None:
+def test_float32_shipped_steps_are_the_dense_weights_at_every_width(shipped_dir: Path) -> None:
     shipped = TorchRunner(shipped_dir, dtype="float32", quantization="shipped", **KWARGS)
     assert shipped.load().impl == "native+q4_1"
     dense = TorchRunner(shipped_dir, dtype="float32", **KWARGS)
     assert dense.load().impl == "native"  # an explicit --dtype serves the dense upcast
-    limit = quant.MAX_ROWS[4]
-    for rows in (1, limit):
+    for rows in (1, quant.MAX_ROWS[4], quant.MAX_ROWS[4] + 5, 13):
         s, d = _logits(shipped, rows), _logits(dense, rows)
-        assert ((s - d).norm() / d.norm()) < 1e-5, rows
-    s, d = _logits(shipped, limit + 5), _logits(dense, limit + 5)  # the int8 GEMM: close, not exact
-    assert 1e-5 < ((s - d).norm() / d.norm()) < 0.05
+        assert ((s - d).norm() / d.norm()) < 1e-5, rows  # the weight-only kernel: never the int8 GEMM
 
 
 @pytest.mark.parametrize("dense_rows", [None, 8])
@@ -84,23 +84,25 @@ def test_past_the_dense_row_limit_steps_run_the_kept_dense_matrices(shipped_dir:
     assert served.model is not None
     kept = served.model.model.w.layers[0].gate_up
     assert isinstance(kept, quant.QuantizedWeight) and (kept.dense is None) == (dense_rows is None)
-
-    def error(rows: int) -> float:
+    calls: list[int] = []
+    real = torch.ops.aten._weight_int4pack_mm_for_cpu
+    monkeypatch.setattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu", lambda x, *a: calls.append(x.shape[0]) or real(x, *a), raising=False)
+    for rows in (6, 13):
         s, d = _logits(served, rows), _logits(dense, rows)
-        return float((s - d).norm() / d.norm())
-
-    assert 1e-5 < error(6)  # between the limits: the int8 GEMM
-    assert (error(13) < 1e-6) == (dense_rows is not None)  # past them: the very dense matrices, or the int8 GEMM again
+        assert float((s - d).norm() / d.norm()) < 1e-5, rows
+    assert (13 in calls) == (dense_rows is None)  # past the limit: the very dense matrices (else the blocks again)
 
 
 @pytest.mark.parametrize(
     ("settings", "impl"),
     [
-        (dict(dtype="bfloat16"), "native"),
-        (dict(quantization="none"), "native"),
+        (dict(dtype="bfloat16"), "native+bf16+rowwise"),
+        (dict(quantization="none"), "native+bf16+rowwise"),
         (dict(quantization="int4"), "native+int4"),
         (dict(model_impl="transformers"), "transformers"),
-        (dict(batch_invariant=True), "native"),
+        (dict(batch_invariant=True), "native+q4_1+rowwise"),
+        (dict(batch_invariant=False), "native+q4_1"),
+        (dict(quantization="none", batch_invariant=False), "native"),
     ],
 )
 def test_every_other_choice_keeps_its_own_weights(shipped_dir: Path, settings: dict, impl: str) -> None:
@@ -109,7 +111,7 @@ def test_every_other_choice_keeps_its_own_weights(shipped_dir: Path, settings: d
 
 @pytest.mark.parametrize(
     ("settings", "message"),
-    [(dict(model_impl="transformers", quantization="shipped"), "native path only"), (dict(quantization="shipped", batch_invariant=True), "cannot be combined")],
+    [(dict(model_impl="transformers", quantization="shipped"), "native path only"), (dict(quantization="int4", batch_invariant=True), "cannot be combined")],
 )
 def test_shipped_settings_that_cannot_run_are_refused(shipped_dir: Path, settings: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -135,8 +137,7 @@ async def _greedy(config: RuntimeConfig, prompt: list[int], max_tokens: int) -> 
 
 
 async def test_the_engine_serves_shipped_weights_token_for_token_as_the_dense_float32_model(shipped_dir: Path) -> None:
-    # A prompt of at most MAX_ROWS tokens: its prefill runs the weight-only kernel too, so every
-    # step computes with the dense weights exactly.
+    # Float32, so aten's kernels: the weight-only kernel at every width computes with the dense weights exactly.
     base = dict(model=str(shipped_dir), device="cpu", num_kv_blocks=32, block_size=4, num_threads=1, dtype="float32", compile=False)
     prompt = [5, 9, 17]
     shipped = await _greedy(RuntimeConfig(**base, quantization="shipped"), prompt, 12)

@@ -44,7 +44,7 @@ async def run(model_dir: Path, spec: str) -> tuple[list[list[int]], dict, int]:
 
 async def test_guided_drafts_change_no_token(tiny_model_dir: Path) -> None:
     plain, _, _ = await run(tiny_model_dir, "off")
-    drafted, stats, kept = await run(tiny_model_dir, "auto")
+    drafted, stats, kept = await run(tiny_model_dir, "ngram")  # by name: this float32 model's steps are not row-invariant, so auto would not draft
     assert drafted == plain and all(plain)
     assert stats["spec_accepted_tokens"] > 0, stats
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)

@@ -87,16 +87,18 @@ def test_what_is_allowed(tmp_path: Path) -> None:
     assert draft_error(RuntimeConfig(task="embeddings", spec_decoding="draft"), SUPPORTED) is None
 
 
-def test_auto_is_the_default_and_drafts_nothing_under_batch_invariance(tmp_path: Path) -> None:
+def test_off_is_the_default_and_auto_drafts_only_where_rows_are_computed_alone(tmp_path: Path) -> None:
     from api.process.flags import parse_args
 
-    assert RuntimeConfig().spec_decoding == "auto" and RuntimeConfig().drafter() == "ngram"
-    assert parse_args(["serve"]).config.spec_decoding == "auto"
-    assert RuntimeConfig(batch_invariant=True).drafter() == "off"
-    assert RuntimeConfig(batch_invariant=True, spec_decoding="ngram").drafter() == "ngram"  # asked for by name: drafts
+    assert RuntimeConfig().spec_decoding == "off" and RuntimeConfig().drafter() == "off"
+    assert parse_args(["serve"]).config.spec_decoding == "off"
+    assert RuntimeConfig(spec_decoding="auto").drafter() == "ngram"  # the runner's rows are row-invariant
+    assert RuntimeConfig(spec_decoding="auto").drafter(rowwise=False) == "off"  # a verify row could round otherwise
+    assert RuntimeConfig(batch_invariant=False, spec_decoding="auto").drafter() == "off"
+    assert RuntimeConfig(batch_invariant=False, spec_decoding="ngram").drafter(rowwise=False) == "ngram"  # asked for by name: drafts
     target, draft = model_dir(tmp_path / "target", VOCAB), model_dir(tmp_path / "draft", VOCAB, "Qwen2ForCausalLM", hidden_size=32)
-    error = draft_error(RuntimeConfig(model=str(target), batch_invariant=True, draft_model=str(draft)), SUPPORTED)
-    assert error is not None and "--batch-invariant" in error and "--spec-decoding draft" in error, error
+    error = draft_error(RuntimeConfig(model=str(target), batch_invariant=False, spec_decoding="auto", draft_model=str(draft)), SUPPORTED)
+    assert error is not None and "--no-batch-invariant" in error and "--spec-decoding draft" in error, error
 
 
 def test_a_models_table_takes_a_draft_model(tmp_path: Path) -> None:

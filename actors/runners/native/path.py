@@ -1,15 +1,17 @@
 """The native model path as the runner sees it: load, step metadata, forward.
 
 Owns: `NativePath`, which reads the checkpoint (actors/runners/native/loader.py), builds the
-Llama-family model (llama.py) and answers the runner's `ModelPath` interface, and which step
-runs where: steps of up to the token budget through CUDA graphs on a GPU, a row per token
-(cuda_graphs.py), decode steps (one row or several, alone or beside one prompt chunk) and a
-sequence's few-token step through the compiled graphs with `--compile` (decode_graph.py;
-graph_steps.py says which step takes which), every other step eager.
+Llama-family model and answers the runner's `ModelPath` interface, and which step runs where.
+On a CPU in bf16 with dense or shipped weights, every step runs on the row-invariant kernels
+(rowwise.py; `rowwise_applies` says when). Otherwise llama.py's model: on a GPU steps of up
+to the token budget as CUDA graphs, a row per token (cuda_graphs.py); with `--compile` decode
+steps and a sequence's few-token step through compiled graphs (decode_graph.py; graph_steps.py
+says which step takes which); every other step eager.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,16 +20,38 @@ import torch
 
 from actors.runners.invariant import fixed_block_linear
 from actors.runners.native import attention, decode_graph, graph_steps, quant, shipped, smoothing
-from actors.runners.native.config import native_config
+from actors.runners.native.config import NativeConfig, native_config
 from actors.runners.native.cuda_graphs import BucketedDecode, DecodeBatch
+from actors.runners.native.kernels import ops as kernels
+from actors.runners.native.kernels.build import KernelsUnavailable, library
 from actors.runners.native.llama import LlamaModel
 from actors.runners.native.loader import load_weights
+from actors.runners.native.rowwise import RowwiseModel, pack_weights
 from runtime.logging import get_logger
 
 log = get_logger("runner")
 
 
 _NO_POSITIONS = torch.empty(0, dtype=torch.long)  # a bucketed decode step computes its own
+
+
+def rowwise_applies(cfg: NativeConfig, device: torch.device, dtype: torch.dtype, quantization: str | None, batch_invariant: bool | None) -> bool:
+    """Whether steps run on the row-invariant kernels: on a CPU, in bf16, dense or shipped
+    weights (not int8/int4), shapes the kernels take, unless --no-batch-invariant; and the
+    kernels build here (else False by default, an error when --batch-invariant asks for them)."""
+    if device.type != "cpu" or dtype != torch.bfloat16 or quantization not in (None, shipped.SCHEME) or batch_invariant is False:
+        return False
+    try:
+        shapes = kernels.unsupported(cfg.hidden_size, cfg.intermediate_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads)
+        if shapes:
+            raise KernelsUnavailable(f"the row-invariant kernels do not take {shapes}")
+        library()
+    except KernelsUnavailable as exc:
+        if batch_invariant:
+            raise ValueError(f"--batch-invariant: {exc}") from None
+        log.warning("rowwise_kernels_unavailable", reason=str(exc))
+        return False
+    return True
 
 
 class NativePath:
@@ -40,7 +64,7 @@ class NativePath:
         hf: Any,
         dtype: torch.dtype,
         device: torch.device,
-        batch_invariant: bool,
+        batch_invariant: bool | None,
         max_len: int | None,
         compile: bool | None = False,
         quantization: str | None = None,
@@ -58,6 +82,18 @@ class NativePath:
         self.max_position_embeddings = cfg.max_position_embeddings
         weights = load_weights(model_dir, cfg, dtype, device)
         self.vocab_size = weights.lm_head.shape[0]
+        self.bucketed: BucketedDecode | None = None
+        self.decode_graph: decode_graph.DecodeGraph | None = None
+        self.rowwise = rowwise_applies(cfg, device, dtype, quantization, batch_invariant)
+        if self.rowwise:
+            started = time.perf_counter()
+            served = pack_weights(weights, model_dir, cfg.tie_word_embeddings, blocks=quantization == shipped.SCHEME)
+            self.model: LlamaModel | RowwiseModel = RowwiseModel(cfg, weights, max_len or cfg.max_position_embeddings)
+            self.impl = f"native+{shipped.describe(served) if quantization == shipped.SCHEME else 'bf16'}+rowwise"
+            log.info("rowwise_weights", matrices=dict(served), seconds=round(time.perf_counter() - started, 2))
+            if compile:
+                log.warning("compile_skipped", reason="the row-invariant kernels run every step; --compile's graphs would change its rounding")
+            return
         self.model = LlamaModel(cfg, weights, max_len or cfg.max_position_embeddings)
         if batch_invariant:
             self.model.linear = fixed_block_linear
@@ -67,12 +103,10 @@ class NativePath:
         # the same bucketed steps without capture, which is how the CPU suite checks them.
         if cuda_graphs is None:
             cuda_graphs = device.type == "cuda"
-        self.bucketed: BucketedDecode | None = None
         if cuda_graphs and not batch_invariant:  # batch invariance groups decodes by its own buckets
             capture = device.type == "cuda"
             self.bucketed = BucketedDecode(self.model, self.vocab_size, max_len or cfg.max_position_embeddings, block_size, device, capture, max_num_seqs, max_step_tokens)
             self.impl += "+cudagraphs" if capture else "+buckets"
-        self.decode_graph: decode_graph.DecodeGraph | None = None
         if compile is None:  # the default: on a CPU, where one stream's step is Python-bound (docs/models.md)
             compile = device.type == "cpu" and self.bucketed is None and not batch_invariant
         if compile and self.bucketed is not None:
@@ -85,6 +119,7 @@ class NativePath:
 
     def _quantize(self, weights, model_dir: Path, quantization: str) -> str:
         """Quantized linears in place of the dense ones; what is served ("int8", "q4_1", ...)."""
+        assert isinstance(self.model, LlamaModel)
         bits = 4 if quantization == shipped.SCHEME else {"int8": 8, "int4": 4}[quantization]
         started = time.perf_counter()
         smooth = smoothing.prepare(self.model, model_dir, bits)
@@ -96,7 +131,9 @@ class NativePath:
             return quantization
         dense_rows = shipped.dense_past_rows(weights.embed.device)
         served = shipped.quantize_model(weights, model_dir, self.cfg.tie_word_embeddings, smooth, keep_dense=dense_rows is not None)
-        self.model.linear = quant.QuantLinear(quant.MAX_ROWS[bits], dense_rows)
+        # The weight-only kernel at every width (past dense_rows the bf16 GEMM, on AMX): the int8
+        # GEMM quantizes the activations, which only --quantization int8|int4 asks for.
+        self.model.linear = quant.QuantLinear(sys.maxsize, dense_rows)
         log.info("shipped_weights", matrices=dict(served), dense_past_rows=dense_rows, seconds=round(time.perf_counter() - started, 2))
         return shipped.describe(served)
 
@@ -111,6 +148,9 @@ class NativePath:
             self.decode_graph.compile_in_background(scratch, k_cache, v_cache)
 
     def build_step(self, seqs, tables, block_size, k_cache, v_cache):
+        if self.rowwise:
+            rows = kernels.RowStep.build(seqs, tables, block_size)
+            return rows, rows.positions
         if self.bucketed is not None and block_size == self.bucketed.block_size:
             plan = self.bucketed.plan(seqs, tables)
             if plan is not None:
@@ -136,6 +176,8 @@ class NativePath:
         return positions
 
     def forward(self, input_ids, positions, step, keep, k_cache, v_cache):
+        if isinstance(self.model, RowwiseModel):
+            return self.model.forward(input_ids, step, keep, k_cache, v_cache)
         if isinstance(step, DecodeBatch):
             assert self.bucketed is not None
             return self.bucketed(input_ids, step, keep, k_cache, v_cache)

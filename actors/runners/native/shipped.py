@@ -44,7 +44,7 @@ from runtime.gguf_blocks import SHIPPED_FILE
 SCHEME = "shipped"
 # The step's speed with the int8 GEMM against bf16 there: decode of 32 rows 1.04x, 64 rows 0.94x, 128-token prefill 0.84x
 AMX_DENSE_PAST_ROWS = 32
-_LINEARS = {
+LINEARS = {
     "qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
     "o_proj": ("self_attn.o_proj",),
     "gate_up": ("mlp.gate_proj", "mlp.up_proj"),
@@ -71,14 +71,14 @@ def read_blocks(model_dir: Path) -> tuple[dict[str, torch.Tensor], dict[str, str
         return {key: f.get_tensor(key) for key in f.keys()}, types
 
 
-def _unpack(pairs: torch.Tensor) -> torch.Tensor:
+def unpack_nibbles(pairs: torch.Tensor) -> torch.Tensor:
     """uint8 `[N, K / 2]` of two quants each (column 2j low) -> int32 `[N, K]`."""
     return torch.stack([pairs & 0x0F, pairs >> 4], dim=-1).reshape(pairs.shape[0], -1).to(torch.int32)
 
 
 def q4_1_weight(blocks: dict[str, torch.Tensor], names: list[str], dense: torch.Tensor, smooth: torch.Tensor | None) -> QuantizedWeight:
     """The Q4_1 tensors `names`, stacked by rows (the fused matrix `dense`), as the int4 pack."""
-    q = torch.cat([_unpack(blocks[f"{n}.q4_1.qs"]) for n in names])
+    q = torch.cat([unpack_nibbles(blocks[f"{n}.q4_1.qs"]) for n in names])
     d = torch.cat([blocks[f"{n}.q4_1.d"] for n in names]).float()
     m = torch.cat([blocks[f"{n}.q4_1.m"] for n in names]).float()
     return int4_weight(q, d, m + 8.0 * d, dense, smooth)
@@ -122,7 +122,7 @@ def quantize_model(weights, model_dir: Path, tied: bool, smooth: dict[int, torch
             setattr(holder, attr, new)
 
     for i, layer in enumerate(weights.layers):
-        for attr, parts in _LINEARS.items():
+        for attr, parts in LINEARS.items():
             replace(layer, attr, [f"{prefix}layers.{i}.{part}.weight" for part in parts])
     head = f"{prefix}embed_tokens.weight" if tied or "lm_head.weight" not in types else "lm_head.weight"
     replace(weights, "lm_head", [head])

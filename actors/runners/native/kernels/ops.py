@@ -1,0 +1,184 @@
+"""The row-invariant kernels (build.py) as torch functions: weights packed for them, and calls.
+
+Owns: `Packed` (a linear's weight in the kernels' 16-column blocks: dense bf16, or a GGUF
+checkpoint's own Q4_1 / Q8_0 blocks), the packers, `RowStep` (a step's rows: positions,
+cache slots, which sequence and block table each reads) and one function per kernel. Every
+tensor handed over is contiguous on the CPU; outputs are allocated here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from actors.runners.native.kernels import build
+
+BF16, Q4_1, Q8_0 = 0, 1, 2
+GROUP = 32  # input columns a Q4_1 / Q8_0 block scales together
+HEAD_CHUNKS = (1, 2, 4, 6, 8, 16)  # head_dim / 16 values the attention kernel has registers for
+
+
+def unsupported(hidden: int, intermediate: int, head_dim: int, heads: int, kv_heads: int) -> str | None:
+    """Why the kernels cannot run a decoder of these shapes (None: they can)."""
+    if head_dim % 16 or head_dim // 16 not in HEAD_CHUNKS:
+        return f"head_dim {head_dim} (the attention kernel takes {', '.join(str(16 * c) for c in HEAD_CHUNKS)})"
+    if heads % kv_heads or heads // kv_heads > 64:
+        return f"{heads} heads over {kv_heads} kv heads"
+    if hidden % 2 or intermediate % 2 or (heads * head_dim) % 2:
+        return "an odd matrix width"
+    return None
+
+
+@dataclass(slots=True)
+class Packed:
+    data: torch.Tensor  # uint8: [N / 16] blocks of the format's layout (rowwise's common.h)
+    fmt: int
+    n: int
+    k: int
+    bias: torch.Tensor | None = None  # float32 [N]
+    swiglu: bool = False  # (gate, up) blocks interleaved: the product is silu(gate) * up [N / 2]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.n, self.k
+
+
+def as_swiglu(w: Packed) -> Packed:
+    """A fused [gate; up] matrix (I rows each, I % 16 == 0) with its 16-column blocks interleaved
+    gate 0, up 0, gate 1, ...: the product then comes out as silu(gate) * up, in one call."""
+    blocks = w.data.view(w.n // 16, -1)
+    half = w.n // 32
+    order = torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).reshape(-1)
+    return Packed(blocks[order].contiguous().reshape(-1), w.fmt, w.n, w.k, None, swiglu=True)
+
+
+def _blocks(t: torch.Tensor) -> torch.Tensor:
+    """Rows padded with zeros to a multiple of 16."""
+    pad = -t.shape[0] % 16
+    return torch.cat([t, t.new_zeros(pad, *t.shape[1:])]) if pad else t
+
+
+def pack_dense(w: torch.Tensor, bias: torch.Tensor | None = None) -> Packed:
+    """A dense [N, K] matrix, rounded to bf16, as 16-column blocks of input-column pairs."""
+    n, k = w.shape
+    blocks = _blocks(w.to(torch.bfloat16)).reshape(-1, 16, k // 2, 2).permute(0, 2, 1, 3).contiguous()
+    return Packed(blocks.view(torch.uint8).reshape(-1), BF16, n, k, _bias(bias))
+
+
+def pack_q4_1(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor, bias: torch.Tensor | None = None) -> Packed:
+    """Q4_1 blocks (w = d q + m): quants q [N, K] in 0..15, d and m [N, K / 32], kept exactly."""
+    n, k = q.shape
+    g = k // GROUP
+    q = _blocks(q.to(torch.uint8)).reshape(-1, 16, g, 16, 2).permute(0, 2, 3, 1, 4)  # [NB, G, pair, lane, even|odd]
+    qs = (q[..., 0] | (q[..., 1] << 4)).reshape(-1, g, 256)
+    return Packed(torch.cat([qs, _scales(d, g), _scales(m, g)], dim=-1).contiguous().reshape(-1), Q4_1, n, k, _bias(bias))
+
+
+def pack_q8_0(q: torch.Tensor, d: torch.Tensor, bias: torch.Tensor | None = None) -> Packed:
+    """Q8_0 blocks (w = d q): quants q [N, K] int8, d [N, K / 32], kept exactly."""
+    n, k = q.shape
+    g = k // GROUP
+    qs = _blocks(q.to(torch.int8)).reshape(-1, 16, g, 16, 2).permute(0, 2, 3, 4, 1).contiguous().view(torch.uint8)  # [NB, G, pair, even|odd, lane]
+    return Packed(torch.cat([qs.reshape(-1, g, 512), _scales(d, g)], dim=-1).contiguous().reshape(-1), Q8_0, n, k, _bias(bias))
+
+
+def _scales(s: torch.Tensor, g: int) -> torch.Tensor:
+    """Per-block scales [N, G] as fp16 bytes [NB, G, 32] (16 lanes each)."""
+    return _blocks(s.to(torch.float16)).reshape(-1, 16, g).permute(0, 2, 1).contiguous().view(torch.uint8)
+
+
+def _lib() -> Any:
+    return build._loaded or build.library()
+
+
+def _bias(bias: torch.Tensor | None) -> torch.Tensor | None:
+    return None if bias is None else bias.float().contiguous()
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def linear(x: torch.Tensor, w: Packed, out_f32: bool = False, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] bf16 (rows contiguous) times w^T, plus its bias (and `residual` [M, N]): bf16
+    (or fp32) [M, N]; [M, N / 2] for a SwiGLU pair."""
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    width = w.n // 2 if w.swiglu else w.n
+    y = torch.empty(x.shape[0], width, dtype=torch.float32 if out_f32 else torch.bfloat16)
+    _lib().sy_linear(
+        x.data_ptr(), x.shape[0], w.k, x.stride(0), w.data.data_ptr(), w.fmt, w.n, _ptr(w.bias), int(w.swiglu),
+        _ptr(residual), width if residual is None else residual.stride(0), y.data_ptr(), int(out_f32), width, torch.get_num_threads(),
+    )  # fmt: skip
+    return y
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    y = torch.empty_like(rows)
+    _lib().sy_rmsnorm(rows.data_ptr(), rows.shape[0], rows.shape[1], rows.stride(0), weight.data_ptr(), eps, y.data_ptr(), rows.shape[1], torch.get_num_threads())
+    return y.view(x.shape)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """[M, 2I] (gate, then up) → silu(gate) * up [M, I]."""
+    m, width = gate_up.shape
+    y = torch.empty(m, width // 2, dtype=torch.bfloat16)
+    _lib().sy_silu_mul(gate_up.contiguous().data_ptr(), m, width // 2, y.data_ptr(), torch.get_num_threads())
+    return y
+
+
+@dataclass(slots=True)
+class RowStep:
+    """A packed step's rows as the kernels read them."""
+
+    positions: torch.Tensor  # int64 [T]
+    slots: torch.Tensor  # int64 [T] cache slot of each row's new key and value
+    row_seq: torch.Tensor  # int32 [T] which block table each row reads
+    row_pos: torch.Tensor  # int32 [T] (its keys are its sequence's positions 0..row_pos)
+    tables: torch.Tensor  # int32 [S, max blocks], 0-padded
+    block_size: int
+
+    @classmethod
+    def build(cls, seqs: list[tuple[int, int]], tables: list[list[int]], block_size: int) -> "RowStep":
+        pos: list[int] = []
+        seq_of: list[int] = []
+        slots: list[int] = []
+        for i, ((start, n), table) in enumerate(zip(seqs, tables)):
+            for p in range(start, start + n):
+                pos.append(p)
+                seq_of.append(i)
+                slots.append(table[p // block_size] * block_size + p % block_size)
+        width = max(1, max(len(t) for t in tables))
+        padded = torch.zeros(len(tables), width, dtype=torch.int32)
+        for i, table in enumerate(tables):
+            padded[i, : len(table)] = torch.tensor(table, dtype=torch.int32)
+        positions = torch.tensor(pos, dtype=torch.int64)
+        return cls(positions, torch.tensor(slots, dtype=torch.int64), torch.tensor(seq_of, dtype=torch.int32), positions.to(torch.int32), padded, block_size)
+
+
+def rope_write(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, sin: torch.Tensor, step: RowStep, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+    """Rotary on q and k of each row of qkv [T, (H + 2 KVH) d]; k and v into the cache at the
+    rows' slots; the rotated q [T, H, d]."""
+    t = qkv.shape[0]
+    head_dim = k_cache.shape[-1]
+    q = torch.empty(t, heads, head_dim, dtype=torch.bfloat16)
+    _lib().sy_rope_write(
+        qkv.data_ptr(), t, qkv.stride(0), heads, kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(), step.positions.data_ptr(), step.slots.data_ptr(),
+        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1], torch.get_num_threads(),
+    )  # fmt: skip
+    return q
+
+
+def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, step: RowStep, scale: float, window: int = 0) -> torch.Tensor:
+    """q [T, H, d] → each row's attention over its own sequence's cached keys [T, H, d]."""
+    t, heads, head_dim = q.shape
+    out = torch.empty_like(q)
+    _lib().sy_attention(
+        q.data_ptr(), t, heads, k_cache.shape[0], head_dim, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1],
+        step.tables.data_ptr(), step.tables.shape[1], step.block_size, step.row_seq.data_ptr(), step.row_pos.data_ptr(),
+        window, scale, out.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip
+    return out

@@ -1,0 +1,99 @@
+"""The Llama-family forward on the row-invariant kernels: the CPU's default native step.
+
+Owns: `RowwiseModel`, the decoder of llama.py with every op on kernels/ (products with their
+bias, SwiGLU and residual add fused, norms, rotary, attention) but the embedding lookup, and `pack_weights`, which packs a loaded checkpoint's matrices for those kernels:
+the dense weights in bf16, or the blocks a GGUF shipped (Q4_1, Q8_0) as they are.
+
+Why: every row's arithmetic is fixed by that row alone (kernels/build.py's C files say how),
+so a position's logits are the same bits decoded alone, beside other streams, as a draft's
+verify row, after a prefix-cache hit or as a prompt chunk's last token. Drafting then changes
+no token, a warm cache no logprob, and the time budget's chunk boundaries nothing at all. The
+logits come out in float32 (the lm_head's sums, unrounded).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from actors.runners.native import shipped
+from actors.runners.native.config import NativeConfig
+from actors.runners.native.kernels import ops
+from actors.runners.native.llama import rope_tables
+from actors.runners.native.loader import ModelWeights
+
+_LINEARS = ("qkv", "o_proj", "gate_up", "down")
+_BIASES = {"qkv": "qkv_bias", "o_proj": "o_bias"}
+
+
+def pack_weights(weights: ModelWeights, model_dir: Path, tied: bool, blocks: bool) -> Counter[str]:
+    """Each linear matrix (and the lm_head) of `weights` replaced, in place, by its packed form:
+    the checkpoint's own blocks where `blocks` and it ships them, else the dense matrix in bf16.
+    How many matrices each format serves."""
+    shipped_blocks, types = shipped.read_blocks(model_dir) if blocks else ({}, {})
+    prefix = "model." if any(name.startswith("model.") for name in types) else ""
+    served: Counter[str] = Counter()
+
+    def pack(holder: object, attr: str, names: list[str], bias: torch.Tensor | None) -> None:
+        dense = getattr(holder, attr)
+        kinds = {types.get(n) for n in names}
+        if kinds == {"q4_1"}:
+            q = torch.cat([shipped.unpack_nibbles(shipped_blocks[f"{n}.q4_1.qs"]) for n in names])
+            d = torch.cat([shipped_blocks[f"{n}.q4_1.d"] for n in names])
+            m = torch.cat([shipped_blocks[f"{n}.q4_1.m"] for n in names])
+            packed, kind = ops.pack_q4_1(q, d, m, bias), "q4_1"
+        elif kinds == {"q8_0"} and len(names) == 1:
+            packed, kind = ops.pack_q8_0(shipped_blocks[f"{names[0]}.q8_0.qs"], shipped_blocks[f"{names[0]}.q8_0.d"], bias), "q8_0"
+        else:
+            packed, kind = ops.pack_dense(dense, bias), "dense"
+        served[kind] += 1
+        setattr(holder, attr, ops.as_swiglu(packed) if attr == "gate_up" and packed.n % 32 == 0 else packed)
+
+    for i, layer in enumerate(weights.layers):
+        for attr in _LINEARS:
+            parts = shipped.LINEARS[attr]
+            pack(layer, attr, [f"{prefix}layers.{i}.{part}.weight" for part in parts], getattr(layer, _BIASES[attr]) if attr in _BIASES else None)
+    head = f"{prefix}embed_tokens.weight" if tied or "lm_head.weight" not in types else "lm_head.weight"
+    pack(weights, "lm_head", [head], None)
+    return served
+
+
+class RowwiseModel:
+    """Packed weights plus the forward; one instance per served model, driven from one thread."""
+
+    def __init__(self, cfg: NativeConfig, weights: ModelWeights, max_len: int, window: int = 0) -> None:
+        self.cfg = cfg
+        self.w = weights
+        self.window = window
+        self.scale = cfg.head_dim**-0.5
+        self.cos, self.sin = rope_tables(cfg, max_len, torch.float32, torch.device("cpu"))
+        self.q_size = cfg.num_heads * cfg.head_dim
+        self.kv_size = cfg.num_kv_heads * cfg.head_dim
+
+    def forward(
+        self, input_ids: torch.Tensor, step: ops.RowStep, keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """input_ids `[T]` → float32 logits `[len(keep), V]` for the packed step's rows `keep`."""
+        cfg = self.cfg
+        h = F.embedding(input_ids, self.w.embed)
+        for i, layer in enumerate(self.w.layers):
+            qkv = ops.linear(ops.rmsnorm(h, layer.input_norm, cfg.rms_norm_eps), layer.qkv)
+            if layer.q_norm is not None and layer.k_norm is not None:
+                qkv = self._qk_norm(qkv, layer.q_norm, layer.k_norm)
+            q = ops.rope_write(qkv, cfg.num_heads, cfg.num_kv_heads, self.cos, self.sin, step, k_cache[i], v_cache[i])
+            o = ops.attention(q, k_cache[i], v_cache[i], step, self.scale, self.window)
+            h = ops.linear(o.view(-1, self.q_size), layer.o_proj, residual=h)
+            x = ops.rmsnorm(h, layer.post_norm, cfg.rms_norm_eps)
+            mlp = ops.linear(x, layer.gate_up) if layer.gate_up.swiglu else ops.silu_mul(ops.linear(x, layer.gate_up))
+            h = ops.linear(mlp, layer.down, residual=h)
+        return ops.linear(ops.rmsnorm(h[keep], self.w.final_norm, cfg.rms_norm_eps), self.w.lm_head, out_f32=True)
+
+    def _qk_norm(self, qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor) -> torch.Tensor:
+        """Qwen3: RMSNorm over each head of q and k, before rotary."""
+        d, eps = self.cfg.head_dim, self.cfg.rms_norm_eps
+        q = ops.rmsnorm(qkv[:, : self.q_size].reshape(-1, d), q_norm, eps).view(-1, self.q_size)
+        k = ops.rmsnorm(qkv[:, self.q_size : self.q_size + self.kv_size].reshape(-1, d), k_norm, eps).view(-1, self.kv_size)
+        return torch.cat([q, k, qkv[:, self.q_size + self.kv_size :]], dim=1)
