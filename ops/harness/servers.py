@@ -111,16 +111,20 @@ def _logged(log: str, flag: str) -> int:
 
 @contextmanager
 def switchyard_server(
-    log_path: Path, server_args: Sequence[str] = (), startup_timeout: float = 300.0, term_timeout: float = 45.0, command: str = "serve"
+    log_path: Path, server_args: Sequence[str] = (), startup_timeout: float = 300.0, term_timeout: float = 45.0, command: str = "serve",
+    checkout: Path | None = None,
 ) -> Iterator[RunningServer]:
-    """`command`: "serve", or "serve-ray" (a local Ray instance in the server's process group)."""
+    """`command`: "serve", or "serve-ray" (a local Ray instance in the server's process group).
+    `checkout`: another checkout's code (an earlier commit's worktree) on this interpreter."""
     port = free_port()
     state_dir = log_path.parent / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [*switchyard_command(), command, "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(state_dir), *server_args]
+    root = checkout or REPO_ROOT
+    program = [sys.executable, "-m", "api.process.main"] if checkout else switchyard_command()
+    cmd = [*program, command, "--host", "127.0.0.1", "--port", str(port), "--state-dir", str(state_dir), *server_args]
     print(f"[switchyard] starting: {' '.join(cmd)} (log {log_path})", file=sys.stderr, flush=True)
-    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    process = ServerProcess("switchyard", cmd, log_path, env={"PYTHONPATH": path}, cwd=str(REPO_ROOT))
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    process = ServerProcess("switchyard", cmd, log_path, env={"PYTHONPATH": path}, cwd=str(root))
     server = RunningServer(f"http://127.0.0.1:{port}", cmd, log_path, process)
     try:
         server.startup_s = round(process.wait_healthy(server.base_url + "/health", startup_timeout), 2)

@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bare-timeout", type=float, default=1200.0)
     p.add_argument("--bare-native", default=None, help="also the bare native step baseline (ops.bench.bare_native) for these variants, e.g. native,native+int4,transformers")
     p.add_argument("--bare-native-baseline", default="native", help="the bare native variant the servers' tok/s are divided by")
-    p.add_argument("--switchyard-variants", default="", help="more Switchyard sections, 'name=server args;...', e.g. 'hf=--model-impl transformers;int4=--quantization int4'")
+    p.add_argument("--switchyard-variants", default="", help="more Switchyard sections, 'name[@checkout]=server args;...', e.g. 'hf=--model-impl transformers;before@/tmp/wt=--spec-decoding off' (@: that checkout's code)")
     p.add_argument("--peer-dtype", default="match", help="transformers serve --dtype; 'match' = the dtype Switchyard reported (else auto)")
     p.add_argument("--cb-num-blocks", type=int, default=80, help="transformers serve --cb-num-blocks (pages of 256 tokens; 0: its own default)")
     p.add_argument("--cb-max-batch-tokens", type=int, default=512, help="transformers serve --cb-max-batch-tokens (0: its own default)")
@@ -68,10 +68,12 @@ def _servers(result: dict[str, Any], args: argparse.Namespace, served_name: str,
     if not args.skip_switchyard:
         settle("switchyard")
         result["switchyard"] = run_switchyard(args.model, served_name, prompts, args.levels, log_dir, shlex.split(args.server_args), args.startup_timeout, **sweep_kwargs)
-    for name, extra in parse_variants(args.switchyard_variants).items():
+    for name, (checkout, extra) in parse_variants(args.switchyard_variants).items():
         settle(VARIANT_PREFIX + name)
         variant_args = [*shlex.split(args.server_args), *extra]
-        result[VARIANT_PREFIX + name] = run_switchyard(args.model, served_name, prompts, args.levels, log_dir / name, variant_args, args.startup_timeout, **sweep_kwargs)
+        result[VARIANT_PREFIX + name] = run_switchyard(
+            args.model, served_name, prompts, args.levels, log_dir / name, variant_args, args.startup_timeout, checkout=checkout, **sweep_kwargs
+        )
     if args.peers:
         settle("transformers_serve")
         peer_dtype = args.peer_dtype

@@ -31,25 +31,28 @@ def sections(result: dict[str, Any]) -> list[str]:
     return [SECTIONS[0], *variants, *PEERS]
 
 
-def parse_variants(spec: str) -> dict[str, list[str]]:
-    """'native=--model-impl native;hf=--model-impl transformers' → {name: server args}."""
-    out: dict[str, list[str]] = {}
+def parse_variants(spec: str) -> dict[str, tuple[Path | None, list[str]]]:
+    """'native=--model-impl native;before@/tmp/wt=--spec-decoding off' → {name: (checkout, server
+    args)}: `name@DIR` runs the server from another checkout (an earlier commit's worktree)."""
+    out: dict[str, tuple[Path | None, list[str]]] = {}
     for part in filter(None, (p.strip() for p in spec.split(";"))):
         name, _, args = part.partition("=")
-        if not name.strip() or not _:
-            raise SystemExit(f"--switchyard-variants: {part!r} is not name=server args")
-        out[name.strip()] = shlex.split(args)
+        name, at, checkout = name.strip().partition("@")
+        if not name or not _:
+            raise SystemExit(f"--switchyard-variants: {part!r} is not name[@checkout]=server args")
+        out[name] = (Path(checkout) if at else None, shlex.split(args))
     return out
 
 
 def run_switchyard(
-    model: str | None, served_name: str, prompts: list[str], levels: list[int], log_dir: Path, server_args: list[str], startup_timeout: float, **sweep_kwargs: Any
-) -> dict[str, Any]:
+    model: str | None, served_name: str, prompts: list[str], levels: list[int], log_dir: Path, server_args: list[str], startup_timeout: float,
+    checkout: Path | None = None, **sweep_kwargs: Any,
+) -> dict[str, Any]:  # fmt: skip
     """One Switchyard section: start it, sweep it, stop it; a failure is reported in the section."""
-    out: dict[str, Any] = {"name": "switchyard", "log": str(log_dir / "switchyard.log")}
+    out: dict[str, Any] = {"name": "switchyard", "log": str(log_dir / "switchyard.log"), **({"checkout": str(checkout)} if checkout else {})}
     started: list[Any] = []
     try:
-        with switchyard_server(log_dir / "switchyard.log", [*(["--model", model] if model else []), *server_args], startup_timeout) as srv:
+        with switchyard_server(log_dir / "switchyard.log", [*(["--model", model] if model else []), *server_args], startup_timeout, checkout=checkout) as srv:
             started.append(srv)
             out.update(cmd=srv.cmd, startup_s=srv.startup_s, dtype=srv.dtype(served_name))
             t0 = time.monotonic()

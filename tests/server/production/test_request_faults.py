@@ -121,3 +121,26 @@ async def test_a_request_whose_sampling_raises_fails_alone(
         assert results[f"ok{i}"].json()["choices"][0]["text"] == expected[i]
     stats = server.runtime.statistics()  # type: ignore[attr-defined]
     assert stats["running"] == stats["waiting"] == stats["kv_blocks_used"] == 0
+
+
+async def test_a_grammar_failure_answers_a_500_without_the_grammar_or_the_parsers_state(
+    server: Server, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The matcher refuses a token it allowed (llguidance's error carries its whole state and the
+    grammar, the server's private tool grammar included): the client gets the request id alone,
+    in the JSON body and in the stream's error event."""
+    from actors.runners import grammar_masks
+
+    def refusing(draw, token, failed):  # type: ignore[no-untyped-def]
+        failed[draw.request_id] = 'grammar error: token 198 rejected: <state>\nTokens: ⟦{"a"⟧ Flags: had_rollback</state><grammar>{"grammars": [...]}</grammar>'
+        return False
+
+    monkeypatch.setattr(grammar_masks, "consume", refusing)
+    monkeypatch.setattr(torch_runner, "consume", refusing)
+    body = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 8, "response_format": {"type": "json_object"}}
+    plain = await http.post("/v1/completions", json=body)
+    assert plain.status_code == 500, plain.text
+    async with http.stream("POST", "/v1/completions", json={**body, "stream": True}) as resp:
+        streamed = (await resp.aread()).decode()
+    for text in (plain.text, streamed):
+        assert "request id" in text and not any(word in text for word in ("grammar", "state", "Tokens", "rollback", "198")), text
