@@ -135,11 +135,11 @@ async def test_the_same_request_gets_the_same_answer_on_the_default_configuratio
 async def test_a_planted_shape_dependent_kernel_fails_the_same_checks(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     real = ops.linear
 
-    def planted(x: torch.Tensor, w: ops.Packed, out_f32: bool = False, residual: torch.Tensor | None = None) -> torch.Tensor:
+    def planted(x: torch.Tensor, w: ops.Packed, out_f32: bool = False, residual: torch.Tensor | None = None, **norm: Any) -> torch.Tensor:
         """Past one row, a plain product's bf16 output truncated instead of rounded to nearest."""
         if x.shape[0] == 1 or out_f32 or residual is not None or w.swiglu:
-            return real(x, w, out_f32, residual)
-        full = real(x, w, out_f32=True)  # with its bias, unrounded
+            return real(x, w, out_f32, residual, **norm)
+        full = real(x, w, out_f32=True, **norm)  # with its bias, unrounded
         return (full.view(torch.int32) & ~0xFFFF).view(torch.float32).bfloat16()
 
     monkeypatch.setattr(ops, "linear", planted)

@@ -73,7 +73,10 @@ def test_the_fused_epilogues_round_as_the_eager_model_does() -> None:
     bias = torch.randn(100)
     w = ops.pack_dense(dense[:100], bias)
     residual = torch.randn(7, 100).bfloat16()
-    assert torch.equal(ops.linear(x, w, residual=residual), residual + ops.linear(x, w))
+    expected = residual + ops.linear(x, w)
+    assert torch.equal(ops.linear(x, w, residual=residual), expected) and torch.equal(residual, expected)  # written in place
+    norm = torch.randn(64).bfloat16()
+    assert torch.equal(ops.linear(x, w, norm=norm, eps=1e-5), ops.linear(ops.rmsnorm(x, norm, 1e-5), w))  # the RMSNorm prologue
     assert torch.allclose(ops.linear(x, w, out_f32=True).double(), x.double() @ dense[:100].double().t() + bias.double(), atol=1e-4)
 
 
@@ -100,8 +103,10 @@ class Cache:
         g = torch.Generator().manual_seed(head_dim)
         self.cos, self.sin = torch.randn(128, head_dim, generator=g), torch.randn(128, head_dim, generator=g)
 
-    def step(self, seqs: list[tuple[int, int]], qkv: torch.Tensor, window: int = 0) -> torch.Tensor:
+    def step(self, seqs: list[tuple[int, int]], qkv: torch.Tensor, window: int = 0, fused: bool = False) -> torch.Tensor:
         rows = ops.RowStep.build(seqs, self.tables[: len(seqs)], 4)
+        if fused:
+            return ops.rope_attention(qkv, self.h, self.kvh, self.cos, self.sin, rows, self.k, self.v, self.d**-0.5, window)
         q = ops.rope_write(qkv, self.h, self.kvh, self.cos, self.sin, rows, self.k, self.v)
         return ops.attention(q, self.k, self.v, rows, self.d**-0.5, window)
 
@@ -115,7 +120,7 @@ def test_a_prompt_attends_as_its_positions_decoded_one_by_one_or_chunked_beside_
     whole = Cache(heads, kv_heads, head_dim)
     prompt = whole.step([(0, n)], qkv)
     one = Cache(heads, kv_heads, head_dim)
-    assert torch.equal(torch.cat([one.step([(p, 1)], qkv[p : p + 1]) for p in range(n)]), prompt)
+    assert torch.equal(torch.cat([one.step([(p, 1)], qkv[p : p + 1], fused=p % 2 == 0) for p in range(n)]), prompt)  # rope + attention in one call or two
     chunked, outs = Cache(heads, kv_heads, head_dim), []
     for start in range(0, n, 6):
         size = min(6, n - start)

@@ -78,18 +78,20 @@ class RowwiseModel:
     ) -> torch.Tensor:
         """input_ids `[T]` → float32 logits `[len(keep), V]` for the packed step's rows `keep`."""
         cfg = self.cfg
-        h = F.embedding(input_ids, self.w.embed)
+        eps = cfg.rms_norm_eps
+        h = F.embedding(input_ids, self.w.embed)  # the residual stream, updated in place
         for i, layer in enumerate(self.w.layers):
-            qkv = ops.linear(ops.rmsnorm(h, layer.input_norm, cfg.rms_norm_eps), layer.qkv)
+            qkv = ops.linear(h, layer.qkv, norm=layer.input_norm, eps=eps)
             if layer.q_norm is not None and layer.k_norm is not None:
                 qkv = self._qk_norm(qkv, layer.q_norm, layer.k_norm)
-            q = ops.rope_write(qkv, cfg.num_heads, cfg.num_kv_heads, self.cos, self.sin, step, k_cache[i], v_cache[i])
-            o = ops.attention(q, k_cache[i], v_cache[i], step, self.scale, self.window)
-            h = ops.linear(o.view(-1, self.q_size), layer.o_proj, residual=h)
-            x = ops.rmsnorm(h, layer.post_norm, cfg.rms_norm_eps)
-            mlp = ops.linear(x, layer.gate_up) if layer.gate_up.swiglu else ops.silu_mul(ops.linear(x, layer.gate_up))
-            h = ops.linear(mlp, layer.down, residual=h)
-        return ops.linear(ops.rmsnorm(h[keep], self.w.final_norm, cfg.rms_norm_eps), self.w.lm_head, out_f32=True)
+            o = ops.rope_attention(qkv, cfg.num_heads, cfg.num_kv_heads, self.cos, self.sin, step, k_cache[i], v_cache[i], self.scale, self.window)
+            ops.linear(o.view(-1, self.q_size), layer.o_proj, residual=h)
+            if layer.gate_up.swiglu:
+                mlp = ops.linear(h, layer.gate_up, norm=layer.post_norm, eps=eps)
+            else:
+                mlp = ops.silu_mul(ops.linear(h, layer.gate_up, norm=layer.post_norm, eps=eps))
+            ops.linear(mlp, layer.down, residual=h)
+        return ops.linear(h[keep], self.w.lm_head, out_f32=True, norm=self.w.final_norm, eps=eps)
 
     def _qk_norm(self, qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor) -> torch.Tensor:
         """Qwen3: RMSNorm over each head of q and k, before rotary."""

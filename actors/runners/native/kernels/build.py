@@ -28,7 +28,8 @@ HERE = Path(__file__).parent
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 _C = ctypes.c_int
 SIGNATURES = {
-    "sy_linear": (_P, _I, _I, _I, _P, _C, _I, _P, _C, _P, _I, _P, _C, _I, _C),
+    "sy_linear": (_P, _I, _I, _I, _P, _F, _P, _C, _I, _P, _C, _P, _I, _P, _C, _I, _C),
+    "sy_rope_attention": (_P, _I, _I, _C, _C, _C, _P, _P, _P, _P, _P, _P, _I, _P, _I, _C, _P, _C, _F, _P, _C),
     "sy_attention": (_P, _I, _C, _C, _C, _P, _P, _I, _P, _I, _C, _P, _P, _C, _F, _P, _C),
     "sy_rmsnorm": (_P, _I, _I, _I, _P, _F, _P, _I, _C),
     "sy_rope_write": (_P, _I, _I, _C, _C, _C, _P, _P, _P, _P, _P, _P, _P, _I, _C),

@@ -112,4 +112,17 @@ static inline __attribute__((unused)) float exp_one(float x) {
     p = fmaf(p, r * r, r + 1.0f);
     return ldexpf(p, (int)n);
 }
+
+/* One row of y = w * bf16(x * rsqrt(mean(x^2) + eps)), as transformers' RMSNorm rounds it (the
+ * normalised row in the activations' dtype before the weight); squares summed in lane i % 16,
+ * then tree_sum16's order. */
+static inline __attribute__((unused)) void rmsnorm_row(const bf16 *row, int64_t D, const bf16 *w, float eps, bf16 *out) {
+    float lanes[16] = {0};
+    for (int64_t i = 0; i < D; i++) {
+        float v = bf16_f32(row[i]);
+        lanes[i % 16] = fmaf(v, v, lanes[i % 16]);
+    }
+    float r = 1.0f / sqrtf(tree_sum16(lanes) / (float)D + eps);
+    for (int64_t i = 0; i < D; i++) out[i] = f32_bf16(bf16_f32(w[i]) * bf16_f32(f32_bf16(bf16_f32(row[i]) * r)));
+}
 #endif

@@ -218,12 +218,14 @@ static void epilogue(float acc[4][4][16], int mr, int nr, int64_t m, int64_t nb0
     }
 }
 
-/* y = x[M, K] W^T (+ bias), W packed in 16-column blocks of format `fmt`; act 1: SwiGLU over
- * interleaved (gate, up) blocks, y [M, N / 2]; res: y = res + x W^T. y bf16, or fp32 when
- * `out_f32`. Tasks are (column panel, row range): each dequantizes its panel once. */
-void sy_linear(const bf16 *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int fmt, int64_t N, const float *bias,
-               int act, const bf16 *res, int64_t ldr, void *y, int out_f32, int64_t ldy, int threads) {
+/* y = x[M, K] W^T (+ bias), W packed in 16-column blocks of format `fmt`; norm: x's rows through
+ * RMSNorm(norm, eps) first; act 1: SwiGLU over interleaved (gate, up) blocks, y [M, N / 2];
+ * res: y = res + x W^T (y may be res itself). y bf16, or fp32 when `out_f32`. Tasks are
+ * (column panel, row range): each dequantizes its panel once. */
+void sy_linear(const bf16 *x, int64_t M, int64_t K, int64_t ldx, const bf16 *norm, float eps, const uint8_t *w, int fmt, int64_t N,
+               const float *bias, int act, const bf16 *res, int64_t ldr, void *y, int out_f32, int64_t ldy, int threads) {
     int64_t NB = (N + 15) / 16, KP = K / 2, G = K / 32, block = packed_block_bytes(fmt, K);
+    bf16 *normed = norm ? (bf16 *)malloc(sizeof(bf16) * (size_t)(M * K)) : NULL;
     int nr = NB >= 16 * threads ? 4 : NB >= 8 * threads || act ? 2 : 1; /* enough panels for every thread */
     if (act && NB % 4) nr = 2;
     int64_t panels = (NB + nr - 1) / nr;
@@ -232,6 +234,12 @@ void sy_linear(const bf16 *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *
     int64_t rows_per = ((M + chunks - 1) / chunks + 3) / 4 * 4;
 #pragma omp parallel num_threads(threads)
     {
+        if (normed) { /* the prologue: x's rows through RMSNorm first (then the barrier) */
+#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++) rmsnorm_row(x + m * ldx, K, norm, eps, normed + m * K);
+        }
+        const bf16 *xs = normed ? normed : x;
+        int64_t ldxs = normed ? K : ldx;
         uint32_t *buf = fmt == FMT_BF16 ? NULL : (uint32_t *)aligned_alloc(64, (size_t)nr * KP * 64);
         float acc[4][4][16];
 #pragma omp for schedule(static)
@@ -243,7 +251,7 @@ void sy_linear(const bf16 *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *
             const uint32_t *panel = (const uint32_t *)(w + nb0 * block);
 #ifdef __AVX512BF16__
             if (fmt != FMT_BF16 && r1 - r0 <= 4) { /* few rows: dequantize in registers */
-                direct(fmt, (int)(r1 - r0), n_here, x + r0 * ldx, ldx, w + nb0 * block, block, G, acc);
+                direct(fmt, (int)(r1 - r0), n_here, xs + r0 * ldxs, ldxs, w + nb0 * block, block, G, acc);
                 epilogue(acc, (int)(r1 - r0), n_here, r0, nb0, N, bias, act, res, ldr, y, out_f32, ldy);
                 continue;
             }
@@ -255,10 +263,11 @@ void sy_linear(const bf16 *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *
             }
             for (int64_t m = r0; m < r1; m += 4) {
                 int mr = (int)(r1 - m < 4 ? r1 - m : 4);
-                tile(x + m * ldx, ldx, mr, panel, KP, KP, n_here, acc);
+                tile(xs + m * ldxs, ldxs, mr, panel, KP, KP, n_here, acc);
                 epilogue(acc, mr, n_here, m, nb0, N, bias, act, res, ldr, y, out_f32, ldy);
             }
         }
         free(buf);
     }
+    free(normed);
 }

@@ -101,16 +101,19 @@ def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-def linear(x: torch.Tensor, w: Packed, out_f32: bool = False, residual: torch.Tensor | None = None) -> torch.Tensor:
-    """x [M, K] bf16 (rows contiguous) times w^T, plus its bias (and `residual` [M, N]): bf16
-    (or fp32) [M, N]; [M, N / 2] for a SwiGLU pair."""
-    if x.stride(-1) != 1:
+def linear(
+    x: torch.Tensor, w: Packed, out_f32: bool = False, residual: torch.Tensor | None = None, norm: torch.Tensor | None = None, eps: float = 0.0
+) -> torch.Tensor:
+    """x [M, K] bf16 (rows contiguous), through RMSNorm(`norm`, `eps`) first when given, times
+    w^T plus its bias: bf16 (or fp32) [M, N], [M, N / 2] for a SwiGLU pair. With `residual`
+    [M, N] the sum residual + x w^T, written into `residual` itself."""
+    if x.stride(-1) != 1 or (norm is not None and not x.is_contiguous()):
         x = x.contiguous()
     width = w.n // 2 if w.swiglu else w.n
-    y = torch.empty(x.shape[0], width, dtype=torch.float32 if out_f32 else torch.bfloat16)
+    y = residual if residual is not None else torch.empty(x.shape[0], width, dtype=torch.float32 if out_f32 else torch.bfloat16)
     _lib().sy_linear(
-        x.data_ptr(), x.shape[0], w.k, x.stride(0), w.data.data_ptr(), w.fmt, w.n, _ptr(w.bias), int(w.swiglu),
-        _ptr(residual), width if residual is None else residual.stride(0), y.data_ptr(), int(out_f32), width, torch.get_num_threads(),
+        x.data_ptr(), x.shape[0], w.k, x.stride(0), _ptr(norm), eps, w.data.data_ptr(), w.fmt, w.n, _ptr(w.bias), int(w.swiglu),
+        _ptr(residual), y.stride(0), y.data_ptr(), int(out_f32), y.stride(0), torch.get_num_threads(),
     )  # fmt: skip
     return y
 
@@ -179,6 +182,22 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ste
     _lib().sy_attention(
         q.data_ptr(), t, heads, k_cache.shape[0], head_dim, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1],
         step.tables.data_ptr(), step.tables.shape[1], step.block_size, step.row_seq.data_ptr(), step.row_pos.data_ptr(),
+        window, scale, out.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip
+    return out
+
+
+def rope_attention(
+    qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, sin: torch.Tensor, step: RowStep, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    scale: float, window: int = 0,
+) -> torch.Tensor:  # fmt: skip
+    """`rope_write` then `attention`, in one call: a layer's attention output [T, H, d]."""
+    t = qkv.shape[0]
+    head_dim = k_cache.shape[-1]
+    out = torch.empty(t, heads, head_dim, dtype=torch.bfloat16)
+    _lib().sy_rope_attention(
+        qkv.data_ptr(), t, qkv.stride(0), heads, kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(), step.positions.data_ptr(), step.slots.data_ptr(),
+        k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1], step.tables.data_ptr(), step.tables.shape[1], step.block_size, step.row_seq.data_ptr(),
         window, scale, out.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
     return out

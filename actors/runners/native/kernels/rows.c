@@ -1,24 +1,9 @@
 #include "common.h"
 
-/* y = w * bf16(x * rsqrt(mean(x^2) + eps)) per row, as transformers' RMSNorm rounds it (the
- * normalised row in the activations' dtype before the weight); the squares summed in lane
- * i % 16, then the tree of attention.c. */
+/* y = RMSNorm(x) row by row (common.h `rmsnorm_row`). */
 void sy_rmsnorm(const bf16 *x, int64_t M, int64_t D, int64_t ldx, const bf16 *w, float eps, bf16 *y, int64_t ldy, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (M > 1)
-    for (int64_t m = 0; m < M; m++) {
-        const bf16 *row = x + m * ldx;
-        float lanes[16] = {0};
-        for (int64_t i = 0; i < D; i++) {
-            float v = bf16_f32(row[i]);
-            lanes[i % 16] = fmaf(v, v, lanes[i % 16]);
-        }
-        float a[8], b[4];
-        for (int i = 0; i < 8; i++) a[i] = lanes[i] + lanes[i + 8];
-        for (int i = 0; i < 4; i++) b[i] = a[i] + a[i + 4];
-        float sum = (b[0] + b[2]) + (b[1] + b[3]);
-        float r = 1.0f / sqrtf(sum / (float)D + eps);
-        for (int64_t i = 0; i < D; i++) y[m * ldy + i] = f32_bf16(bf16_f32(w[i]) * bf16_f32(f32_bf16(bf16_f32(row[i]) * r)));
-    }
+    for (int64_t m = 0; m < M; m++) rmsnorm_row(x + m * ldx, D, w, eps, y + m * ldy);
 }
 
 /* Rotary on the q and k parts of each row of `qkv` [T, (H + 2 KVH) D] (rotate-half layout, fp32
@@ -69,4 +54,20 @@ void sy_silu_mul(const bf16 *gu, int64_t M, int64_t I, bf16 *y, int threads) {
             out[i] = f32_bf16(act * bf16_f32(u[i]));
         }
     }
+}
+
+void sy_attention(const bf16 *q, int64_t T, int H, int KVH, int D, const bf16 *kc, const bf16 *vc, int64_t S, const int32_t *tables,
+                  int64_t tstride, int bs, const int32_t *row_seq, const int32_t *row_pos, int window, float scale, bf16 *out, int threads);
+
+/* sy_rope_write, then sy_attention over the rotated q: one call for a layer's attention. */
+void sy_rope_attention(const bf16 *qkv, int64_t T, int64_t ld, int H, int KVH, int D, const float *cos, const float *sin, const int64_t *pos,
+                       const int64_t *slots, bf16 *kc, bf16 *vc, int64_t S, const int32_t *tables, int64_t tstride, int bs, const int32_t *row_seq,
+                       int window, float scale, bf16 *out, int threads) {
+    bf16 *q = (bf16 *)malloc(sizeof(bf16) * (size_t)(T * H * D));
+    int32_t *row_pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)T);
+    for (int64_t t = 0; t < T; t++) row_pos[t] = (int32_t)pos[t];
+    sy_rope_write(qkv, T, ld, H, KVH, D, cos, sin, pos, slots, q, kc, vc, S, threads);
+    sy_attention(q, T, H, KVH, D, kc, vc, S, tables, tstride, bs, row_seq, row_pos, window, scale, out, threads);
+    free(q);
+    free(row_pos);
 }
