@@ -93,17 +93,18 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
         help="a request's tokens and logprobs never depend on the batch or the step it rides in (default: on where the row-invariant kernels serve, the native path on a CPU in bf16; --batch-invariant also elsewhere, as fixed 32-row matmul blocks, slower; --no-batch-invariant: never)",
     )
     p.add_argument("--model-impl", default=DEFAULTS.model_impl, choices=["auto", "native", "transformers"], help="model code: native (Llama, Mistral, Qwen2, Qwen3), transformers (any causal LM), auto: native when supported (default %(default)s)")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=DEFAULTS.compile, help="torch.compile the native path's single-stream decode step on a background thread: the eager step serves at once and the graph is swapped in when ready (minutes the first time on a small CPU, inductor's disk cache after; default: on for the native path on a CPU, --no-compile: eager only)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=DEFAULTS.compile, help="torch.compile the native path's single-stream decode step on a background thread: the eager step serves at once and the graph is swapped in when ready (minutes the first time on a small CPU, inductor's disk cache after; default: on for the native path on a CPU off the row-invariant kernels, which it would round otherwise; --no-compile: eager only)")
     p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_const", const=False, default=None, help="on a GPU, run decode steps eager instead of replaying one captured CUDA graph per batch and key-length bucket (native path; default: graphs on CUDA)")
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=DEFAULTS.async_scheduling, help="plan each decode-only step while the one before it runs, so the device never waits for the event loop between them (default on; --no-async-scheduling: the serial step)")
-    p.add_argument("--spec-decoding", default=DEFAULTS.spec_decoding, choices=SPEC_DECODING_MODES, help="speculative decoding: ngram drafts each request's next tokens from its own prompt and output, and from what finished requests wrote; draft from --draft-model; auto: the draft model when one is given, else ngram; the step verifies the drafts, as many as the measured step cost says pay (default %(default)s)")
+    p.add_argument("--spec-decoding", default=DEFAULTS.spec_decoding, choices=SPEC_DECODING_MODES, help="speculative decoding: ngram drafts each request's next tokens from its own prompt and output, and from what finished requests wrote; draft from --draft-model; auto: the draft model when one is given, else ngram, where the runner's rows are invariant (then drafting changes no token), else none; the step verifies the drafts, as many as the measured step cost says pay (default %(default)s)")
     p.add_argument("--draft-model", default=None, help="with --spec-decoding draft or auto: a smaller Llama-family model with the target's tokenizer (a local Hugging Face directory or a built-in name) that drafts greedily on the device beside the target, in its own KV cache on the same blocks (default: none)")
     p.add_argument("--num-spec-tokens", type=int, default=DEFAULTS.num_spec_tokens, help="the most draft tokens a request verifies in one step; how many it drafts follows the step cost fit and its acceptance (default %(default)s)")
     p.add_argument(
         "--quantization", default=None, choices=["none", "int8", "int4", "shipped"],
-        help="linears on the native path (CPU): int8/int4 quantize the dense weights, shipped serves the checkpoint's own quantized blocks "
-        "(the embedded SmolLM2's Q4_1), none the dense weights; weight-only kernels for steps of up to 4 rows, an int8 GEMM with per-row "
-        "quantized activations past that (default: shipped where the checkpoint ships quantized weights and --dtype is not given, else none)",
+        help="linears on the native path (CPU): shipped serves the checkpoint's own quantized blocks (the embedded SmolLM2's Q4_1) as they are, "
+        "none the dense weights; int8/int4 requantize the dense weights, with weight-only kernels up to 4 rows and an int8 GEMM on per-row "
+        "quantized activations past that (the one setting that quantizes activations) (default: shipped where the checkpoint ships quantized "
+        "weights and --dtype is not given, else none)",
     )  # fmt: skip
     p.add_argument(
         "--reasoning-parser", default=DEFAULTS.reasoning_parser, choices=["auto", "qwen3", "deepseek_r1", "none"],

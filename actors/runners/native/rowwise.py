@@ -29,10 +29,11 @@ _LINEARS = ("qkv", "o_proj", "gate_up", "down")
 _BIASES = {"qkv": "qkv_bias", "o_proj": "o_bias"}
 
 
-def pack_weights(weights: ModelWeights, model_dir: Path, tied: bool, blocks: bool) -> Counter[str]:
+def pack_weights(weights: ModelWeights, model_dir: Path, tied: bool, blocks: bool, keep_dense: bool = True) -> Counter[str]:
     """Each linear matrix (and the lm_head) of `weights` replaced, in place, by its packed form:
-    the checkpoint's own blocks where `blocks` and it ships them, else the dense matrix in bf16.
-    How many matrices each format serves."""
+    the checkpoint's own blocks where `blocks` and it ships them (with their bf16 upcast beside
+    them for wide calls, `keep_dense`), else the dense matrix in bf16. How many matrices each
+    format serves."""
     shipped_blocks, types = shipped.read_blocks(model_dir) if blocks else ({}, {})
     prefix = "model." if any(name.startswith("model.") for name in types) else ""
     served: Counter[str] = Counter()
@@ -49,6 +50,8 @@ def pack_weights(weights: ModelWeights, model_dir: Path, tied: bool, blocks: boo
             packed, kind = ops.pack_q8_0(shipped_blocks[f"{names[0]}.q8_0.qs"], shipped_blocks[f"{names[0]}.q8_0.d"], bias), "q8_0"
         else:
             packed, kind = ops.pack_dense(dense, bias), "dense"
+        if kind != "dense" and keep_dense:
+            packed.dense = ops.pack_dense(dense, bias)  # the loader's upcast in bf16: the blocks' own values (tested)
         served[kind] += 1
         setattr(holder, attr, ops.as_swiglu(packed) if attr == "gate_up" and packed.n % 32 == 0 else packed)
 
