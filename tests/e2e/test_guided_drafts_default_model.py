@@ -11,15 +11,12 @@ state (tests/engine/test_spec_grammar.py shows the cause on the tiny model).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import pytest
-import trio
 
-from tests.e2e.test_same_answer import default_config
-from tests.support.servers import Server, start_server
+from tests.support.servers import Server
 from tests.support.spec import DraftSwitch
 from tests.support.waiting import in_thread
 
@@ -41,14 +38,6 @@ BODIES: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[Server]:
-    async with trio.open_nursery() as nursery:
-        srv = await start_server(nursery, default_config())
-        yield srv
-        srv.stop.set()
-
-
 def replay(client: openai.OpenAI, body: dict[str, Any]) -> list[tuple[str, str]]:
     """The body sent REPLAYS times, greedy: each answer's content (or its call's arguments) and
     finish reason."""
@@ -60,9 +49,9 @@ def replay(client: openai.OpenAI, body: dict[str, Any]) -> list[tuple[str, str]]
     return out
 
 
-async def test_guided_bodies_replayed_with_drafts_answer_the_same_every_time(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_guided_bodies_replayed_with_drafts_answer_the_same_every_time(served_default: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     DraftSwitch(monkeypatch, on=True)
-    client = openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0)
+    client = openai.OpenAI(base_url=served_default.openai_url, api_key="unused", max_retries=0)
     for name, body in BODIES.items():
         answers = await in_thread(replay, client, body)  # any 5xx raises here
         assert len(set(answers)) == 1, (name, set(answers))
@@ -73,5 +62,5 @@ async def test_guided_bodies_replayed_with_drafts_answer_the_same_every_time(ser
         assert finish in ("stop", "tool_calls"), answers[0]  # the grammar completed, and ended the request
         parsed = json.loads(text)
         assert isinstance(parsed, dict) and (name != "json_schema" or set(parsed) == {"city", "population"}), text
-    stats: Any = server.runtime.statistics()  # type: ignore[attr-defined]
+    stats: Any = served_default.runtime.statistics()  # type: ignore[attr-defined]
     assert stats["spec_accepted_tokens"] > 0, stats

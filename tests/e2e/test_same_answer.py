@@ -16,7 +16,6 @@ than one row) makes the same checks fail.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
@@ -25,8 +24,7 @@ import torch
 import trio
 
 from actors.runners.native.kernels import ops
-from runtime.config import RuntimeConfig
-from tests.support.servers import Server, start_server
+from tests.support.servers import Server
 from tests.support.spec import DraftSwitch
 from tests.support.waiting import in_thread
 
@@ -35,19 +33,6 @@ pytestmark = pytest.mark.slow
 NEW = 20
 STORY = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
 FACTS = "The three largest planets of the solar system are"
-
-
-def default_config(**overrides: Any) -> RuntimeConfig:
-    """The serve command's defaults, as the embedded model runs them, with drafting by name."""
-    return RuntimeConfig(**{"model": None, "port": 0, "kv_cache_gib": 0.25, "drain_timeout": 5.0, "spec_decoding": "ngram", **overrides})
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[Server]:
-    async with trio.open_nursery() as nursery:
-        srv = await start_server(nursery, default_config())
-        yield srv
-        srv.stop.set()
 
 
 def _completion(client: openai.OpenAI, prompt: str, **kw: Any) -> tuple:
@@ -114,17 +99,17 @@ def differences(reference: dict[str, Any], other: dict[str, Any]) -> list[str]:
     return [name for name in reference if reference[name] != other[name]]
 
 
-async def test_the_same_request_gets_the_same_answer_on_the_default_configuration(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    runtime: Any = server.runtime
+async def test_the_same_request_gets_the_same_answer_on_the_default_configuration(served_default: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime: Any = served_default.runtime
     assert runtime.info.impl == "native+q4_1+rowwise" and runtime.info.dtype == "bfloat16" and runtime.info.rowwise
     drafts = DraftSwitch(monkeypatch, on=False)
-    client = openai.OpenAI(base_url=server.openai_url, api_key="unused")
+    client = openai.OpenAI(base_url=served_default.openai_url, api_key="unused")
     cold = await in_thread(answers, client, "a")
     assert cold["greedy"][0] and cold["top_k_1"] == cold["greedy"] and cold["responses_streamed"] == cold["responses"]
     assert differences(cold, await in_thread(answers, client, "a")) == []  # the prefix cache warm
     drafts.on = True
     assert differences(cold, await in_thread(answers, client, "a")) == []  # every step drafting
-    assert differences(cold, await beside(server, 31, "a")) == []
+    assert differences(cold, await beside(served_default, 31, "a")) == []
     drafted_cold = await in_thread(answers, client, "b")  # a set first seen drafting: cold, with drafts
     drafts.on = False
     assert differences(drafted_cold, await in_thread(answers, client, "b")) == []
@@ -132,7 +117,7 @@ async def test_the_same_request_gets_the_same_answer_on_the_default_configuratio
     assert stats["spec_accepted_tokens"] > 0, stats
 
 
-async def test_a_planted_shape_dependent_kernel_fails_the_same_checks(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_planted_shape_dependent_kernel_fails_the_same_checks(served_default: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     real = ops.linear
 
     def planted(x: torch.Tensor, w: ops.Packed, out_f32: bool = False, residual: torch.Tensor | None = None, **norm: Any) -> torch.Tensor:
@@ -144,6 +129,6 @@ async def test_a_planted_shape_dependent_kernel_fails_the_same_checks(server: Se
 
     monkeypatch.setattr(ops, "linear", planted)
     DraftSwitch(monkeypatch, on=False)
-    client = openai.OpenAI(base_url=server.openai_url, api_key="unused")
+    client = openai.OpenAI(base_url=served_default.openai_url, api_key="unused")
     cold = await in_thread(answers, client, "c")
-    assert differences(cold, await beside(server, 3, "c")) != []  # decoded beside others: rows of many
+    assert differences(cold, await beside(served_default, 3, "c")) != []  # decoded beside others: rows of many

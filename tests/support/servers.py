@@ -58,6 +58,12 @@ def tiny_config(model_dir: Path, **overrides: object) -> RuntimeConfig:
     return RuntimeConfig(**settings)  # type: ignore[arg-type]
 
 
+def serve_config(**overrides: Any) -> RuntimeConfig:
+    """What `switchyard serve` runs on the embedded model, the flags' defaults, with a smaller KV
+    cache and n-gram drafting named (so a test can force drafting on and off: spec.DraftSwitch)."""
+    return RuntimeConfig(**{"model": None, "port": 0, "kv_cache_gib": 0.25, "drain_timeout": 5.0, "spec_decoding": "ngram", **overrides})
+
+
 def default_config(**overrides: Any) -> RuntimeConfig:
     """The embedded default model (SmolLM2-135M-Instruct), float32 unless overridden."""
     settings: dict[str, Any] = dict(model=None, device=suite_device(), port=0, dtype="float32", kv_cache_gib=0.25, max_num_batched_tokens=64, drain_timeout=5.0, compile=False)
