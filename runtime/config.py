@@ -87,11 +87,11 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # `draft_model` (a smaller Llama-family model with the target's tokenizer, run in the
     # runner: actors/runners/draft_model.py); "auto": the draft model when one is given, else
     # n-gram (`drafter()`); at most `num_spec_tokens` a step, verified in the packed step, as
-    # many as the step cost fit says pay; "off": none. Off by default: a verify row's logits
-    # must equal the decode row's bit for bit before drafting may change no answer (a wider
-    # step rounded differently, docs/models.md "Same request, same answer"); auto drafts
-    # nothing under batch_invariant (`drafter()`).
-    spec_decoding: str = "off"
+    # many as the step cost fit says pay; "off": none. "auto" by default: it drafts only where
+    # the runner's rows are invariant (a verify row's logits are the decode row's bit for bit,
+    # so drafting changes no answer: docs/models.md "Same request, same answer"), 2.5x off at
+    # c=1 and drafting nothing at c >= 8 (ops/results/spec-auto-vs-off-c1-c8-c32-rowwise-3rounds-2026-11-28-epyc-zen4.json).
+    spec_decoding: str = "auto"
     num_spec_tokens: int = 4
     draft_model: str | None = None  # a local HF directory or a built-in name, as `model`
     # A vision-language model: images one prompt may carry (more is a 400 naming the part).

@@ -16,11 +16,12 @@ from typing import Any
 import openai
 import pytest
 
+from tests.support.device import needs_kernels
 from tests.support.servers import Server
 from tests.support.spec import DraftSwitch
 from tests.support.waiting import in_thread
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, needs_kernels()]
 
 REPLAYS = 50
 MODEL = "smollm2-135m-instruct"

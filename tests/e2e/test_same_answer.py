@@ -24,11 +24,12 @@ import torch
 import trio
 
 from actors.runners.native.kernels import ops
+from tests.support.device import needs_kernels
 from tests.support.servers import Server
 from tests.support.spec import DraftSwitch
 from tests.support.waiting import in_thread
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, needs_kernels()]
 
 NEW = 20
 STORY = "Once upon a time, in a small village by the sea, there lived an old fisherman who"

@@ -26,6 +26,7 @@ from actors.runners.torch_runner import TorchRunner
 from runtime.config import RuntimeConfig
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
+from tests.support.device import needs_kernels
 from tests.support.tiny_gguf import ship_tiny_model
 from tests.support.tiny_model import build_tiny_llama
 
@@ -49,6 +50,7 @@ def _logits(runner: TorchRunner, rows: int) -> torch.Tensor:
         return runner.model.forward(ids, positions, step, torch.arange(rows), runner.k_cache, runner.v_cache).float()
 
 
+@needs_kernels()
 def test_the_default_serves_the_shipped_blocks_and_says_so(shipped_dir: Path) -> None:
     default = TorchRunner(shipped_dir, **KWARGS)
     info = default.load()
@@ -105,6 +107,7 @@ def test_past_the_dense_row_limit_steps_run_the_kept_dense_matrices(shipped_dir:
         (dict(quantization="none", batch_invariant=False), "native"),
     ],
 )
+@needs_kernels()
 def test_every_other_choice_keeps_its_own_weights(shipped_dir: Path, settings: dict, impl: str) -> None:
     assert TorchRunner(shipped_dir, **KWARGS, **settings).load().impl == impl
 

@@ -10,7 +10,6 @@ bits as the vector build, so replicas on CPUs with and without it agree.
 
 from __future__ import annotations
 
-import platform
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from actors.runners.native.kernels import build, ops
+from tests.support.device import needs_kernels
 
-pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the kernels' vector paths are x86's")
+pytestmark = needs_kernels()
 
 
 def _weights(fmt: int, n: int, k: int, seed: int = 0) -> tuple[ops.Packed, torch.Tensor]:

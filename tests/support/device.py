@@ -11,6 +11,7 @@ and stay on the CPU either way. tests/conftest.py refuses a CUDA device torch ca
 from __future__ import annotations
 
 import os
+from typing import Any
 
 ENV = "SWITCHYARD_TEST_DEVICE"
 
@@ -24,3 +25,19 @@ def suite_device() -> str:
 def on_gpu() -> bool:
     """Whether the suite's runners are on a CUDA device."""
     return suite_device().startswith("cuda")
+
+
+def kernels_build() -> bool:
+    """Whether the row-invariant CPU kernels build here: an x86 CPU and a C compiler (CI's
+    machines have both; a GPU machine's image may lack the compiler)."""
+    import platform
+    import shutil
+
+    return platform.machine() in ("x86_64", "AMD64") and bool(os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc"))
+
+
+def needs_kernels() -> Any:
+    """A skip mark for tests of the row-invariant kernels, where they cannot build."""
+    import pytest
+
+    return pytest.mark.skipif(not kernels_build(), reason="no C compiler or not x86: the row-invariant kernels do not build")

@@ -87,12 +87,12 @@ def test_what_is_allowed(tmp_path: Path) -> None:
     assert draft_error(RuntimeConfig(task="embeddings", spec_decoding="draft"), SUPPORTED) is None
 
 
-def test_off_is_the_default_and_auto_drafts_only_where_rows_are_computed_alone(tmp_path: Path) -> None:
+def test_auto_is_the_default_and_drafts_only_where_rows_are_computed_alone(tmp_path: Path) -> None:
     from api.process.flags import parse_args
 
-    assert RuntimeConfig().spec_decoding == "off" and RuntimeConfig().drafter() == "off"
-    assert parse_args(["serve"]).config.spec_decoding == "off"
-    assert RuntimeConfig(spec_decoding="auto").drafter() == "ngram"  # the runner's rows are row-invariant
+    assert RuntimeConfig().spec_decoding == "auto" and RuntimeConfig().drafter() == "ngram"  # the runner's rows are row-invariant
+    assert parse_args(["serve"]).config.spec_decoding == "auto"
+    assert RuntimeConfig(spec_decoding="off").drafter() == "off"
     assert RuntimeConfig(spec_decoding="auto").drafter(rowwise=False) == "off"  # a verify row could round otherwise
     assert RuntimeConfig(batch_invariant=False, spec_decoding="auto").drafter() == "off"
     assert RuntimeConfig(batch_invariant=False, spec_decoding="ngram").drafter(rowwise=False) == "ngram"  # asked for by name: drafts
