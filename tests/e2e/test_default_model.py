@@ -4,7 +4,8 @@
   lengths sent concurrently and staggered, both stopping at EOS (float32 on both sides: in bf16 the packed batch
   and transformers' padded batch round differently, and near-ties can flip argmax).
 - The official openai client drives chat and completions, streaming and not, on the default
-  configuration: on CPU that serves the GGUF's own Q4_1 blocks (`model_impl` native+q4_1).
+  configuration: on CPU that serves the GGUF's own Q4_1 blocks on the row-invariant kernels
+  (`model_impl` native+q4_1+rowwise).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from actors.build import build_engine
 from runtime.model_store import resolve_model
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
+from tests.support.device import kernels_build
 from tests.support.servers import Server, default_config, start_server
 from tests.support.waiting import in_thread
 
@@ -94,8 +96,9 @@ def client(real_server: Server) -> Iterator[openai.OpenAI]:
 async def test_openai_client_chat_and_completions_on_default_model(real_server: Server, client: openai.OpenAI) -> None:
     models = await in_thread(client.models.list)
     card = next(m for m in models.data if m.id == "smollm2-135m-instruct")
-    if real_server.runtime.info.device == "cpu":  # type: ignore[attr-defined]
-        assert card.model_extra["model_impl"] == "native+q4_1"
+    info = real_server.runtime.info  # type: ignore[attr-defined]
+    if info.device == "cpu" and info.dtype == "bfloat16" and kernels_build():
+        assert card.model_extra["model_impl"] == "native+q4_1+rowwise"
     messages = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
     chat = await in_thread(client.chat.completions.create, model="smollm2-135m-instruct", messages=messages, max_tokens=20, temperature=0)
     assert "Paris" in chat.choices[0].message.content

@@ -44,7 +44,7 @@ def test_the_dry_run_runs_every_stage_and_reports_them(tmp_path: Path) -> None:
     assert result["bandwidth"]["gb_s"] > 0
     for model in ("embedded", "llama-1b"):
         assert set(result["step_ab"][model]["batches"]) == {"1", "2"}
-        assert result["step_ab"][model]["impls"] == {"native": "native", "native+nographs": "native"}  # a CPU captures no graph
+        assert result["step_ab"][model]["impls"] == {"native": "native+bf16+rowwise", "native+nographs": "native+bf16+rowwise"}  # a CPU in bf16: the row-invariant kernels, no graph
         assert 0 < result["hbm"][model]["1"]["fraction"] < 1
         assert result["models"]["models"][model]["weight_bytes_per_step"] > 0
 
