@@ -14,12 +14,8 @@ n-gram in an earlier request's output (answers to similar requests repeat each o
 JSON keys, the same boilerplate, the same code). The runner samples every verify row exactly as it would sample that position
 without a draft (the same seed and position, so the same uniform), and keeps drafts while they
 equal what it sampled: for a draft that is one token for sure, that is rejection sampling
-exactly, so the output is token for token what the step-by-step loop gives.
-
-How much to draft comes from the step cost fit (actors/step_cost.py): a draft of k tokens turns
-a decode row into a chunk of k + 1 tokens; it is worth it while the tokens it is expected to add
-(from the request's own acceptance so far) raise the step's tokens per second. At wide batches,
-where a token costs what a decode row does, it turns itself off.
+exactly, so the output is token for token what the step-by-step loop gives. How much to draft
+comes from the step cost fit (`Drafter.worth`); at wide batches it turns itself off.
 """
 
 from __future__ import annotations
@@ -150,6 +146,10 @@ class Drafter:
         """Whether any of these decoding requests would draft in a step of them all."""
         return any(may_draft(seq) and self.worth(cost, len(seqs), seq.request_id) > 0 for seq in seqs)
 
+    # From the step cost fit (actors/step_cost.py): a draft of k tokens turns a decode row into a
+    # chunk of k + 1 tokens; it is worth it while the tokens it is expected to add (from the
+    # request's own acceptance so far) raise the step's tokens per second. At wide batches, where
+    # a token costs what a decode row does, no draft is.
     def worth(self, cost: StepCostModel, rows: int, request_id: str) -> int:
         """How many tokens to draft for one of `rows` decoding requests (0: none)."""
         if self.max_rows is not None and rows > self.max_rows:

@@ -11,15 +11,13 @@ Every request is "tokens whose KV is computed" plus "tokens still to feed". A pr
 chunks that fit the per-step token budget, so a long prompt never stalls running decodes: each
 step first gives every running request its share (one token for a decoding request, a chunk
 for one still prefilling), then admits waiting requests first-come-first-served with what is
-left. When blocks run out, the most recently admitted running request is preempted by
-recompute: its blocks are freed and it goes back to the front of the waiting queue, where the
-prefix cache usually gives most of its blocks straight back. Nothing behind the head of the
-waiting queue is admitted before it, so no request starves.
+left, nothing behind the head of the queue before it, so no request starves. When blocks run
+out, the most recently admitted running request is preempted by recompute (`_preempt`).
 
 While requests stream, prompt chunks also fit a time budget measured on this machine's steps
-(actors/step_cost.py), so a stream's gap between chunks stays within `step_stretch` x a decode step.
-Except in a burst (step_cost.py `is_burst`): then one step starts every waiting prompt.
-Images are encoded ahead of their tokens, in the steps' spare time (actors/encode_ahead.py).
+(actors/step_cost.py), so a stream's gap between chunks stays within `step_stretch` x a decode
+step, except in a burst (`is_burst`: one step starts every waiting prompt). Images are encoded
+ahead of their tokens, in the steps' spare time (actors/encode_ahead.py).
 """
 
 from __future__ import annotations
@@ -315,6 +313,8 @@ class SchedulerCore:
         seq.block_table += self.blocks.allocate(need)
         return True
 
+    # Preemption by recompute: the request's blocks are freed and it goes back to the front of
+    # the waiting queue, where the prefix cache usually gives most of its blocks straight back.
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self._release(seq)

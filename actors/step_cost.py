@@ -9,34 +9,14 @@ Owns: a least-squares fit, over the last `WINDOW` steps with prompt tokens and t
 and the rule the scheduler core asks of it (`prefill_allowance`): how many prompt tokens may
 ride in a step beside `decode_rows` streaming requests so that the step takes at most `stretch`
 times what those decodes take alone (`spare_seconds`: that time; `allowances` shares it with a
-vision encoder's slice while an image waits to be encoded; the runner reports the encoder's
-seconds, so the steps learnt from are the forwards alone).
-And when that rule gives way (`is_burst`): a burst of prompts waiting to start.
+vision encoder's slice while an image waits to be encoded). And when that rule gives way
+(`is_burst`): a burst of prompts waiting to start.
 
-Why a time budget and not a token count: a stream's gap between two chunks is one step. A fixed
-512-token budget lets one step carry a 512-token prefill chunk, which takes ~0.5 s on a 2-core
-CPU against ~0.1 s for a decode step of 32 rows, so one gap in many is 5-6x the usual one; on a
-GPU the same 512 tokens cost next to nothing. What a token costs differs by machine, model,
-dtype and quantization, so it is measured here, from the steps already run, and follows the
-machine as it changes (the window forgets old steps). Sarathi-Serve derives its token budget
-from a time-between-tokens target the same way.
-
-`prompt_step` is what a step pays for carrying any prompt tokens at all. On a CPU it is about
-nothing (the fit drops it when it comes out under a one-row decode step's cost). On a GPU it
-was most of the step: a decode-only step replayed a CUDA graph (3.7 ms for the embedded model's
-shape on an H100) while a step with a prompt chunk ran eager, launch-bound (23-28 ms whatever
-the chunk: `ops/results/gpu-check-first-run-2026-11-26-h100.json`). Fitted as a per-token
-cost, that fixed cost made prompt tokens look ~40x dearer than they are, the allowance came out
-a block or two, and every prompt went in several eager steps: the server ran 0.12-0.18 of the
-bare CUDA-graph step at c >= 8. So a step that must pay `prompt_step` carries prompt tokens
-worth at least that much time (`_prompt_tokens`), and a prompt goes in one step. (Steps with
-prompt chunks now replay as CUDA graphs too, native/cuda_graphs.py; the cost stays for those
-too large for a bucket, and for any model path whose decode steps are graphs and prompts not.)
-
-Until the fit has seen enough steps of both kinds (`MIN_STEPS`), or when it comes out
-nonsensical (a cost that is not positive), it answers None and the scheduler keeps its fixed
-token budget (`spare_seconds` asks only that the decodes' own time be positive: prompt tokens
-that cost next to nothing leave it standing).
+Why a time budget and not a token count: a stream's gap between two chunks is one step, and what
+a prompt token costs differs by machine, model, dtype and quantization, so it is measured here,
+from the steps already run, and follows the machine as it changes (the window forgets old
+steps). Until the fit has seen `MIN_STEPS` steps of both kinds, or when it comes out
+nonsensical, it answers None and the scheduler keeps its fixed token budget.
 """
 
 from __future__ import annotations
@@ -90,6 +70,10 @@ class PromptTokens:
         return granted
 
 
+# A fixed 512-token budget lets one step carry a 512-token prefill chunk, which takes ~0.5 s on a
+# 2-core CPU against ~0.1 s for a decode step of 32 rows, so one gap in many is 5-6x the usual
+# one; on a GPU the same 512 tokens cost next to nothing. Hence a budget in time, measured here.
+# Sarathi-Serve derives its token budget from a time-between-tokens target the same way.
 class StepCostModel:
     def __init__(self, seed: tuple[tuple[int, int, float], ...] = (), window: int = WINDOW) -> None:
         # Two windows, so a long run of decode-only steps (one stream) does not push out every
@@ -156,6 +140,8 @@ class StepCostModel:
             return None
         return dict(zip(("base", "per_row", "per_token", "prompt_step"), (round(c * 1e3, 3) for c in coef)))
 
+    # The runner reports a vision encoder's seconds apart from the forward's, so the steps the
+    # fit learns from are the forwards alone.
     def allowances(self, held: int, stretch: float | None, budget: int, floor: int, encoding: bool) -> tuple[int, float | None]:
         """A step's prompt tokens (of `budget`, at least `floor`), and the seconds of a vision
         encoder's work it grants (None: no limit), with `held` requests streaming (0: none,
@@ -183,6 +169,8 @@ class StepCostModel:
         coef = self._fit()
         return None if spare is None or coef is None else _prompt_tokens(spare, coef)
 
+    # Asks only that the decodes' own time be positive (not the whole fit): prompt tokens that
+    # cost next to nothing leave it standing.
     def spare_seconds(self, decode_rows: int, stretch: float) -> float | None:
         """The seconds a step with `decode_rows` decodes may spend on other work (prompt tokens,
         a vision encoder's slice) so it takes at most `stretch` x the decodes alone. None while
@@ -223,6 +211,17 @@ class StepCostModel:
         return base, per_row / _ROW_SCALE, per_token / _TOKEN_SCALE, prompt_step
 
 
+# `prompt_step` is what a step pays for carrying any prompt tokens at all. On a CPU it is about
+# nothing (the fit drops it when it comes out under a one-row decode step's cost). On a GPU it
+# was most of the step: a decode-only step replayed a CUDA graph (3.7 ms for the embedded model's
+# shape on an H100) while a step with a prompt chunk ran eager, launch-bound (23-28 ms whatever
+# the chunk: `ops/results/gpu-check-first-run-2026-11-26-h100.json`). Fitted as a per-token
+# cost, that fixed cost made prompt tokens look ~40x dearer than they are, the allowance came out
+# a block or two, and every prompt went in several eager steps: the server ran 0.12-0.18 of the
+# bare CUDA-graph step at c >= 8. So a step that must pay `prompt_step` carries prompt tokens
+# worth at least that much time, and a prompt goes in one step. (Steps with prompt chunks now
+# replay as CUDA graphs too, native/cuda_graphs.py; the cost stays for those too large for a
+# bucket, and for any model path whose decode steps are graphs and prompts not.)
 def _prompt_tokens(seconds: float, coef: tuple[float, float, float, float]) -> int:
     """Prompt tokens worth `seconds` of a step's time, after the step's fixed cost of carrying
     any. Where that cost is more than `seconds` (a GPU's eager step beside a CUDA-graph decode),

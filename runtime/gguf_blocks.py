@@ -5,21 +5,13 @@ dequantization), under transformers' names and row order, and writing them into 
 store as `shipped.safetensors` next to the dense `model.safetensors` the store already holds,
 after checking that they dequantize to exactly those dense weights.
 
-Block formats (ggml): Q4_1 is 32 weights per block as an fp16 scale d, an fp16 minimum m and
-32 4-bit quants q (byte j holds q[j] low and q[j + 16] high), w = d * q + m; Q8_0 is an fp16
-scale d and 32 int8 quants, w = d * q. Stored per tensor `NAME`, blocks along the input
-dimension (rows are output features):
+Stored per tensor `NAME`, blocks of 32 along the input dimension (rows are output features):
   NAME.q4_1.qs  uint8 [N, K / 2]   q of columns 2j (low nibble) and 2j + 1 (high nibble)
   NAME.q4_1.d   float16 [N, K / 32]
   NAME.q4_1.m   float16 [N, K / 32]
   NAME.q8_0.qs  int8 [N, K]
   NAME.q8_0.d   float16 [N, K / 32]
 Tensors of any other type (F32 norms) are not repeated here: the dense file has them exactly.
-
-llama.cpp's converter permutes the rows of q and k (its rotary pairs interleaved, transformers'
-in halves); transformers reverses that when it loads a GGUF, so the same row permutation is
-applied here. It moves whole rows, so blocks stay intact.
-
 numpy, gguf and safetensors only, imported when a conversion runs.
 """
 
@@ -56,6 +48,9 @@ def hf_name(gguf_name: str) -> str | None:
     return None
 
 
+# Block formats (ggml): Q4_1 is 32 weights per block as an fp16 scale d, an fp16 minimum m and
+# 32 4-bit quants q (byte j holds q[j] low and q[j + 16] high), w = d * q + m; Q8_0 is an fp16
+# scale d and 32 int8 quants, w = d * q.
 def unpack_q4_1(blocks: Any) -> tuple[Any, Any, Any]:
     """Q4_1 bytes `[N, K / 32 * 20]` -> q uint8 `[N, K]` (0..15), d and m float16 `[N, K / 32]`."""
     import numpy as np
@@ -84,6 +79,9 @@ def pack_pairs(q: Any) -> Any:
     return q[:, 0::2] | (q[:, 1::2] << 4)
 
 
+# llama.cpp's converter permutes the rows of q and k (its rotary pairs interleaved, transformers'
+# in halves); transformers reverses that when it loads a GGUF, so the same row permutation is
+# applied here. It moves whole rows, so blocks stay intact.
 def unpermute_rows(x: Any, heads: int) -> Any:
     """transformers' `_reverse_permute_weights` on the rows of any per-row array."""
     shape = x.shape

@@ -7,9 +7,9 @@ any other request. `fail` delivers an error instead. Imports trio and runtime.me
 `min_tokens` (`--stream-interval`, SGLang's and vLLM's name) holds a stream's text back until
 that many tokens are pending, past its first delta (the first token goes at once: TTFT is
 unchanged) and but for its last: where a step takes a few ms, every chunk's trip through the
-event loop and the HTTP stack (~0.12 ms a stream) takes turns with the device thread on the GIL
-and bounds the server (docs/performance.md, "Where a step takes a few ms"), so fewer, larger
-chunks buy throughput at the price of a burstier stream.
+event loop and the HTTP stack takes turns with the device thread on the GIL and bounds the
+server (docs/performance.md, "Server overhead"), so fewer, larger chunks buy throughput at the
+price of a burstier stream.
 """
 
 from __future__ import annotations

@@ -10,13 +10,8 @@ one test process never collide), and every metric's name and buckets:
   step time, failed steps;
 - read at scrape time from `Runtime.statistics()`: running / waiting / live requests,
   pending admission tokens, KV blocks used and free, prefix-cache queries, hits and hit rate;
-- the same figures under the names Kubernetes LLM routers scrape (`_vllm_families`): the
-  Gateway API Inference Extension's endpoint picker reads `vllm:num_requests_waiting`,
-  `vllm:num_requests_running`, `vllm:kv_cache_usage_perc` (a 0-1 fraction despite the name)
-  and, for prefix-aware scoring, `vllm:cache_config_info{block_size}`; vLLM's production-stack
-  router reads the two request gauges, `vllm:gpu_cache_usage_perc` and
-  `vllm:gpu_prefix_cache_{hits,queries}_total` / `vllm:gpu_prefix_cache_hit_rate`. All carry
-  a `model_name` label, as vLLM's do;
+- the same figures under the vLLM names Kubernetes LLM routers scrape (`_vllm_families`;
+  docs/scaling-out.md, "Kubernetes routers, one node per pod");
 - the event-loop lag watchdog (expected vs actual wake-up of a periodic sleep).
 
 Hooks are synchronous and O(1) per call (O(tokens) once per request for inter-token
@@ -180,8 +175,14 @@ class _RuntimeCollector(Collector):
         yield from (family for _, family in vllm)
 
 
+# The Gateway API Inference Extension's endpoint picker reads `vllm:num_requests_waiting`,
+# `vllm:num_requests_running`, `vllm:kv_cache_usage_perc` (a 0-1 fraction despite the name) and,
+# for prefix-aware scoring, `vllm:cache_config_info{block_size}`; vLLM's production-stack router
+# reads the two request gauges, `vllm:gpu_cache_usage_perc` and
+# `vllm:gpu_prefix_cache_{hits,queries}_total` / `vllm:gpu_prefix_cache_hit_rate`. All carry a
+# `model_name` label, as vLLM's do.
 def _vllm_families() -> list[tuple[str, GaugeMetricFamily | CounterMetricFamily]]:
-    """(statistics key, family) under vLLM's names, for Kubernetes routers (module docstring)."""
+    """(statistics key, family) under vLLM's names, for Kubernetes routers."""
     labels = ["model_name"]
     return [
         ("waiting", GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting to be scheduled.", labels=labels)),

@@ -10,31 +10,12 @@ Serve's RequestRouter; nothing here knows Ray, trio or torch):
   bounded (least recently used forgotten first). A replica's KV cache keeps freed blocks
   until it needs the room, so the replica that last saw a prefix is the one most likely to
   still hold it.
-- `RoutingPolicy.rank`: the replicas to try, best first, as Ray Serve ranks them:
-  1. a session's replica (rendezvous hash of the session id over the live replicas, so every
-     ingress replica picks the same one without sharing state), while within the load bound;
-  2. the replica holding the longest known prefix of the prompt, when that prefix is at least
-     `min_match` of the prompt's blocks (a match on a chat template's opening block alone
-     would herd every request onto one replica for nothing) and the replica is within bound;
-  3. for a prompt no replica is known to hold, the rendezvous hash of its block at depth
-     `affinity_blocks` (or its last full block, if shorter): prompts sharing that many
-     opening blocks (a tenant's system prompt) meet on one replica from every ingress
-     replica, without shared state, while prompts that differ early spread out;
-  4. otherwise (past the bound, or no block to hash) the less loaded of two random replicas.
-  Whatever is chosen is recorded, so the next request sharing the prefix follows it there.
+- `RoutingPolicy.rank`: the replicas to try, best first: a session's replica, else the one
+  holding the prompt's longest known prefix, else the rendezvous replica of its opening blocks,
+  each only while within a load bound; else the less loaded of two random replicas.
+- `InFlight`: this router's own count of each replica's ongoing requests, part of that load.
 
-The bound is consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam 2018):
-a preferred replica is taken only while its load is below `(1 + epsilon)` times the mean
-load (counting this request) plus `slack`, and its KV cache is below `max_kv_usage`. Load is
-the larger of this router's own count of the replica's ongoing requests (exact, immediate, but
-blind to other ingress replicas) and the replica's own live-request figure (global but up to
-one stats period old).
-
-- `InFlight`: that own count, taken at routing time. Ray's queue-length cache, which it used
-  to be, rises only once a request is sent and is then overwritten by the replica's own
-  figure, which does not yet count the requests on their way to it; a burst of concurrent
-  requests was routed against stale zeros, so the bound never bit and all of them went to the
-  one preferred replica.
+docs/scaling-out.md ("Routing") says the same for operators.
 """
 
 from __future__ import annotations
@@ -116,6 +97,10 @@ class PrefixTable:
             del self._owner[h]
 
 
+# Load was once Ray's queue-length cache, which rises only once a request is sent and is then
+# overwritten by the replica's own figure, which does not yet count the requests on their way
+# to it; a burst of concurrent requests was routed against stale zeros, so the bound never bit
+# and all of them went to the one preferred replica. Hence a count taken at routing time.
 class InFlight:
     """One router's requests per replica, counted from the moment it ranks a replica first for
     them (`reserve`), moved to the replica the request was actually sent to (`confirm`), and
@@ -162,6 +147,18 @@ class RoutingPolicy:
     table: PrefixTable = field(default_factory=PrefixTable)
     rng: random.Random = field(default_factory=random.Random)
 
+    # The order, as Ray Serve ranks replicas:
+    # 1. a session's replica (rendezvous hash of the session id over the live replicas, so every
+    #    ingress replica picks the same one without sharing state), while within the load bound;
+    # 2. the replica holding the longest known prefix of the prompt, when that prefix is at least
+    #    `min_match` of the prompt's blocks (a match on a chat template's opening block alone
+    #    would herd every request onto one replica for nothing) and the replica is within bound;
+    # 3. for a prompt no replica is known to hold, the rendezvous hash of its block at depth
+    #    `affinity_blocks` (or its last full block, if shorter): prompts sharing that many
+    #    opening blocks (a tenant's system prompt) meet on one replica from every ingress
+    #    replica, without shared state, while prompts that differ early spread out;
+    # 4. otherwise (past the bound, or no block to hash) the less loaded of two random replicas.
+    # Whatever is chosen is recorded (`routed`), so the next request sharing the prefix follows it.
     def rank(self, hint: RoutingHint | None, loads: Sequence[ReplicaLoad]) -> Decision:
         if not loads:
             return Decision([], "none")
@@ -189,6 +186,12 @@ class RoutingPolicy:
                 return ranked(chosen, "affinity")
         return Decision([fallback], "balanced")
 
+    # Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam 2018): a preferred
+    # replica is taken only while its load is below `(1 + epsilon)` times the mean load (counting
+    # this request) plus `slack`, and its KV cache is below `max_kv_usage`. Load is the larger of
+    # this router's own count of the replica's ongoing requests (exact, immediate, but blind to
+    # other ingress replicas) and the replica's own live-request figure (global but up to one
+    # stats period old).
     def bound(self, loads: Sequence[ReplicaLoad]) -> float:
         mean = (sum(r.load for r in loads) + 1) / len(loads)
         return math.ceil((1 + self.epsilon) * mean) + self.slack

@@ -5,15 +5,8 @@ matters for torch: the current device and stream, inference mode, compiled graph
 intra-op thread pool settings are per thread, and `trio.to_thread` gives no thread affinity
 (successive calls from one task land on different worker threads).
 
-Why one thread per device, shared by every model on it: each OS thread that runs torch ops
-gets its own OpenMP team, and once libgomp manages more threads than there are CPUs it makes
-every team sleep instead of spin between parallel regions. A decode step is thousands of small
-regions: serving the embedding model beside the chat model on its own thread (an idle one!)
-made every chat decode step 1.9x slower on this 2-core machine (41.8 -> 78.5 ms at batch 1).
-Models on one device share its compute anyway; sharing its thread keeps one team.
-
-A device's models must agree on `num_threads` (torch's intra-op pool is a setting of the
-thread, so the last model loaded would silently win); `acquire` refuses a second value. The
+One thread per device, shared by every model on it, keeps one OpenMP team per device (the
+comment on `DeviceThreads` says why), so a device's models must agree on `num_threads`. The
 thread also gives free heap pages back to the OS between jobs every few seconds
 (runtime/memory.py says why): once per thread, whatever the number of models on it.
 
@@ -115,6 +108,14 @@ class Job(Generic[T]):
         return result.unwrap()
 
 
+# Why one thread per device, shared by every model on it: each OS thread that runs torch ops
+# gets its own OpenMP team, and once libgomp manages more threads than there are CPUs it makes
+# every team sleep instead of spin between parallel regions. A decode step is thousands of small
+# regions: serving the embedding model beside the chat model on its own thread (an idle one!)
+# made every chat decode step 1.9x slower on a 2-core machine (41.8 -> 78.5 ms at batch 1).
+# Models on one device share its compute anyway; sharing its thread keeps one
+# team. They must agree on `num_threads`: torch's intra-op pool is a setting of the thread, so
+# the last model loaded would silently win; `acquire` refuses a second value.
 class DeviceThreads:
     """The `DedicatedThread` of each device, shared by every runner on it: started by its first
     user, stopped when its last one releases it."""

@@ -1,21 +1,14 @@
 """A draft model for speculative decoding (--spec-decoding draft), in the runner, on the device thread.
 
 Owns: `DraftModel`: the draft's weights (a Llama-family checkpoint on the native path: dense,
-eager, in the target's dtype), its paged KV cache, and its part of each step (`Drafts`).
+eager, in the target's dtype, no compiled step, no CUDA graphs, no quantization: it is meant to
+be small), its paged KV cache, and its part of each step (`Drafts`).
 
 Its cache is a second set of K/V tensors shaped for the draft model, with the target's slot
 count, read and written through the SAME block tables as the target's. So block allocation,
 prefix-cache sharing, copy-on-write block copies and preemption need nothing of their own, as
 long as the draft model's KV is valid wherever the target's is: it computes every token the
-target computes, in the same step. Before the target's forward it runs over the step's fed
-tokens (prompt chunks and decodes alike, drafts excluded), which for a drafting row also gives
-its first draft token; k - 1 one-row decodes give the rest of a k-token draft. The draft tokens
-are then the row's verify tokens in the target's forward. Its verify rows write KV for the
-whole draft, and the draft model has written it for all but the last draft token: after
-sampling, a row that kept its whole draft runs one more draft decode over that token
-(`finish`), so both caches hold the same positions when the step ends, and a block the prefix
-cache hands on is whole in both. Draft KV past the kept tokens is overwritten later (a position
-past the sequence is never attended), as the target's is.
+target computes, in the same step (`propose`, then `finish`).
 
 Why the output does not change: a draft token is the draft model's argmax, a point mass. A
 verify row samples its position exactly as the step-by-step loop would (same seed, position,
@@ -23,9 +16,6 @@ uniform: logit_rows._verify_draws) and the draft is kept while it equals that sa
 point-mass draft that is rejection sampling exactly (accept with probability p(draft), else a
 token from the target's own distribution), so every token is the target's, seeded sampling
 included. The draft's numerics only decide how many tokens a step keeps.
-
-The draft model runs eager on the plain native path (no compiled step, no CUDA graphs, no
-quantization): it is meant to be small.
 """
 
 from __future__ import annotations
@@ -89,6 +79,10 @@ class DraftModel:
     def close(self) -> None:
         self.path, self.k_cache, self.v_cache = None, [], []
 
+    # Before the target's forward the draft model runs over the step's fed tokens (prompt chunks
+    # and decodes alike, drafts excluded), which for a drafting row also gives its first draft
+    # token; k - 1 one-row decodes give the rest of a k-token draft. The draft tokens are then the
+    # row's verify tokens in the target's forward.
     def propose(self, copies: tuple[tuple[int, int], ...], seqs: tuple[ScheduledSeq, ...], fed: list[list[int]]) -> Drafts:
         """Run over the step's fed tokens (after its block copies), and draft for every row
         planned with DRAFT_TOKEN placeholders: the rows and tokens with the drafts in place."""
@@ -125,6 +119,11 @@ class DraftModel:
         out.seqs = tuple(filled)
         return out
 
+    # The target's verify rows write KV for the whole draft, and the draft model has written it
+    # for all but the last draft token: after sampling, a row that kept its whole draft runs one
+    # more draft decode over that token, so both caches hold the same positions when the step
+    # ends, and a block the prefix cache hands on is whole in both. Draft KV past the kept tokens
+    # is overwritten later (a position past the sequence is never attended), as the target's is.
     def finish(self, drafts: Drafts, kept: dict[str, int]) -> dict[str, Any]:
         """After sampling: the last draft token's KV for each row that kept its whole draft (the
         target's verify row computed it, the draft model has not yet); the StepResult's fields."""

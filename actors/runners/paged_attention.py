@@ -10,16 +10,10 @@ re-implementing the model. The whole step is one sequence of T tokens (batch dim
 prefill chunks and decode tokens side by side, each with its own position ids.
 
 Cache layout: per layer a head-major `[num_kv_heads, num_slots, head_dim]` tensor, slot = block *
-block_size + offset. New keys/values are scattered to their slots with `index_copy_`; attention
-then gathers each sequence's slots with `index_select` (6x faster than advanced indexing on
-CPU). Head-major because a gather then comes out as `[kv_heads, tokens, head_dim]`, already the
-layout the matmuls and SDPA read: with slot-major rows every layer paid two extra copies of the
-gathered keys and values to make them contiguous. Reads and writes go through the cache viewed
-as `[kv_heads * num_slots, head_dim]` rows, with row indices (head * num_slots + slot) built
-once per step: `index_select` along dim 1 of the 3-d cache was 2.3x slower than along dim 0.
-Decode tokens (one query each) are attended together in two grouped batched matmuls over a
-padded gather; each prefill chunk gets its own SDPA call (a fresh prompt chunk uses its own
-keys with `is_causal`, skipping the gather entirely).
+block_size + offset, read and written as `[kv_heads * num_slots, head_dim]` rows (`cache_rows`
+says why). Decode tokens (one query each) are attended together in two grouped batched matmuls
+over a padded gather; each prefill chunk gets its own SDPA call (a fresh prompt chunk uses its
+own keys with `is_causal`, skipping the gather entirely).
 """
 
 from __future__ import annotations
@@ -280,6 +274,13 @@ def copy_blocks(
         rows.index_copy_(0, dst, rows.index_select(0, src))
 
 
+# New keys/values are scattered to their slots with `index_copy_`; attention then gathers each
+# sequence's slots with `index_select` (6x faster than advanced indexing on CPU). Head-major
+# because a gather then comes out as `[kv_heads, tokens, head_dim]`, already the layout the
+# matmuls and SDPA read: with slot-major rows every layer paid two extra copies of the gathered
+# keys and values to make them contiguous. Reads and writes go through the cache viewed as
+# `[kv_heads * num_slots, head_dim]` rows, with row indices (head * num_slots + slot) built once
+# per step: `index_select` along dim 1 of the 3-d cache was 2.3x slower than along dim 0.
 def cache_rows(slots: torch.Tensor, kv_heads: int, num_slots: int) -> torch.Tensor:
     """Cache slots `[N]` → rows `[kv_heads * N]` of the `[kv_heads * num_slots, d]` view, head-major."""
     return (torch.arange(kv_heads, dtype=torch.long, device=slots.device)[:, None] * num_slots + slots[None, :]).reshape(-1)

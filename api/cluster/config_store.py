@@ -7,25 +7,14 @@ endpoints); `SharedEndpointStore`, the replica-side adapter with EndpointStore's
 (load / put / delete, awaited on the replica's trio loop), which `ServingEndpoints` writes
 through; and `watch_endpoints`, the replica's subscription.
 
-Why this store is safe with several writers: every write from every replica (a `PUT
-.../config` reaches whichever replica the router picked) is a method call on one actor, and
-the actor's writes hold one lock from check to commit, so there is exactly one writer of the
-file, in one process (SQLite's own locking is never relied on across hosts). Writes are
-compare-and-set on `config_version`: a replica writes version v+1 only over v (or version 1
-over nothing), so two replicas updating one endpoint at once cannot both win; the loser's
-client gets a 409 and retries against the new version. A write that would store exactly what
-is stored (every replica applying the config file's [[endpoints]] at start) is a no-op.
-
-How a change reaches every replica, without a restart and without touching in-flight
-requests: each replica long-polls `watch(version)`, which returns as soon as the version
-moves (as Ray Serve's controller pushes configs to its own replicas); the replica then swaps
-its whole snapshot in one assignment (`ServingEndpoints.adopt`), so a request that already
-chose its model keeps it.
-
-The actor is also how the driver's stop reaches every replica at once (`announce_stop`, each
-replica waiting in `wait_stop`): Ray Serve tells a replica nothing until its live requests are
-done, so without it a long stream held the stop past --drain-timeout until Ray killed the
-replica mid-stream. Imports ray (only inside the functions, the actor and the adapter) and api.
+Why one actor: every write from every replica is a method call on it, under one lock from check
+to commit, so the file has exactly one writer, in one process (SQLite's own locking is never
+relied on across hosts); writes are compare-and-set on `config_version`. A change reaches every
+replica without a restart: each long-polls `watch(version)` and swaps its whole snapshot in one
+assignment, so in-flight requests keep their model. The actor also carries the driver's stop to
+every replica at once (`announce_stop` / `wait_stop`). docs/scaling-out.md ("Shared state")
+says the same for operators. Imports ray (only inside the functions, the actor and the adapter)
+and api.
 """
 
 from __future__ import annotations
@@ -92,6 +81,11 @@ class EndpointConfigActor:
         async with self._lock:
             await self._put(name, definition)
 
+    # A `PUT .../config` reaches whichever replica the router picked. Compare-and-set: a replica
+    # writes version v+1 only over v (or version 1 over nothing), so two replicas updating one
+    # endpoint at once cannot both win; the loser's client gets a 409 and retries against the new
+    # version. A write that would store exactly what is stored (every replica applying the config
+    # file's [[endpoints]] at start) is a no-op.
     async def _put(self, name: str, definition: str) -> None:
         new = json.loads(definition)
         old = json.loads(self._stored[name]) if name in self._stored else None
@@ -114,6 +108,9 @@ class EndpointConfigActor:
             if self._stored.pop(name, None) is not None:
                 self._bump()
 
+    # Returns as soon as the version moves (as Ray Serve's controller pushes configs to its own
+    # replicas); the replica then swaps its whole snapshot in one assignment
+    # (`ServingEndpoints.adopt`), so a request that already chose its model keeps it.
     async def watch(self, subscriber: str, known: int) -> tuple[int, dict[str, str]]:
         """The snapshot once its version differs from `known` (at most WATCH_TIMEOUT_S later)."""
         self._applied[subscriber] = (known, time.monotonic())
@@ -189,6 +186,8 @@ async def _call(method: Any, *args: Any) -> Any:
         raise OSError(f"the endpoint config actor is unavailable: {exc}") from None
 
 
+# Ray Serve tells a replica nothing until its live requests are done, so without this a long
+# stream held the stop past --drain-timeout until Ray killed the replica mid-stream.
 def announce_stop(timeout_s: float = 5.0) -> None:
     """Tell every replica of the deployment to drain now (the driver, before Serve's shutdown);
     nothing when the actor is gone or does not answer in time (the replicas then drain when

@@ -1,28 +1,11 @@
 """`switchyard serve-ray`: build the Ray Serve application and run it until a signal.
 
-Owns the shape of the deployment, one of two topologies (ClusterSettings.direct decides):
-
-    relay (router "prefix" over several replicas: routing needs the prompt)
-
-    Ray HTTP proxy ──▶ SwitchyardIngress (ingress_replicas; tokenizes, hashes, relays)
-                          │ handle, stream=True, PrefixAffinityRouter (or Ray's power of two)
-                          ▼
-                       SwitchyardReplica (replicas or autoscaling; a whole node's stack each)
-                          │ every write, and a long-poll per replica
-                          ▼
-                       EndpointConfigActor (one, named, detached: the shared endpoint config)
-
-    direct (router "pow2", or one replica without autoscaling: the prompt is not needed)
-
-    Ray HTTP proxy ──▶ SwitchyardReplica, wrapped by serve.ingress() (its own ASGI app)
-                          │ (proxy's handle; PrefixAffinityRouter with x-session-id only, when
-                          ▼  there is a choice of replica)
-                       EndpointConfigActor
-
-Every token crosses one process fewer on the direct one (the proxy's call reaches the
-replica itself); the ingress's tokenizing and hashing is what the relay pays for.
-
-A replica that dies mid-response: on the relay the ingress ends the response cleanly; on the
+Owns the shape of the deployment, one of two topologies (ClusterSettings.direct decides; drawn
+beside `build_application`, compared in docs/scaling-out.md, "Two topologies"): relay (Ray's
+HTTP proxy -> SwitchyardIngress, which tokenizes, hashes and relays -> SwitchyardReplica), where
+routing needs the prompt; direct (proxy -> SwitchyardReplica as its own ASGI app), one process
+fewer for every token, where it does not. Every replica shares the EndpointConfigActor. A
+replica that dies mid-response: on the relay the ingress ends the response cleanly; on the
 direct topology Ray's proxy runs api/cluster/proxy_guard.py, which does the same.
 
 And the driver's life: join a running cluster (`--address`) or start a local Ray instance
@@ -74,6 +57,25 @@ def topology(spec: ClusterSpec) -> dict[str, Any]:
     return {"topology": "direct", "hops": "proxy -> replica", "routing": sessions}
 
 
+# relay (router "prefix" over several replicas: routing needs the prompt)
+#
+#     Ray HTTP proxy ──▶ SwitchyardIngress (ingress_replicas; tokenizes, hashes, relays)
+#                           │ handle, stream=True, PrefixAffinityRouter (or Ray's power of two)
+#                           ▼
+#                        SwitchyardReplica (replicas or autoscaling; a whole node's stack each)
+#                           │ every write, and a long-poll per replica
+#                           ▼
+#                        EndpointConfigActor (one, named, detached: the shared endpoint config)
+#
+# direct (router "pow2", or one replica without autoscaling: the prompt is not needed)
+#
+#     Ray HTTP proxy ──▶ SwitchyardReplica, wrapped by serve.ingress() (its own ASGI app)
+#                           │ (proxy's handle; PrefixAffinityRouter with x-session-id only, when
+#                           ▼  there is a choice of replica)
+#                        EndpointConfigActor
+#
+# Every token crosses one process fewer on the direct one (the proxy's call reaches the
+# replica itself); the ingress's tokenizing and hashing is what the relay pays for.
 def build_application(spec: ClusterSpec) -> Any:
     from ray import serve
     from ray.serve.config import RequestRouterConfig

@@ -8,8 +8,7 @@ Owns the bridge between Ray Serve's asyncio loop and Switchyard's trio loop:
   runtimes, and drives the app's ASGI lifespan (before_serving: endpoints loaded, watchdog);
 - `stream(request)` (asyncio) runs one raw ASGI request through the app on the trio loop
   and yields its ASGI send messages as they are sent: each SSE chunk crosses as soon as the
-  app sends it, never held back to be batched (messages that are already waiting when the
-  caller asks for more cross together);
+  app sends it, never held back to be batched;
 - leaving `stream` early (the caller's task cancelled: the client disconnected, or the
   ingress gave up) delivers `http.disconnect` to the app and cancels the request's trio scope,
   so the route's `finally` aborts the engine request and its KV blocks are freed at the

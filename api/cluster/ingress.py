@@ -4,17 +4,9 @@ Owns the hop from HTTP to a model replica, and nothing of the API itself (routes
 and error shapes all run on the replica, in the one app):
 
 1. read the body, and learn what routing needs before any replica sees it (`PromptHasher`):
-   for a chat, completions or Responses body, the prompt's token ids exactly as the replica's tokenizer
-   actor will encode them (the replica's own params functions and runtime/prompt_encoding.py:
-   the chat template with the request's tools and template kwargs), hashed into KV block
-   chain hashes with the model's own block size (runtime/prefix_hash.py), on a worker thread
-   so a long prompt never stalls the relays; and the `x-session-id` header. A
-   vision-language model's prompt with images goes through the model's own processor
-   (actors/multimodal.py), each image's tokens keyed by its content hash
-   (`keyed_token_ids`) as the replica's prefix cache keys them: a `data:` image is decoded
-   here (Pillow, this worker thread, the edge's pixel cap); an http(s) or file:// image is
-   never fetched here (one fetch per image, on the replica, under its media policy), so the
-   hashes stop before the first block holding such an image's tokens;
+   for a chat, completions or Responses body, the prompt's KV block chain hashes exactly as
+   the replica's cache will compute them, on a worker thread so a long prompt never stalls the
+   relays; and the `x-session-id` header;
 2. call the replicas' `handle_http` through a streaming handle, with that `RoutingHint` as the
    `routing` keyword, which the request router (api/cluster/router.py) reads;
 3. relay the replica's ASGI messages to the proxy as they arrive (api/cluster/edge.py, which
@@ -65,6 +57,15 @@ MAX_HASHED_BLOCKS = 512
 RESPONSES_ROUTE = "create_response"  # api/http/shared/routes.py: its body is hashed as Responses builds it
 
 
+# The prompt's token ids exactly as the replica's tokenizer actor will encode them (the replica's
+# own params functions and runtime/prompt_encoding.py: the chat template with the request's
+# tools and template kwargs), hashed into KV block chain hashes with the model's own block size
+# (runtime/prefix_hash.py). A vision-language model's prompt with images goes through the
+# model's own processor (actors/multimodal.py), each image's tokens keyed by its content hash
+# (`keyed_token_ids`) as the replica's prefix cache keys them: a `data:` image is decoded here
+# (Pillow, the hashing thread, the edge's pixel cap); an http(s) or file:// image is never
+# fetched here (one fetch per image, on the replica, under its media policy), so the hashes stop
+# before the first block holding such an image's tokens.
 class PromptHasher:
     """Prompt -> KV block chain hashes, as the replica's cache will compute them: the body
     becomes the replica's own `Prompt` (each endpoint's params.py under api/http/openai/: the

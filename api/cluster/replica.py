@@ -4,9 +4,9 @@ Owns one replica's life: it hosts a whole single-node stack (api/cluster/host.py
 runtime, the actors, the executor thread and the paged cache, and the Quart app) and
 serves that app's ASGI messages, streamed, on either topology (api/cluster/deploy.py): to
 the ingress's `handle_http` calls (relay), or, when deploy.py wraps this class with
-`serve.ingress()`, straight to Ray's HTTP proxy through `__serve_build_asgi_app__` (direct:
-one process fewer on every token's way; the client leaving cancels the call, which aborts the
-request on the trio loop and frees its blocks, as on the relay). It also:
+`serve.ingress()`, straight to Ray's HTTP proxy through `__serve_build_asgi_app__` (direct).
+Either way the client leaving cancels the call, which aborts the request on the trio loop and
+frees its blocks. It also:
 
 - reports its load to the routers (`record_routing_stats`: live, running and waiting requests,
   KV usage as a 0-1 fraction), which Ray Serve polls every `routing_stats_period_s`;
@@ -14,12 +14,9 @@ request on the trio loop and frees its blocks, as on the relay). It also:
   past `step_deadline`, or the trio loop stopped answering, so the controller replaces it;
 - follows the shared endpoint config (api/cluster/config_store.py) for its whole life, and
   counts per-key rate limits in the deployment's shared buckets (api/cluster/limits.py);
-- on shutdown, drains its live requests (up to `drain_timeout`) before stopping the actors:
-  from the moment the driver announces the stop (config_store.announce_stop), not only when
-  Ray Serve gets to __del__, which it does once every request has ended.
+- drains its live requests (up to `drain_timeout`) as soon as the driver announces the stop.
 
-Each response carries `x-switchyard-replica`, the replica's id, so clients, logs and tests can
-see where a request ran. Imports ray and api.
+Each response carries `x-switchyard-replica`, the replica's id. Imports ray and api.
 """
 
 from __future__ import annotations

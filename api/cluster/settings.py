@@ -2,48 +2,7 @@
 config file, then the CLI's flags over it) and `ClusterSpec` (what every replica and ingress
 replica is built from). No Ray import at module level: the CLI checks a config file before
 starting Ray (only [cluster.autoscaling] is checked against Ray's own model, when Ray is there).
-
-The `[cluster]` table (every key optional):
-
-    replicas = 2                 model replicas (ignored when [cluster.autoscaling] is given)
-    ingress_replicas = 1         HTTP ingress replicas (each tokenizes to route by prefix)
-    replica_cpus = 1.0           Ray CPUs reserved per model replica (fractions allowed); leave
-                                 each node a core beyond its replicas' for Ray's own processes
-                                 (docs/scaling-out.md, "Sizing": the hop then costs 5-7% of throughput;
-                                 with every core given to torch, ~20%). On a local Ray instance
-                                 whatever of replica_cpus and ingress_cpus is left to its
-                                 default is lowered to fit this machine's CPUs (`fit_local`)
-    ingress_cpus = 0.5           ... per ingress replica
-    replica_gpus = 0.0           Ray GPUs per model replica
-    router = "prefix"            "prefix" (runtime/routing.py) or "pow2" (Ray's power of two)
-    topology = "auto"            "relay": Ray's proxy -> SwitchyardIngress -> replicas (what the
-                                 prefix router needs: the ingress reads the prompt); "direct":
-                                 Ray's proxy -> the replicas, no ingress (one process fewer
-                                 on every token's way; routing sees headers, not the prompt);
-                                 "auto": direct for pow2 or one fixed replica, else relay
-    max_ongoing_requests = 1024  per model replica, Ray's own cap; above the runtime's
-                                 max_pending (512) on purpose, so a full replica answers a fast
-                                 429 itself instead of Ray queueing requests silently
-    routing_stats_period_s = 1.0 how often replicas report their load to the routers
-    health_check_period_s = 5.0  how often Ray calls each replica's check_health, which fails
-                                 when its runtime died, its device thread is gone, a step has
-                                 run past the model's step_deadline (--step-deadline, or
-                                 step_deadline in its [[models]] table; 60 s by default), or
-                                 its event loop does not answer; after 3 failures in a row
-                                 (Ray's threshold) the replica is replaced: a stuck step is
-                                 caught about step_deadline + 3 x this after it started, and
-                                 its clients get their error once graceful_shutdown_timeout_s
-                                 has passed too (the stuck replica is stopped, then killed)
-    health_check_timeout_s = 30.0  a check_health call that takes longer counts as failed
-    graceful_shutdown_timeout_s  a replica's whole stop, after which Ray kills it; default the
-                                 models' longest --drain-timeout + 10 s (its actors closing)
-    [cluster.autoscaling]        passed to Ray Serve's autoscaling_config as is:
-                                 min_replicas, max_replicas, target_ongoing_requests,
-                                 upscale_delay_s, downscale_delay_s, ...; checked against
-                                 Ray's AutoscalingConfig first (unknown keys and bad values
-                                 are a config error naming the key)
-    [cluster.router_kwargs]      epsilon, slack, max_kv_usage, min_match, affinity_blocks
-                                 (runtime.routing.RoutingPolicy)
+The comment above `ClusterSettings` lists every key of the table with its default.
 """
 
 from __future__ import annotations
@@ -63,6 +22,47 @@ class ClusterConfigError(ValueError):
     pass
 
 
+# The `[cluster]` table (every key optional):
+#
+#     replicas = 1                 model replicas (ignored when [cluster.autoscaling] is given)
+#     ingress_replicas = 1         HTTP ingress replicas (each tokenizes to route by prefix)
+#     replica_cpus = 1.0           Ray CPUs reserved per model replica (fractions allowed); leave
+#                                  each node a core beyond its replicas' for Ray's own processes
+#                                  (docs/scaling-out.md, "Sizing", has what the hop costs with
+#                                  and without one). On a local Ray instance
+#                                  whatever of replica_cpus and ingress_cpus is left to its
+#                                  default is lowered to fit this machine's CPUs (`fit_local`)
+#     ingress_cpus = 0.5           ... per ingress replica
+#     replica_gpus = 0.0           Ray GPUs per model replica
+#     router = "prefix"            "prefix" (runtime/routing.py) or "pow2" (Ray's power of two)
+#     topology = "auto"            "relay": Ray's proxy -> SwitchyardIngress -> replicas (what the
+#                                  prefix router needs: the ingress reads the prompt); "direct":
+#                                  Ray's proxy -> the replicas, no ingress (one process fewer
+#                                  on every token's way; routing sees headers, not the prompt);
+#                                  "auto": direct for pow2 or one fixed replica, else relay
+#     max_ongoing_requests = 1024  per model replica, Ray's own cap; above the runtime's
+#                                  max_pending (512) on purpose, so a full replica answers a fast
+#                                  429 itself instead of Ray queueing requests silently
+#     routing_stats_period_s = 1.0 how often replicas report their load to the routers
+#     health_check_period_s = 5.0  how often Ray calls each replica's check_health, which fails
+#                                  when its runtime died, its device thread is gone, a step has
+#                                  run past the model's step_deadline (--step-deadline, or
+#                                  step_deadline in its [[models]] table; 60 s by default), or
+#                                  its event loop does not answer; after 3 failures in a row
+#                                  (Ray's threshold) the replica is replaced: a stuck step is
+#                                  caught about step_deadline + 3 x this after it started, and
+#                                  its clients get their error once graceful_shutdown_timeout_s
+#                                  has passed too (the stuck replica is stopped, then killed)
+#     health_check_timeout_s = 30.0  a check_health call that takes longer counts as failed
+#     graceful_shutdown_timeout_s  a replica's whole stop, after which Ray kills it; default the
+#                                  models' longest --drain-timeout + 10 s (its actors closing)
+#     [cluster.autoscaling]        passed to Ray Serve's autoscaling_config as is:
+#                                  min_replicas, max_replicas, target_ongoing_requests,
+#                                  upscale_delay_s, downscale_delay_s, ...; checked against
+#                                  Ray's AutoscalingConfig first (unknown keys and bad values
+#                                  are a config error naming the key)
+#     [cluster.router_kwargs]      epsilon, slack, max_kv_usage, min_match, affinity_blocks
+#                                  (runtime.routing.RoutingPolicy)
 @dataclass
 class ClusterSettings:
     replicas: int = 1

@@ -15,7 +15,7 @@ each it prints one JSON row:
 the engine computed, not served from its prefix cache) over the request. The step that finishes
 the first sequence's prompt samples every sibling's first token from the same row and the
 siblings share its KV blocks (the partly filled last one copied), so the delta is exactly one
-prompt (`bound`) whatever n or best_of is; 4x the prompt would mean no sharing.
+prompt (`bound`) whatever n or best_of is; four prompts' worth would mean no sharing.
 Exits 1 when a row is over its bound.
 """
 

@@ -3,7 +3,7 @@
     python -m ops.bench.spec_auto [--levels 1,8,32,64] [--prompt-modes unique,grounded]
         [--rounds 3] [--on-args '--spec-decoding auto'] [--off-args '--spec-decoding off'] [--out F]
 
-The issue's rule for the default: `auto` only if no workload at c = 1, 8, 32, 64 is slower than
+The rule for the default: `auto` only if no workload at c = 1, 8, 32, 64 is slower than
 drafting off by more than 3%. Both servers stay up (idle, each uses no CPU); every round runs
 each level on each server, the two in alternating order, each on prompts it has not seen (no
 prefix cache hit on either side, nor in the shared n-gram pool from an earlier round's copy of

@@ -15,7 +15,7 @@ section or level with errors (exit status 3 when there is any; 0 when none). Der
   128-token prompt and half the timed steps), at the copy bandwidth measured in the same run;
 - `server_steps`: the graphs server's steps from its debug `step` log lines, decode-only steps
   and steps with prompt tokens apart (how many, p50 and p99 ms): whether prompts stall streams;
-- `targets`, issue 22's (each over one run on one card): decode steps as CUDA graphs >= 2x
+- `targets`, the GPU check's (each over one run on one card): decode steps as CUDA graphs >= 2x
   the eager step at batch 1 on the embedded model's shape; the server at c=64 >= 1/1.2 of the
   bare CUDA-graph step over the same work (prefill plus decode); the 1B shape at batch 1 >= 0.6
   of the bandwidth bound; at c=32 a stream's chunk gap p99 <= 2x its p50, per server variant.
@@ -125,7 +125,7 @@ def stall(lv: dict[str, Any] | None) -> float | None:
 
 
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 22's targets over this run, each with its value, goal and whether it was met."""
+    """The GPU check's targets over this run, each with its value, goal and whether it was met."""
     ab = (result.get("step_ab") or {}).get("embedded") or {}
     b1 = ab.get("batches", {}).get("1", {})
     speedup = ratio(b1.get("native+nographs", {}).get("step_ms"), b1.get("native", {}).get("step_ms"), 2)
@@ -299,7 +299,7 @@ def markdown(result: dict[str, Any]) -> str:
     device = result.get("device") or {}
     title = f"## GPU check: {device.get('name') or device.get('device') or '?'}" + (" (DRY RUN on a CPU: tiny sizes, figures mean nothing)" if result["dry_run"] else "")
     lines = [title, "", f"{result['finished_utc']}, {result['machine']['cpu']}, torch {device.get('torch')}", "", *_stage_lines(result)]
-    lines += [*_step_lines(result), *_sweep_lines(result), *_spec_lines(result), *_server_step_lines(result), "### Targets (issue 22)", "", "| target | value | goal | met |", "|---|---:|---|---|"]
+    lines += [*_step_lines(result), *_sweep_lines(result), *_spec_lines(result), *_server_step_lines(result), "### Targets", "", "| target | value | goal | met |", "|---|---:|---|---|"]
     lines += [f"| {t['target']} | {fmt(t['value'])} | {t['goal']} | {'–' if t['met'] is None else 'yes' if t['met'] else 'NO'} |" for t in result["targets"]]
     lines += ["", "### Problems", "", *(f"- {line}" for line in result["problems"])] if result["problems"] else ["", "No problems."]
     if result["dry_run"]:

@@ -5,7 +5,7 @@ pre-opened sockets, so the client costs almost nothing, and reports, per status,
 sending a request to its status line (p50 / p90 / p99 / max), then checks that every admitted
 request completed. Bounded: `--bursts` bursts of `--burst` requests, `--timeout` per request.
 
-Issue 6's target: the excess gets its 429 (or 503) within 50 ms. Two figures:
+The target: the excess gets its 429 (or 503) within 50 ms. Two figures:
 - `refusal_p99_ms`: over the bursts. All N arrive at once and one event loop answers them one
   after another (on a 2-core machine shared with the device thread and this client), so the
   tail is the whole burst's queue, not one refusal's cost;
@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-TARGET_MS = 50.0  # issue 6: "a 429 (or 503 with Retry-After) within 50 ms"
+TARGET_MS = 50.0  # the excess gets a 429 (or 503 with Retry-After) within 50 ms
 AZURE_API_VERSION = "2024-05-01-preview"
 # route -> (path template, body kind, what a completed admitted response's body contains)
 ROUTES = {
@@ -212,7 +212,7 @@ async def main(args: argparse.Namespace) -> int:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:8000")
-    p.add_argument("--burst", type=int, default=80, help="simultaneous requests per burst (10x --max-pending is the issue's case)")
+    p.add_argument("--burst", type=int, default=80, help="simultaneous requests per burst (80: 10x a --max-pending of 8)")
     p.add_argument("--bursts", type=int, default=5)
     p.add_argument("--pause", type=float, default=2.0, help="seconds between bursts")
     p.add_argument("--max-tokens", type=int, default=16)
@@ -221,7 +221,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--route", choices=sorted(ROUTES), default="completions", help="which generation route to overload")
     p.add_argument("--endpoint", default=None, help="the serving endpoint of --route invocations")
     p.add_argument("--model", default=None, help="the body's model (default: the server's default)")
-    p.add_argument("--target-ms", type=float, default=TARGET_MS, help="p99 refusal latency to meet (issue 6: 50 ms)")
+    p.add_argument("--target-ms", type=float, default=TARGET_MS, help="p99 refusal latency to meet (ms)")
     p.add_argument("--probe", type=int, default=0, help="then send this many requests one at a time to the server held full")
     p.add_argument("--fill", type=int, default=8, help="long requests that hold the server full during --probe (its --max-pending)")
     p.add_argument(

@@ -1,5 +1,5 @@
 """`switchyard serve-ray --replicas 2`, the README's example for a local Ray instance, comes up on
-this machine with its defaults (issue 23, item 6).
+this machine with its defaults.
 
 On a 2-core machine two replicas at the default 1 CPU and the ingress at 0.5 asked Ray for
 2.5 CPUs: the ingress was never scheduled, /health never answered, forever. The defaults are

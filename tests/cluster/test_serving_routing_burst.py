@@ -1,4 +1,4 @@
-"""A burst through the prefix router stays within its load bound (issue 23, item 7).
+"""A burst through the prefix router stays within its load bound.
 
 `serve-ray --replicas 2` (one ingress): eight concurrent chat streams whose prompts share their
 opening all went to one replica, past the README's bound (1.25 x the mean + 2: at most 7 of

@@ -1,4 +1,4 @@
-"""serve-ray replica health and scaling (issue item 5), on a live deployment: a replica whose
+"""serve-ray replica health and scaling, on a live deployment: a replica whose
 device step is stuck fails its health check (the runtime's `step_deadline`, Ray's
 `health_check_period_s`), is reported unhealthy and replaced, and the client whose stream it
 held gets a clean error, never a hang; `[cluster.autoscaling]` reaches Ray Serve's controller;

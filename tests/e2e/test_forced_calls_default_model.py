@@ -1,4 +1,4 @@
-"""The default model's forced tool calls stay within the schema's keys (issue 11): with a
+"""The default model's forced tool calls stay within the schema's keys: with a
 city/unit schema that does not set additionalProperties, "Weather in Oslo in fahrenheit"
 made SmolLM2 write `{"city": "Oslo", "type": "string", "properties": ...` under tool_choice
 named or required until max_tokens cut it; now the call ends, with declared keys only."""

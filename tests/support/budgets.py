@@ -1,4 +1,4 @@
-"""Size budgets of shipped code and of the workshop (ops/; ANCHORS, BRIEF): a module of at most
+"""Size budgets of shipped code and of the workshop (ops/): a module of at most
 400 lines, a function of at most 60. `over_budget` measures source text with `ast`, so tests can run it on this tree and
 on a planted violation alike."""
 

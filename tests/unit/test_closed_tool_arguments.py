@@ -1,5 +1,4 @@
-"""Forced tool calls stay within the declared properties (issue 11: "forced tool calls that
-wander"): with tool_choice required or named and a schema with `city` and `unit` and no
+"""Forced tool calls stay within the declared properties: with tool_choice required or named and a schema with `city` and `unit` and no
 `additionalProperties`, the grammar let the default model write `"required":` and other keys
 no schema declared until it ran out of tokens. Objects are now closed to undeclared keys
 unless the schema allows them, as vLLM's guided decoding does by default; the same for

@@ -1,4 +1,4 @@
-"""serve-ray on a local Ray instance fits the machine, or says why it cannot (issue 23, item 6).
+"""serve-ray on a local Ray instance fits the machine, or says why it cannot.
 
 `switchyard serve-ray --replicas 2`, the README's example for a local instance, asked for two
 replicas at 1 CPU and an ingress at 0.5 on a 2-core machine: Ray never scheduled the ingress

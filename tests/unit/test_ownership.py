@@ -50,9 +50,21 @@ UNRELATED: dict[tuple[str, str], str] = {
 }
 
 
+def ownership_table() -> str:
+    """runtime/request.py's comment block that starts at `# Owners`, without the `# `."""
+    lines = Path(runtime.request.__file__).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# Owners"))
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#"):
+            break
+        block.append(line[2:])
+    return "\n".join(block)
+
+
 def parse_table() -> tuple[dict[str, tuple[str, ...]], dict[tuple[str, str], str]]:
-    """(owner -> its module paths, (class, field) -> owner) from runtime/request.py's docstring."""
-    doc = runtime.request.__doc__ or ""
+    """(owner -> its module paths, (class, field) -> owner) from runtime/request.py's table."""
+    doc = ownership_table()
     owners_block = doc.split("Owners", 1)[1].split("\n\n", 2)[1]
     owners = {line.split()[0]: tuple(line.split()[1:]) for line in owners_block.splitlines() if line.strip()}
     rows: dict[tuple[str, str], str] = {}

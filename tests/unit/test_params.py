@@ -64,7 +64,7 @@ def rejected(fn, body) -> InvalidRequest:
         ({"repetition_penalty": 0}, "repetition_penalty"),
         ({"top_logprobs": 21, "logprobs": True}, "top_logprobs"),
         ({"stop_token_ids": [1, -1]}, "stop_token_ids[1]"),
-        ({"seed": 2**64}, "seed"),  # uint64 (seed 004) is the widest accepted
+        ({"seed": 2**64}, "seed"),  # uint64 (MindIE completions) is the widest accepted
         ({"stream": "yes"}, "stream"),
         ({"reasoning_effort": "extreme"}, "reasoning_effort"),
     ],
@@ -178,7 +178,7 @@ def test_n_greater_than_one() -> None:
 
 def test_stop_sequences() -> None:
     assert rejected(chat, {"messages": USER, "stop": ["a", ""]}).param == "stop"
-    # Seed 004: any number of stops, at most 32768 characters in all.
+    # MindIE completions: any number of stops, at most 32768 characters in all.
     _, sampling = chat({"messages": USER, "stop": [str(i) for i in range(17)]})
     assert len(sampling.stop) == 17
     assert rejected(chat, {"messages": USER, "stop": ["x" * 20000, "y" * 12769]}).param == "stop"

@@ -3,7 +3,7 @@ the token-level tracker, and what `reasoning_effort` asks.
 
 The split is a property over every chunking: a stream fed in any pieces gives the same thinking
 and answer as the whole text at once (what the non-streaming answer is made from), on the
-outputs the issue lists: tags split across chunks, a second `<think>` after the first
+outputs that trip a streaming parser: tags split across chunks, a second `<think>` after the first
 `</think>`, a literal `</think>` in the answer, truncation mid-thinking, a tool call right after
 thinking.
 """

@@ -120,7 +120,7 @@ def test_failure() -> None:
     assert names[-2:] == ["error", "response.failed"]
     response = Response.model_validate(response_of(b))
     assert response.status == "failed" and response.error.message == "device error" and response.error.code == "server_error"
-    # Seed 001's Error: type, code and message required, param when a field caused it.
+    # The Responses API reference's Error: type, code and message required, param when a field caused it.
     assert response_of(b)["error"] == {"type": "server_error", "code": "server_error", "message": "device error", "param": None}
     assert events[-2][1]["code"] == "server_error" and events[-2][1]["param"] is None
 

@@ -1,4 +1,4 @@
-"""The prefix router honours its load bound in a burst (issue 23, item 7).
+"""The prefix router honours its load bound in a burst.
 
 `serve-ray --replicas 2`: eight concurrent chat streams whose prompts share their opening (one
 chat template) all landed on one replica. Ray asks the router to rank replicas for each

@@ -1,5 +1,5 @@
 """A thinking budget in the scheduler core, and the runner's grammar that waits for the end of
-thinking (issue 20): the core writes the end-of-thinking sequence after the budget-th thinking
+thinking: the core writes the end-of-thinking sequence after the budget-th thinking
 token, the next step feeds it, and the runner's history and matcher follow the core. With
 logprobs, the forced tokens wait for the step that feeds them, whose rows score them."""
 

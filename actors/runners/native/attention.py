@@ -4,7 +4,7 @@ Owns: `NativeStep` (a step's cache indices, built once and shared by every layer
 `attend()`, one layer's attention over our paged KV cache.
 
 The cache is the runner's: per layer a head-major `[kv_heads, num_slots, head_dim]` tensor
-(paged_attention's module docstring says why that layout). Decode tokens go through
+(paged_attention.py says why that layout, beside `cache_rows`). Decode tokens go through
 paged_attention's grouped decode kernel (two batched matmuls over a padded gather). Prefill
 chunks are attended together too: queries padded to the longest chunk `[P, Qmax]`, keys
 gathered to the longest context `[P, Lmax]`, one SDPA call with a boolean mask, so a step

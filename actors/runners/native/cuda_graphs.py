@@ -5,47 +5,18 @@ through one static function over static input buffers, capturing each (batch, le
 as a CUDA graph at warm-up or on its first use; `DecodeBatch`, a step planned into its bucket;
 and `decode_step`, the static function itself.
 
-Every token of a step is a row: a decode token, and each token of a prompt chunk (or of a
-draft to verify), which is a row whose length is its own position plus one, reading its
-sequence's block table. Every row writes its key and value before any row gathers, so a
-chunk's token sees the chunk's earlier tokens as a decode token sees its context. Why steps
-with prompt chunks go through the graphs too: eager, such a step is launch-bound on a GPU
-(23-53 ms for the embedded model's shape on an H100 against 4-6 ms for a decode step replayed,
-whatever the chunk: ops/results/gpu-check-first-run-2026-11-26-h100.json and its second run),
-so every prompt stalled the streams beside it by ten decode steps. Where a chunk's gather
-would be large (rows x key length x kv heads x head dim past `MIXED_GATHER_ELEMENTS`) the step
-runs eager, where SDPA reads the cache once per chunk instead of once per row.
-
 Why: on a GPU the decode step of a small model is bound by launching its kernels (a few
-hundred per step from Python, ~10 us each), not by the GPU's arithmetic. A graph replays them
-all in one launch. A replay runs the captured kernels on the captured addresses and shapes,
-so everything that changes between steps (tokens, block tables, lengths) is copied into
-buffers the graph reads, and nothing in the step may depend on a value at capture time: no
-host sync, no data-dependent shape (`tests/engine/test_native_cuda_graphs.py` traces the step
-with dynamo and finds no op whose value or shape depends on tensor data).
+hundred per step from Python, ~10 us each), not by the GPU's arithmetic; a graph replays them
+all in one launch. Every token of a step is a row (a decode token, or each token of a prompt
+chunk or of a draft to verify), so a step with prompt chunks replays too instead of running
+eager and stalling the streams beside it (comment on `BucketedDecode.plan`).
 
-Attention: inside the graph each sequence's block table expands to its cache rows, the new
-token's key and value are written in place, and the keys and values are gathered to the
-bucket's length and attended by the same two grouped matmuls as the eager decode
-(paged_attention.grouped_decode_attention), under a -inf bias past each sequence's own length
-computed in the graph. Not SDPA: with a mask, flash attention is out and the memory-efficient
-kernel takes no grouped-query heads, so SDPA would fall back to its math kernel, which repeats
-K/V for every query head and upcasts them. The length buckets (powers of two from 256 tokens
-to the model's length) bound what a gather reads to 2x the longest context in the step.
-
-Capture: at warm-up every batch bucket up to the engine's max_num_seqs is captured at the
-first length bucket, largest first (as vLLM and nano-vllm do); longer contexts capture their
-bucket on first use. Captures are serialised process-wide and `thread_local`, so a model on
-another GPU (its own device thread) keeps stepping while this one captures, and each runs on
-its own device's stream.
-
-Pads: a bucket's spare rows repeat the last real sequence (token, table, length). They compute
-that sequence's keys and values and write them to its slot, the same values, so the
-duplicate writes cannot corrupt it; their logits are dropped.
-
-On CPU (`capture=False`) the same function runs over the same buffers without capture. That
-is how the CPU suite checks the bucketed step (CI has no GPU); it is not used for serving on
-a CPU, where the unpadded eager step is faster (native/path.py turns it on for CUDA only).
+A replay runs the captured kernels on the captured addresses and shapes, so everything that
+changes between steps (tokens, block tables, lengths) is copied into buffers the graph reads,
+and nothing in the step may depend on a value at capture time: no host sync, no data-dependent
+shape (`tests/engine/test_native_cuda_graphs.py` checks). On CPU (`capture=False`) the same
+function runs uncaptured, which is how the CPU suite checks it; serving on a CPU uses the
+faster unpadded eager step (native/path.py turns graphs on for CUDA only).
 """
 
 from __future__ import annotations
@@ -71,6 +42,8 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 # A step with prompt chunks gathers each of its rows' keys and values: at most this many
 # elements each, 256 MiB in bf16 (512 rows x 1,024 keys of the embedded model's 3 x 64 fit).
 MIXED_GATHER_ELEMENTS = 1 << 27
+# The length buckets (powers of two from 256 tokens to the model's length) bound what a gather
+# reads to 2x the longest context in the step.
 MIN_LENGTH_BUCKET = 256
 # torch allows one capture at a time in a process; models on several GPUs capture in turn.
 _CAPTURE_LOCK = threading.Lock()
@@ -103,6 +76,14 @@ class DecodeBatch:
     length: int  # the key-length bucket, in tokens
 
 
+# Attention: inside the graph each sequence's block table expands to its cache rows, the new
+# token's key and value are written in place, and the keys and values are gathered to the
+# bucket's length and attended by the same two grouped matmuls as the eager decode
+# (paged_attention.grouped_decode_attention), under a -inf bias past each sequence's own length
+# computed in the graph. Not SDPA: with a mask, flash attention is out and the memory-efficient
+# kernel takes no grouped-query heads, so SDPA would fall back to its math kernel, which repeats
+# K/V for every query head and upcasts them. Every row writes its key and value before any row
+# gathers, so a chunk's token sees the chunk's earlier tokens as a decode token sees its context.
 def decode_step(
     model: Any,
     input_ids: torch.Tensor,
@@ -170,6 +151,14 @@ class BucketedDecode:
         self._k_cache: list[torch.Tensor] | None = None
         self._pool: Any = None
 
+    # A prompt chunk's token (or a draft's, to verify) is a row whose length is its own position
+    # plus one, reading its sequence's block table. Steps with prompt chunks go through the
+    # graphs too: eager, such a step is launch-bound on a GPU (23-53 ms for the embedded model's
+    # shape on an H100 against 4-6 ms for a decode step replayed, whatever the chunk:
+    # ops/results/gpu-check-first-run-2026-11-26-h100.json and its second run), so every prompt
+    # stalled the streams beside it by ten decode steps. Where a chunk's gather would be large
+    # (rows x key length x kv heads x head dim past `MIXED_GATHER_ELEMENTS`) the step runs eager,
+    # where SDPA reads the cache once per chunk instead of once per row.
     def plan(self, seqs: list[tuple[int, int]], tables: list[list[int]]) -> DecodeBatch | None:
         """The step's bucket, a row per token, if it fits one; None: run it eager."""
         if not seqs:
@@ -186,6 +175,9 @@ class BucketedDecode:
         lens = [pos + 1 for start, n in seqs for pos in range(start, start + n)]
         return DecodeBatch(lens=lens, tables=[table for (_, n), table in zip(seqs, tables) for _ in range(n)], batch=batch, length=length)
 
+    # Longer contexts capture their bucket on first use (as vLLM and nano-vllm do). Captures are
+    # serialised process-wide and `thread_local`, so a model on another GPU (its own device
+    # thread) keeps stepping while this one captures, and each runs on its own device's stream.
     def capture_all(self, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> None:
         """Prepare every batch bucket at the first length bucket, largest first, so that serving
         rarely captures. Each step writes block 0's first slot (the runner zeroes it after its
@@ -209,6 +201,9 @@ class BucketedDecode:
         run()
         return self.logits.index_select(0, keep)
 
+    # Pads: a bucket's spare rows repeat the last real sequence (token, table, length). They
+    # compute that sequence's keys and values and write them to its slot, the same values, so
+    # the duplicate writes cannot corrupt it; their logits are dropped.
     def _fill(self, input_ids: torch.Tensor, plan: DecodeBatch) -> None:
         """Copy the step into the static buffers; pad rows repeat the last real sequence."""
         real, blocks = len(plan.lens), plan.length // self.block_size

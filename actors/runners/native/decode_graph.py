@@ -7,42 +7,14 @@ while the eager step serves and swapped in when ready; and where inductor keeps 
 cache (`use_disk_cache`), so a restart loads the graphs instead of compiling them again. What
 each graph computes and which steps it takes: graph_steps.py.
 
-Why: at one row a step is ~6,000 small aten calls around 121 weight products, and those calls,
-not the weights' bytes, were a third of its time (SmolLM2-135M int4 on this EPYC: 8.5 ms of a
-~19 ms step in the int4 products). One graph fuses each layer's norm, rotary, cache write and
-gather, softmax and SwiGLU into a few C++ kernels and runs the 30 layers without Python between
-them. Interleaved against the eager step (1 thread, process CPU time): 1.32x with inductor's
-Python wrapper, 1.06x more with its C++ wrapper (`cpp_wrapper`).
-
-The attention is traced into the graph, not hidden in an opaque custom op: the op's Python
-dispatch cost ~100 us a layer and left the graph 1.02x the eager step. The context length
-reaches the graph only as the size of the gather's row index, marked dynamic, so a growing
-context never recompiles; the cache write (`index_copy_` into the layer's cache, a graph input)
-is done in place by inductor, not by copying the cache. Sequences of length 1 are left to the
-eager step (torch would specialise the size 1 and compile again).
-
-Several decode rows: the same step with the eager step's grouped decode attention and the row
-count dynamic too, 1.4-1.9x the eager step on the shipped Q4_1 weights at every width from 2
-to 64 rows (2 threads, Xeon with AMX, ops/results/step-ab-decode-rows-graphs-2026-11-27-xeon-amx.json).
-Compiling only the layers' dense parts had lost to eager (four graphs; AMD EPYC, bf16 B=32
-0.93x, int4 1.06x): the Python between the layers and the attention's small ops are what the
-whole graph removes. With decode rows compiled, a step that also carries a prompt chunk would
-run eager at about twice a decode step, so every such step stalls its streams (the stall ratio
-at c=32 read 3.1-4.2, ops/results/overhead-c32-rows-graphs-vs-no-compile-2026-11-27-xeon-amx.json):
-decode rows beside one prompt chunk have a graph too (the mixed graph, the chunk's context
-gathered as a later chunk's is). Running the decode rows as their graph and the chunk eager
-beside it (two forwards) was no faster than the eager step
-(ops/results/step-ab-mixed-split-rows-graph-2026-11-27-xeon-amx.json).
-
-A verify step of one stream (its token and a draft of k) is the few-token graph, the token
-count and the context both dynamic, 1.4-2.0x faster than eager (SmolLM2 Q4_1, 2 threads,
-T = 2..5; docs/performance.md's speculative decoding section has the server figures).
-
-The model's code branches on the row and token counts (the quantized linear's kernel:
-`QuantLinear`'s `max_rows` and `dense_rows`; the attention's float32 path up to
-FLOAT32_DECODE_MAX_SEQS rows), and dynamo guards each branch, so the counts are cut into width
-classes, one graph each, each compiled before a step of its class runs it: a step never
-compiles on the device thread. Steps with two or more prompt chunks, and the rest, run eager.
+Why: a step is thousands of small aten calls around the weight products, and those calls, not
+the weights' bytes, were a third of its time; one graph fuses each layer's small ops into a few
+C++ kernels and runs the layers without Python between them (the comments below give the
+figures and their results files). The attention is traced into the graph and the counts and
+context length reach it as dynamic sizes, so a growing context never recompiles; where the
+model's code branches on a count, the counts are cut into width classes, one graph each, each
+compiled before a step of its class runs it: a step never compiles on the device thread.
+Steps with two or more prompt chunks, and the rest, run eager.
 """
 
 from __future__ import annotations
@@ -75,6 +47,12 @@ from runtime.memory import refreeze_heap
 
 log = get_logger("runner")
 
+# At one row a step is ~6,000 small aten calls around 121 weight products, and those calls, not
+# the weights' bytes, were a third of its time (SmolLM2-135M int4 on an EPYC: 8.5 ms of a ~19 ms
+# step in the int4 products). One graph fuses each layer's norm, rotary, cache write and gather,
+# softmax and SwiGLU into a few C++ kernels and runs the 30 layers without Python between them.
+# Interleaved against the eager step (1 thread, process CPU time): 1.32x with inductor's Python
+# wrapper, 1.06x more with its C++ wrapper (`cpp_wrapper`).
 OPTIONS = {"cpp_wrapper": True}
 
 
@@ -112,9 +90,12 @@ class DecodeGraph:
         # guards gone a second model in the process must never find this one's graph.
         self.compiled = self._compiled(DecodeGraph._step)
         self.compiled_few = self._compiled(DecodeGraph._few)
-        # A graph per width class, each with a code object of its own (dynamo keeps a code
-        # object's graphs in one cache, and another thread compiling into the cache the device
-        # thread reads is what these never share).
+        # The model's code branches on the row and token counts (the quantized linear's kernel:
+        # `QuantLinear`'s `max_rows` and `dense_rows`; the attention's float32 path up to
+        # FLOAT32_DECODE_MAX_SEQS rows), and dynamo guards each branch, so the counts are cut
+        # into width classes. A graph per width class, each with a code object of its own
+        # (dynamo keeps a code object's graphs in one cache, and another thread compiling into
+        # the cache the device thread reads is what these never share).
         self.classes = [(lo, hi) for lo, hi in width_classes(model.linear, max_rows) if lo <= hi]  # none where a step holds one row
         self.compiled_rows = [self._compiled(DecodeGraph._rows) for _ in self.classes]
         self._rows_ready = [threading.Event() for _ in self.classes]
@@ -149,6 +130,13 @@ class DecodeGraph:
         h = rms_norm(h if keep is None else h[keep], model.w.final_norm, model.cfg.rms_norm_eps)
         return model.linear(h, model.w.lm_head, None)
 
+    # The one-row graph. The attention is traced into the graph, not hidden in an opaque custom
+    # op: the op's Python dispatch cost ~100 us a layer and left the graph 1.02x the eager step.
+    # The context length reaches the graph only as the size of the gather's row index, marked
+    # dynamic, so a growing context never recompiles; the cache write (`index_copy_` into the
+    # layer's cache, a graph input) is done in place by inductor, not by copying the cache.
+    # Sequences of length 1 are left to the eager step (torch would specialise the size 1 and
+    # compile again).
     def _step(
         self, input_ids: torch.Tensor, positions: torch.Tensor, write_rows: torch.Tensor, read_rows: torch.Tensor,
         k_cache: list[torch.Tensor], v_cache: list[torch.Tensor],
@@ -156,6 +144,12 @@ class DecodeGraph:
         scale = self.model.scale
         return self._whole_step(input_ids, positions, lambda i, q, k, v: attend_one(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, scale))
 
+    # Several decode rows: the same step with the eager step's grouped decode attention and the
+    # row count dynamic too, 1.4-1.9x the eager step on the shipped Q4_1 weights at every width
+    # from 2 to 64 rows (2 threads, Xeon with AMX,
+    # ops/results/step-ab-decode-rows-graphs-2026-11-27-xeon-amx.json). Compiling only the
+    # layers' dense parts had lost to eager (four graphs; AMD EPYC, bf16 B=32 0.93x, int4 1.06x):
+    # the Python between the layers and the attention's small ops are what the whole graph removes.
     def _rows(
         self, input_ids: torch.Tensor, positions: torch.Tensor, write_rows: torch.Tensor, read_rows: torch.Tensor, bias: torch.Tensor,
         keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor],
@@ -165,6 +159,12 @@ class DecodeGraph:
             input_ids, positions, lambda i, q, k, v: attend_rows(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, bias, scale), keep
         )
 
+    # Decode rows beside one prompt chunk (the chunk's context gathered as a later chunk's is).
+    # With decode rows compiled, a step that also carries a prompt chunk would run eager at about
+    # twice a decode step, so every such step stalls its streams (the stall ratio at c=32 read
+    # 3.1-4.2, ops/results/overhead-c32-rows-graphs-vs-no-compile-2026-11-27-xeon-amx.json).
+    # Running the decode rows as their graph and the chunk eager beside it (two forwards) was no
+    # faster than the eager step (ops/results/step-ab-mixed-split-rows-graph-2026-11-27-xeon-amx.json).
     def _mixed(
         self, input_ids: torch.Tensor, positions: torch.Tensor, write_rows: torch.Tensor, decode_idx: torch.Tensor, read_rows: torch.Tensor,
         bias: torch.Tensor, chunk_idx: torch.Tensor, ctx_rows: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor,
@@ -176,6 +176,9 @@ class DecodeGraph:
             lambda i, q, k, v: attend_mixed(q, k, v, k_cache[i], v_cache[i], write_rows, decode_idx, read_rows, bias, chunk_idx, ctx_rows, mask, scale), keep,
         )  # fmt: skip
 
+    # A verify step of one stream (its token and a draft of k), the token count and the context
+    # both dynamic: 1.4-2.0x faster than eager (SmolLM2 Q4_1, 2 threads, T = 2..5;
+    # docs/performance.md's speculative decoding section has the server figures).
     def _few(
         self, input_ids: torch.Tensor, positions: torch.Tensor, write_rows: torch.Tensor, ctx_rows: torch.Tensor, mask: torch.Tensor,
         k_cache: list[torch.Tensor], v_cache: list[torch.Tensor],

@@ -4,30 +4,18 @@ Owns: turning a loaded model's bf16 matrices into int8 (per output channel) or i
 of 32 along K, asymmetric) at load time, and `QuantLinear`, the model's `linear` that picks
 the kernel by the number of rows.
 
-Why per row count: a decode step of few rows reads every weight once, so that read is the
-step (bandwidth bound) and fewer bytes win: aten's weight-only kernels (`_weight_int8pack_mm`,
-`_weight_int4pack_mm_for_cpu`) ran one SmolLM2 step's products 1.9x (int8) and 4.5x (int4)
-faster than bf16 `F.linear` at 1 row. Past a few rows the products are compute bound and
-those kernels, which dequantize every weight for every row block, lose to oneDNN's bf16 GEMM
-(int8 0.73x at 16 rows). There the activations are quantized too, per row, and the product
-runs as an int8 GEMM (`torch._int_mm`, VNNI on x86: ~740 int8 GOP/s against ~330-375 bf16
-GFLOP/s on this EPYC at prefill shapes), rescaled by the row and channel scales. So prompt
-chunks and wide decode steps gain as well, and no bf16 copy of the weights stays loaded:
-memory is 0.5x (int8) or 0.75x (int4: the int4 pack plus the int8 matrix) the bf16 weights.
+Why per row count: a decode step of few rows reads every weight once, so that read is the step
+(bandwidth bound) and fewer bytes win: aten's weight-only kernels. Past a few rows the products
+are compute bound and those kernels, which dequantize every weight for every row block, lose to
+a bf16 GEMM; there the activations are quantized too, per row, and the product runs as an int8
+GEMM (`torch._int_mm`), rescaled by the row and channel scales. So prompt chunks and wide decode
+steps gain as well, and no bf16 copy of the weights stays loaded (measurements: the comments
+beside `MAX_ROWS`, `QuantLinear` and `quantize_model`).
 
-Before quantizing, the linears are smoothed for the int8 GEMM (smoothing.py, SmoothQuant with
-alpha 0.5, calibrated at load): int8 folds the scales into the weights, so both kernels read
-the smoothed matrix; int4 smooths only its int8 matrix (`QuantizedWeight.smooth`), because
-folding into the int4 pack cost it 0.2-0.3 nats/token. Quality cost against bf16 (mean token
-logprob change / mean KL per token, nats; `python -m ops.bench.quant_quality`, SmolLM2-135M,
-AMD EPYC, ops/results/quant-quality-smoothing-2026-11-24-epyc-zen4.json), before -> after smoothing:
-int8 GEMM -0.054 / 0.041 -> -0.017 / 0.021 (both schemes); int8 weight-only -0.025 / 0.0067
--> -0.026 / 0.0088 (the fold's price: a second int8 matrix would avoid it at +0.5x the bf16
-weights' memory); int4 weight-only -0.031 / 0.048, unchanged. Every kernel's speed is
-unchanged within noise (step_ab); loading takes ~0.4-1 s more (SmolLM2-135M).
-
-The weight-only kernels take activations in bf16 (int8: any float dtype); their scales are
-kept in the activations' dtype. The int8 GEMM's scales are float32.
+Before quantizing, the linears are smoothed for the int8 GEMM (smoothing.py); int4 smooths only
+its int8 matrix (`QuantizedWeight.smooth`). Quality against bf16: docs/performance.md
+("Quantization"). The weight-only kernels take activations in bf16 (int8: any float dtype);
+their scales are kept in the activations' dtype. The int8 GEMM's scales are float32.
 """
 
 from __future__ import annotations
@@ -119,6 +107,11 @@ def int8_gemm(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
     return acc.float().mul_(row_scales).mul_(weight.int8_scales).to(x.dtype)
 
 
+# aten's weight-only kernels (`_weight_int8pack_mm`, `_weight_int4pack_mm_for_cpu`) ran one
+# SmolLM2 step's products 1.9x (int8) and 4.5x (int4) faster than bf16 `F.linear` at 1 row; past
+# a few rows they lose to oneDNN's bf16 GEMM (int8 0.73x at 16 rows). The int8 GEMM runs VNNI
+# on x86: ~740 int8 GOP/s against ~330-375 bf16 GFLOP/s on an EPYC at prefill shapes. Memory is
+# 0.5x (int8) or 0.75x (int4: the int4 pack plus the int8 matrix) the bf16 weights.
 class QuantLinear:
     """The model's `linear`: the weight-only kernel up to `max_rows` rows, the int8 GEMM past them,
     and past `dense_rows` (when given) the dense matrix a weight keeps, if it keeps one."""
@@ -142,6 +135,15 @@ class QuantLinear:
         return out if bias is None else out + bias
 
 
+# Smoothing (smoothing.py, SmoothQuant with alpha 0.5, calibrated at load): int8 folds the
+# scales into the weights, so both kernels read the smoothed matrix; int4 smooths only its int8
+# matrix, because folding into the int4 pack cost it 0.2-0.3 nats/token. Quality cost against
+# bf16 (mean token logprob change / mean KL per token, nats; `python -m ops.bench.quant_quality`,
+# SmolLM2-135M, AMD EPYC, ops/results/quant-quality-smoothing-2026-11-24-epyc-zen4.json), before
+# -> after smoothing: int8 GEMM -0.054 / 0.041 -> -0.017 / 0.021 (both schemes); int8 weight-only
+# -0.025 / 0.0067 -> -0.026 / 0.0088 (the fold's price: a second int8 matrix would avoid it at
+# +0.5x the bf16 weights' memory); int4 weight-only -0.031 / 0.048, unchanged. Every kernel's
+# speed is unchanged within noise (step_ab); loading takes ~0.4-1 s more (SmolLM2-135M).
 def quantize_model(weights, bits: int, smooth: dict[int, torch.Tensor] | None = None) -> None:
     """Replace every linear matrix (and the lm_head) of a loaded ModelWeights in place; int4's
     int8 matrices smoothed by `smooth` (s per matrix, keyed by id(matrix)) when given."""

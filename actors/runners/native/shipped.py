@@ -5,29 +5,17 @@ conversion) and turning its blocks into the `QuantizedWeight`s of `--quantizatio
 no requantization: `QuantLinear` then runs the same kernels (aten's int4 weight-only matvec up
 to quant.MAX_ROWS[4] rows, the int8 GEMM past them).
 
-Q4_1 (w = d * q + m per block of 32) is the int4 kernel's own layout: aten computes
-w = (q - 8) * scale + zero per group of 32 along K, so scale = d and zero = m + 8 d carry each
-block exactly; only d and the zero are rounded to the activations' dtype (bf16: 8 significant
-bits, as the dense upcast rounds every weight). q/k/v and gate/up are fused by stacking rows.
-
-Q8_0 (w = d * q, q int8, per block of 32; llama.cpp keeps the token embedding at Q8_0 in its
-Q4_1 files, and SmolLM2 ties it to the lm_head) has no block-scaled int8 kernel in aten. It is
-carried exactly by the same int4 kernel over the input twice: q = 16 hi + lo with hi in -8..7
-and lo in 0..15, the first K columns hold hi + 8 with scale 16 d and zero 0, the last K
-columns lo with scale d and zero 8 d, and the kernel reads [x, x] (`QuantizedWeight.doubled`):
-the int8 matrix's bytes plus the scales, ~0.6x the bf16 matrix's; an int4 requantization of
-this lm_head cost 0.046 nats/token of KL alone (docs/performance.md, "Quantization").
+Q4_1 is the int4 kernel's own layout, so each block is carried exactly (`q4_1_weight`); Q8_0
+(llama.cpp keeps the token embedding at Q8_0 in its Q4_1 files) is carried exactly by the same
+kernel over the input twice (`q8_0_weight`). Tensors the checkpoint keeps at other precisions
+(F32 norms, any other block type) stay dense, read as converted.
 
 The int8 GEMM's matrices (steps past the row limit) come from the dense upcast, per output
 channel and smoothed, as `--quantization int4` makes them (quant.py). On a CPU with AMX the
 dense upcast is kept too, and steps past AMX_DENSE_PAST_ROWS rows run oneDNN's bf16 GEMM on it
-instead (`QuantLinear.dense_rows`): there the int8 GEMM (`torch._int_mm`) took 1.09x bf16's
-time for one layer's four products at 8 rows, 1.36x at 32, 1.74x at 128 (2 threads, Xeon with
-AMX, 2026-11-26), and a 128-token prefill step with it 1.2x (docs/performance.md,
-"The weights as shipped"); decode steps of 8-32 rows still gained from it (the lm_head reads
-half the bytes). On the Zen 4 EPYC (no AMX) the int8 GEMM was the faster at every prefill
-shape (quant.py), so there the dense copy is not kept. Tensors the checkpoint keeps at other
-precisions (F32 norms, any other block type) stay dense, read as converted.
+instead (`QuantLinear.dense_rows`), the faster there; without AMX the int8 GEMM was the faster
+at every prefill shape, so the dense copy is not kept. Figures:
+ops/results/performance-history-2026-11-22-to-27.md, "The weights as shipped".
 """
 
 from __future__ import annotations
@@ -42,7 +30,12 @@ from actors.runners.native.quant import QuantizedWeight, int4_weight
 from runtime.gguf_blocks import SHIPPED_FILE
 
 SCHEME = "shipped"
-# The step's speed with the int8 GEMM against bf16 there: decode of 32 rows 1.04x, 64 rows 0.94x, 128-token prefill 0.84x
+# On a CPU with AMX the int8 GEMM (`torch._int_mm`) took 1.09x bf16's time for one layer's four
+# products at 8 rows, 1.36x at 32, 1.74x at 128 (2 threads, Xeon with AMX, 2026-11-26), and a
+# 128-token prefill step with it 1.2x (ops/results/performance-history-2026-11-22-to-27.md, "The
+# weights as shipped"); decode steps of 8-32 rows still gained from it (the lm_head reads half the
+# bytes). The step's speed with the int8 GEMM against bf16 there: decode of 32 rows 1.04x, 64 rows
+# 0.94x, 128-token prefill 0.84x.
 AMX_DENSE_PAST_ROWS = 32
 LINEARS = {
     "qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -76,6 +69,10 @@ def unpack_nibbles(pairs: torch.Tensor) -> torch.Tensor:
     return torch.stack([pairs & 0x0F, pairs >> 4], dim=-1).reshape(pairs.shape[0], -1).to(torch.int32)
 
 
+# Q4_1 (w = d * q + m per block of 32) is the int4 kernel's own layout: aten computes
+# w = (q - 8) * scale + zero per group of 32 along K, so scale = d and zero = m + 8 d carry each
+# block exactly; only d and the zero are rounded to the activations' dtype (bf16: 8 significant
+# bits, as the dense upcast rounds every weight). q/k/v and gate/up are fused by stacking rows.
 def q4_1_weight(blocks: dict[str, torch.Tensor], names: list[str], dense: torch.Tensor, smooth: torch.Tensor | None) -> QuantizedWeight:
     """The Q4_1 tensors `names`, stacked by rows (the fused matrix `dense`), as the int4 pack."""
     q = torch.cat([unpack_nibbles(blocks[f"{n}.q4_1.qs"]) for n in names])
@@ -84,8 +81,16 @@ def q4_1_weight(blocks: dict[str, torch.Tensor], names: list[str], dense: torch.
     return int4_weight(q, d, m + 8.0 * d, dense, smooth)
 
 
+# Q8_0 (w = d * q, q int8, per block of 32; SmolLM2 ties the token embedding to the lm_head) has
+# no block-scaled int8 kernel in aten. It is carried exactly by the same int4 kernel over the
+# input twice: q = 16 hi + lo with hi in -8..7 and lo in 0..15, the first K columns hold hi + 8
+# with scale 16 d and zero 0, the last K columns lo with scale d and zero 8 d, and the kernel
+# reads [x, x] (`QuantizedWeight.doubled`): the int8 matrix's bytes plus the scales, ~0.6x the
+# bf16 matrix's; an int4 requantization of this lm_head cost 0.046 nats/token of KL alone (0.048
+# against 0.0021 with a bf16 lm_head: ops/results/performance-history-2026-11-22-to-27.md, "The
+# weights as shipped").
 def q8_0_weight(blocks: dict[str, torch.Tensor], name: str, dense: torch.Tensor, smooth: torch.Tensor | None) -> QuantizedWeight:
-    """The Q8_0 tensor `name` as an int4 pack over [x, x]: high nibbles, then low (docstring)."""
+    """The Q8_0 tensor `name` as an int4 pack over [x, x]: high nibbles, then low."""
     q = blocks[f"{name}.q8_0.qs"].to(torch.int32)
     d = blocks[f"{name}.q8_0.d"].float()
     hi = torch.div(q, 16, rounding_mode="floor")

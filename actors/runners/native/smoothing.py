@@ -9,23 +9,11 @@ rest (an "outlier" channel, common after RMSNorm) sets the row's step and flatte
 channel to a few levels. Dividing that channel by s moves its range into the weight column,
 which is quantized per output channel and has room for it.
 
-int8: folded, not applied at run time: 1/s goes into the op before each linear (the input
-RMSNorm weight for qkv, the post-attention norm for gate_up, the up rows of gate_up for down,
-the v rows of qkv for o_proj, the final norm for lm_head), so the kernels run unchanged and
-both of them, weight-only and GEMM, read the one smoothed matrix. Each s is rounded to a power
-of two, so both multiplications are exact in bf16 and the dense product is unchanged bit for
-bit. o_proj's input is the attention output, a mix of v rows per head: its scales are shared
-by the q heads of one kv group, since they all read the same v. A tied lm_head gets its own
-smoothed copy (quantized right after); the embedding lookup keeps the unsmoothed matrix.
-
-Folding suits int8 (its GEMM and weight-only kernel share one matrix) but not int4: the int4
-pack's groups of 32 columns took the inflated columns badly (-0.27 nats/token at alpha 0.5),
-so int4 keeps its pack unsmoothed and smooths only its separate int8 matrix, the GEMM dividing
-x by s itself (quant.py). Alpha 0.5 had the lowest KL against bf16 for the int8 GEMM among
-0.4-0.8, on the evaluation text and on this calibration text alike. The calibration costs a
-tokenizer load and one forward of ~200 tokens: 0.4-1 s at load for SmolLM2-135M on 2 cores.
-Figures: docs/performance.md "Quantization" (ops/results/quant-quality-smoothing-2026-11-24-epyc-zen4.json),
-quant.py's docstring.
+int8 folds 1/s into the op before each linear (`fold`), so both of its kernels read the one
+smoothed matrix; int4 keeps its pack unsmoothed and smooths only its separate int8 matrix, the
+GEMM dividing x by s itself (quant.py). The calibration costs a tokenizer load and one forward
+of ~200 tokens at load. Figures: docs/performance.md "Quantization"
+(ops/results/quant-quality-smoothing-2026-11-24-epyc-zen4.json), the comments below and in quant.py.
 """
 
 from __future__ import annotations
@@ -54,7 +42,8 @@ depth of ten metres. Fish there have adapted to eat fruit and seeds that fall fr
 User: How many minutes are in a week?
 Assistant: 7 days x 24 hours x 60 minutes = 10,080 minutes."""
 
-# SmoothQuant's default; 0.4-0.8 measured (ops/results/quant-smoothing-alpha-sweep-2026-11-24-epyc-zen4.json,
+# Alpha 0.5 had the lowest KL against bf16 for the int8 GEMM among 0.4-0.8, on the evaluation
+# text and on this calibration text alike. SmoothQuant's default; 0.4-0.8 measured (ops/results/quant-smoothing-alpha-sweep-2026-11-24-epyc-zen4.json,
 # docs/performance.md "Quantization"). None: no smoothing.
 ALPHA: float | None = 0.5
 
@@ -85,6 +74,8 @@ class _MaximaRecorder:
         return F.linear(x, weight, bias)
 
 
+# The calibration costs a tokenizer load and one forward of ~200 tokens: 0.4-1 s at load for
+# SmolLM2-135M on 2 cores.
 def calibration_ids(model_dir: Path) -> list[int]:
     from transformers import AutoTokenizer
 
@@ -144,6 +135,16 @@ def _times(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return (t.float() * s).to(t.dtype)
 
 
+# int8: folded, not applied at run time: 1/s goes into the op before each linear (the input
+# RMSNorm weight for qkv, the post-attention norm for gate_up, the up rows of gate_up for down,
+# the v rows of qkv for o_proj, the final norm for lm_head), so the kernels run unchanged and
+# both of them, weight-only and GEMM, read the one smoothed matrix. Each s is rounded to a power
+# of two, so both multiplications are exact in bf16 and the dense product is unchanged bit for
+# bit. o_proj's input is the attention output, a mix of v rows per head: its scales are shared
+# by the q heads of one kv group, since they all read the same v. A tied lm_head gets its own
+# smoothed copy (quantized right after); the embedding lookup keeps the unsmoothed matrix.
+# Folding suits int8 (its GEMM and weight-only kernel share one matrix) but not int4: the int4
+# pack's groups of 32 columns took the inflated columns badly (-0.27 nats/token at alpha 0.5).
 def fold(model, scales: dict[int, torch.Tensor]) -> None:
     """Fold every linear's smoothing into its weights and the op before it, in place."""
     cfg, w = model.cfg, model.w

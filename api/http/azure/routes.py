@@ -5,16 +5,9 @@ surface's chat handler, from create_app: surfaces never import each other):
 - `api-version` is required and must be one Azure names (its reference's, and the
   azure-ai-inference SDK's default); anything else is a 400 naming it;
 - the `extra-parameters` header decides what happens to body fields outside Azure's request
-  table (`AZURE_FIELDS`):
-    `error` (and no header): a 400 naming each extra field, with a `detail[]` entry per field;
-    `ignore`: they are dropped before the request is read, as if never sent;
-    `pass-through`: the whole body goes on to the engine, decoded by the same schema as
-      POST /v1/chat/completions (the handler's struct). So every field that schema knows
-      takes effect exactly as it does there: top_k, repetition_penalty,
-      ignore_eos, min_tokens, stop_token_ids, logprobs, n, max_completion_tokens, ... (and is
-      validated there: a bad value is a 422 naming it). A field no schema knows cannot reach
-      the model, so it is ignored, and the names (never the values) are logged
-      (`extra_parameters_ignored`);
+  table (`AZURE_FIELDS`): `error` (and no header) a 400 naming each, `ignore` dropped,
+  `pass-through` on to the engine as POST /v1/chat/completions reads them (comment on
+  `_apply_extra_parameters`);
 - `azureml-model-deployment` picks the served model (else the body's `model`, else the
   default chat model); a model that cannot chat (an embedder) is a 404 NotFoundError, as
   Azure's reference has it: "route not supported by the model";
@@ -80,6 +73,14 @@ def _pick(models: ModelRegistry, name: str | None) -> Runtime:
     raise AzureRequestError(404, f"Model deployment {deployment!r} does not exist.")
 
 
+# `error` (and no header): a 400 naming each extra field, with a `detail[]` entry per field;
+# `ignore`: they are dropped before the request is read, as if never sent; `pass-through`: the
+# whole body goes on to the engine, decoded by the same schema as POST /v1/chat/completions (the
+# handler's struct). So every field that schema knows takes effect exactly as it does there:
+# top_k, repetition_penalty, ignore_eos, min_tokens, stop_token_ids, logprobs, n,
+# max_completion_tokens, ... (and is validated there: a bad value is a 422 naming it). A field no
+# schema knows cannot reach the model, so it is ignored, and the names (never the values) are
+# logged (`extra_parameters_ignored`).
 def _apply_extra_parameters(fields: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
     mode = request.headers.get("extra-parameters", "error")
     if mode not in EXTRA_MODES:

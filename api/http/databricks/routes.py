@@ -5,21 +5,17 @@ Owns:
 - `POST /serving-endpoints/{name}/invocations`: draws the endpoint's served entity by its
   traffic split, then dispatches by the endpoint's task and the body's shape (`messages`:
   chat, `prompt`: completions, `input`: embeddings) to the handler of that request format
-  (the OpenAI surface's, handed over by create_app), with `model` set to the entity's
-  served model. The response names
-  the entity in the `served-model-name` header (what databricks-sdk reads into
-  `QueryEndpointResponse.served_model_name`), and its `model` field is the served model;
-- `POST /serving-endpoints/chat/completions`, `/serving-endpoints/completions` and
-  `/serving-endpoints/embeddings`: Databricks' OpenAI-compatible paths, where the body's
-  `model` names the endpoint, so that an OpenAI client with `base_url` set to
-  `{host}/serving-endpoints` (databricks-sdk's `get_open_ai_client`, gateways' Databricks
-  providers) reaches it. The same invocation: traffic split, header, error shape; the path,
-  not the body's shape, says which request format it is;
+  (the OpenAI surface's, handed over by create_app), with `model` set to the entity's served
+  model. The response names the entity in the `served-model-name` header (what databricks-sdk
+  reads into `QueryEndpointResponse.served_model_name`), and its `model` field is the served model;
+- `POST /serving-endpoints/chat/completions`, `/completions` and `/embeddings`: Databricks'
+  OpenAI-compatible paths, where the body's `model` names the endpoint (an OpenAI client with
+  `base_url` `{host}/serving-endpoints`, as databricks-sdk's `get_open_ai_client` makes). The
+  same invocation; the path, not the body's shape, says which request format it is;
 - `/api/2.0/serving-endpoints` create, list, get, `PUT .../{name}/config` and delete, with
   Databricks' JSON (ServingEndpointDetailed; state READY / NOT_UPDATING, since changes apply
   at once);
 - errors in Databricks' shape (api/http/databricks/errors.py).
-
 The rules of endpoints live in api/http/databricks/endpoints.py, their storage in
 api/http/databricks/store.py. Imports quart, msgspec, api.http.shared, api.http.databricks and runtime.
 """

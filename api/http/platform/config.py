@@ -3,25 +3,13 @@ endpoints declared in the config file).
 
 Owns: the settings of api/http/shared/auth.py (Bearer keys, requests and tokens per minute per key),
 where api/http/databricks/store.py keeps serving-endpoint definitions, and the endpoints a config
-file declares. Built from three layers, later ones winning (keys add up across all three):
+file declares. Built from three layers, later ones winning (keys add up across all three): the
+config file's `[platform]` table (`file_settings`), the environment (`from_env`), then the CLI
+flags `add_arguments` defines (`from_args`). `from_env` alone is what `create_app` uses when
+given no config. docs/operations.md says the same for operators.
 
-1. the config file's `[platform]` table (`file_settings`):
-       api_keys_env = ["TEAM_A_KEY", "TEAM_B_KEY"]  # names of environment variables holding keys
-       api_keys = ["sk-..."]                          # literal keys (allowed, warned: prefer _env)
-       requests_per_minute = 600
-       tokens_per_minute = 200000
-       state_dir = "/var/lib/switchyard"
-   A variable named in api_keys_env that is unset or empty stops the server (no silent open
-   server); one may hold several keys, comma-separated. Unknown keys are refused;
-2. the environment:
-       SWITCHYARD_API_KEYS        comma-separated Bearer keys; none anywhere: an open server
-       SWITCHYARD_RATE_LIMIT_RPM  requests per minute per key
-       SWITCHYARD_RATE_LIMIT_TPM  tokens (prompt + completion) per minute per key
-       SWITCHYARD_STATE_DIR       directory of serving_endpoints.sqlite3 (default: the model store)
-3. the CLI flags `add_arguments` defines (`from_args`).
-`from_env` alone is what `create_app` uses when given no config.
-
-Keys are never shown: `repr()` prints how many there are, not what they are.
+A variable named in api_keys_env that is unset or empty stops the server (no silent open
+server). Keys are never shown: `repr()` prints how many there are, not what they are.
 Imports the standard library and runtime. The `[[endpoints]]` tables are read by the surface
 they configure (api/http/databricks/declared.py), which this module does not import.
 """
@@ -85,6 +73,11 @@ class PlatformConfig:
             return Path(self.state_dir).expanduser() / ENDPOINTS_DB
         return store_root() / ENDPOINTS_DB
 
+    # The environment:
+    #     SWITCHYARD_API_KEYS        comma-separated Bearer keys; none anywhere: an open server
+    #     SWITCHYARD_RATE_LIMIT_RPM  requests per minute per key
+    #     SWITCHYARD_RATE_LIMIT_TPM  tokens (prompt + completion) per minute per key
+    #     SWITCHYARD_STATE_DIR       directory of serving_endpoints.sqlite3 (default: the model store)
     @classmethod
     def from_env(
         cls,
@@ -141,6 +134,13 @@ def from_args(args: argparse.Namespace, file: Mapping[str, Any] | None = None, e
     )
 
 
+# The config file's `[platform]` table:
+#     api_keys_env = ["TEAM_A_KEY", "TEAM_B_KEY"]  # names of environment variables holding keys
+#     api_keys = ["sk-..."]                          # literal keys (allowed, warned: prefer _env)
+#     requests_per_minute = 600
+#     tokens_per_minute = 200000
+#     state_dir = "/var/lib/switchyard"
+# A variable named in api_keys_env may hold several keys, comma-separated. Unknown keys are refused.
 def file_settings(table: Any, environ: Mapping[str, str] | None = None, source: str = "config") -> dict[str, Any]:
     """The `[platform]` table of a config file → keyword settings for `from_env(file=...)`.
     Raises ConfigError (naming `source` and the key) on anything it does not understand."""

@@ -6,18 +6,10 @@ without the app reading or decoding it: shedding must cost less than serving, or
 feeds itself. "Full" is the one overload rule, `runtime.admission.is_full`, or a token budget
 already spent (`Runtime.tokens_spent`: no request of any size fits), which `Runtime.open`
 applies to whatever gets through (with each request's own token estimate, which needs its
-body). api/http/shared/auth.py
-calls it after the API key check and before rate limits and any body read, so a request
-without a valid key always gets its 401, and a shed request costs no one's rate budget.
-
-A request let through is counted against the runtimes that could take it from then on
-(`entering`), not only once `Runtime.open` admits it: between the two it reads its body, is
-decoded and validated, milliseconds each, and in a burst every request arrived in that
-window, saw the runtimes empty, and went the whole way to be refused by `Runtime.open`
-instead (most of a burst's refusals were made there, each costing a full request's work on
-the event loop: docs/performance.md, "Where a burst's refusals were made"). It stops counting
-as entering once its runtime has it (its edge request id is the engine's:
-api/http/shared/edge.py, `Runtime.open`) or once it is answered.
+body). api/http/shared/auth.py calls it after the API key check and before rate limits and
+any body read, so a request without a valid key always gets its 401, and a shed request costs
+no one's rate budget. A request let through counts against its runtimes from then on
+(`entering`), not only once `Runtime.open` admits it.
 
 The runtimes that could take a request come from the method, path, query and headers alone:
 the route's task; the model its model header names; for an endpoint route, the served models
@@ -90,6 +82,13 @@ class Admission:
         entering = self._entering_counts()
         return all(r.accepting and (is_full(len(r.requests) + entering.get(id(r), 0), r.config.max_pending) or r.tokens_spent()) for r in candidates)
 
+    # Between being let through and `Runtime.open` a request reads its body, is decoded and
+    # validated, milliseconds each; in a burst every request arrived in that window, saw the
+    # runtimes empty, and went the whole way to be refused by `Runtime.open` instead (most of a
+    # burst's refusals were made there, each costing a full request's work on the event loop:
+    # ops/results/performance-history-2026-11-22-to-27.md, "Where a burst's refusals were made").
+    # It stops counting as entering once its runtime has it (its edge request id is the engine's:
+    # api/http/shared/edge.py, `Runtime.open`) or once it is answered.
     @contextmanager
     def entering(self, scope: dict[str, Any]) -> Iterator[None]:
         """Count this request (let through: not `overloaded`) against the runtimes that could

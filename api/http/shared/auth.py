@@ -3,8 +3,8 @@
 Owns: `AuthMiddleware`. With keys configured, every HTTP request but GET /health and /metrics
 must carry `Authorization: Bearer <key>`; keys are compared in constant time
 (`hmac.compare_digest` of SHA-256 digests, against every key, so timing tells neither a key,
-its length, nor which one matched) and never logged: log lines name a key by its position (`key#1`). Without keys the server is open
-and limits apply per client address.
+its length, nor which one matched) and never logged: log lines name a key by its position
+(`key#1`). Without keys the server is open and limits apply per client address.
 
 Limits are token buckets refilled continuously (`requests_per_minute`, `tokens_per_minute`).
 A request is admitted when its key has a request left and tokens for the request's estimate
@@ -14,12 +14,10 @@ bodies, and streams with a usage chunk), so a bucket may go negative and later r
 Refusals are 429 with Retry-After. Admission is the only check: an admitted request is never
 cut. Errors are shaped for the surface the request belongs to (api/http/shared/errors.py).
 
-Order, for every request: the key check first (no key, no information: a request without a
-valid key gets its 401 whatever the server's load), then load shedding (api/http/shared/admission.py: a generation request while every runtime able to take it is full gets a fast 429
-without its body being read), then the per-key limits (which may read the body to estimate
-tokens), then the app.
-
-Imports trio, msgspec, api.http.shared, api.http.platform and runtime.
+Order, for every request: the key check (a request without a valid key gets its 401 whatever
+the server's load), then load shedding (api/http/shared/admission.py), then the per-key limits
+(which may read the body to estimate tokens), then the app. Imports trio, msgspec,
+api.http.shared, api.http.platform and runtime.
 """
 
 from __future__ import annotations

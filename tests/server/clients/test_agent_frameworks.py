@@ -1,4 +1,4 @@
-"""Agent frameworks run their tool loop against the live server, streaming (issue 23).
+"""Agent frameworks run their tool loop against the live server, streaming.
 
 The OpenAI Agents SDK (`openai-agents`) and Pydantic AI (`pydantic-ai-slim[openai]`), each on
 its Chat Completions model and its Responses model, streamed: the model calls a tool, the

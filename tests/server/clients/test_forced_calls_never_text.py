@@ -1,4 +1,4 @@
-"""Under a forcing tool_choice no text is emitted (issue 23, item 2).
+"""Under a forcing tool_choice no text is emitted.
 
 `tool_choice: "required"` (or a named tool) leaves the model no answer but calls. A call cut
 by max_tokens used to come back as text: a second call cut before its name gave `content:

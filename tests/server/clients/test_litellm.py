@@ -1,4 +1,4 @@
-"""LiteLLM, the LLM gateway, against the live server through two of its providers (issue 23).
+"""LiteLLM, the LLM gateway, against the live server through two of its providers.
 
 - `openai/`: any OpenAI-compatible server (`api_base` = /v1). Streamed tool calls go through
   its `stream_chunk_builder`, which rebuilds the message from the chunks; with the first

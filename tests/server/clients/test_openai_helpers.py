@@ -1,4 +1,4 @@
-"""The openai SDK's accumulating stream helpers against the live server (issue 23, item 1).
+"""The openai SDK's accumulating stream helpers against the live server.
 
 `client.chat.completions.stream(...)` and `client.responses.stream(...)` build the final
 completion or Response themselves, concatenating the streamed tool-call fragments (and, for

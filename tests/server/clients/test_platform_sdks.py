@@ -1,6 +1,6 @@
-"""The platforms' own SDKs, streaming tool calls (issue 23): `azure-ai-inference` on Azure ML's
-chat route and `databricks-sdk` on serving endpoints, its `get_open_ai_client()` included,
-which points the openai SDK at Databricks' OpenAI-compatible paths (item 3).
+"""The platforms' own SDKs, streaming tool calls: `azure-ai-inference` on Azure ML's chat
+route and `databricks-sdk` on serving endpoints, its `get_open_ai_client()` included, which
+points the openai SDK at Databricks' OpenAI-compatible paths.
 
 tests/platform covers these SDKs' plain chat, errors and endpoint management; here the model
 calls tools (scripted: two calls, the head and arguments of each in one delta) and the SDKs

@@ -1,4 +1,4 @@
-"""What agent frameworks and coding agents expect of /v1/responses (issue 23, items 4 and 5).
+"""What agent frameworks and coding agents expect of /v1/responses.
 
 - Usage is in every final Response, streamed or not: `response.completed`,
   `response.incomplete` and `response.failed` (with the tokens counted so far) carry it

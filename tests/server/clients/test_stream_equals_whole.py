@@ -1,4 +1,4 @@
-"""Streamed tool-call arguments, concatenated, equal the non-streamed arguments (issue 23).
+"""Streamed tool-call arguments, concatenated, equal the non-streamed arguments.
 
 A property over many requests, two ways:
 - real generation on the tiny model under the grammar a forcing tool_choice compiles, seeded

@@ -1,6 +1,5 @@
-"""Embeddings `dimensions` is checked before the model runs (issue 11, left undone before: the
-check came after the forward pass, so a request that could never succeed still took a device
-step). The embedding runner reports its vector length when it loads (ModelInfo.embedding_size)."""
+"""Embeddings `dimensions` is checked before the model runs (a check after the forward pass
+let a request that could never succeed take a device step). The embedding runner reports its vector length when it loads (ModelInfo.embedding_size)."""
 
 from __future__ import annotations
 

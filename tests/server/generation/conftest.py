@@ -1,4 +1,4 @@
-"""Fixtures for the generation-control tests (GitHub issue 3).
+"""Fixtures for the generation-control tests (sampling, lengths and stops, logprobs, n and best_of).
 
 The server under test is the shared `server` fixture (tests/server/conftest.py: tiny random
 Llama served as "tiny", float32, block size 4, max_model_len 512), with its `http` and

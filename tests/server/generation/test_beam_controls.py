@@ -1,4 +1,4 @@
-"""use_beam_search with every other control (seed 004; api/http/openai/completions/beam.py, api/http/openai/completions/params.py `_beam_params`).
+"""use_beam_search with every other control (MindIE completions; api/http/openai/completions/beam.py, api/http/openai/completions/params.py `_beam_params`).
 
 Beam search goes through the same validation as sampling, then honours stop_token_ids (a beam
 ends on one, stop_reason says which), the three penalties (applied to each round's log-probs,
@@ -134,7 +134,7 @@ async def test_max_tokens_defaults_to_the_rest_of_the_context(server: Server, ht
 
 
 async def test_usage_lists_per_generated_token(server: Server, http: httpx.AsyncClient) -> None:
-    """Seed 004's streaming example is a beam request (n = best_of = 2, max_tokens 5): one
+    """MindIE's streaming example is a beam request (n = best_of = 2, max_tokens 5): one
     chunk with both beams and usage.batch_size / queue_wait_time, one entry per token."""
     body = {**BEAM, "prompt": PROMPT, "n": 2, "best_of": 2, "max_tokens": 5, "temperature": 1, "logprobs": 2}
     for usage in [(await complete(http, **body))["usage"], (await stream_events(http, "/v1/completions", **body))[0]["usage"]]:

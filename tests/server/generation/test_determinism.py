@@ -1,5 +1,5 @@
-"""seed (seeds 003 and 004): the same request with the same seed gives the same text whether it
-runs alone or in a batch with 31 other requests; greedy likewise.
+"""seed (Azure ML chat completions, MindIE completions): the same request with the same seed
+gives the same text whether it runs alone or in a batch with 31 other requests; greedy likewise.
 
 The other requests differ in prompt, seed, length and sampling settings, and start staggered,
 so the probe's steps are shared with prefills, decodes and finishing requests.
@@ -73,7 +73,7 @@ async def test_seeded_n_is_reproducible_in_a_crowd(server: Server, http: httpx.A
             out = await complete(http, **body)
             results.append(sorted((c["index"], c["text"]) for c in out["choices"]))
         else:
-            await complete(http, prompt=f"noise {i}", temperature=1.0, seed=i + 1, **COMMON)  # seed 004: seeds are > 0
+            await complete(http, prompt=f"noise {i}", temperature=1.0, seed=i + 1, **COMMON)  # MindIE completions: seeds are > 0
 
     async with trio.open_nursery() as nursery:
         for i in range(8):

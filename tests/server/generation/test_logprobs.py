@@ -64,7 +64,7 @@ async def test_legacy_top_logprobs_are_the_models_top_k(server: Server, http: ht
     for p in range(1, n + len(greedy)):
         best = lp[p - 1].topk(3).values.tolist()
         top = got["top_logprobs"][p]
-        # The position's own token is listed too (logprobs + 1 entries, seed 004 / vLLM).
+        # The position's own token is listed too (logprobs + 1 entries, as MindIE and vLLM list them).
         own = got["token_logprobs"][p]
         values = sorted(top.values(), reverse=True)
         allowed = best + [own]
@@ -76,7 +76,7 @@ async def test_legacy_top_logprobs_are_the_models_top_k(server: Server, http: ht
 
 
 async def test_legacy_top_logprobs_hold_the_sampled_token(server: Server, http: httpx.AsyncClient, ref: Reference) -> None:
-    """Seed 004's example: with logprobs=2, a sampled token outside the top 2 still appears in
+    """MindIE completions' example: with logprobs=2, a sampled token outside the top 2 still appears in
     that position's top_logprobs (" to" beside "?" and "?”"), as vLLM returns up to logprobs+1.
     """
     out = await complete(http, prompt=PROMPT, max_tokens=16, temperature=1.5, seed=11, ignore_eos=True, logprobs=1)

@@ -1,4 +1,4 @@
-"""n, best_of and prompt lists (seeds 000 and 004), and the prompt they share.
+"""n, best_of and prompt lists (the Databricks Completions request, MindIE completions), and the prompt they share.
 
 Choice `index` is prompt_index * n + i. best_of > n generates best_of sequences and returns
 the n with the highest cumulative logprob. The n (or best_of) sequences of one prompt are

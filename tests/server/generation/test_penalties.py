@@ -1,4 +1,4 @@
-"""frequency_penalty, presence_penalty, repetition_penalty (seed 004 ranges; vLLM definitions).
+"""frequency_penalty, presence_penalty, repetition_penalty (MindIE completions' ranges; vLLM definitions).
 
 - frequency: logit -= f * (times the token occurs in the OUTPUT so far)
 - presence:  logit -= p * (1 if it occurs in the output so far)
@@ -110,7 +110,7 @@ async def test_frequency_and_presence_ignore_prompt_tokens(server: Server, http:
 
 
 async def test_negative_penalties_encourage_repetition(server: Server, http: httpx.AsyncClient, ref: Reference) -> None:
-    """Seed 004: values below 0 (below 1.0 for repetition) reward repetition."""
+    """MindIE completions: values below 0 (below 1.0 for repetition) reward repetition."""
     prompt = ref.encode("The quick brown")
     for field, value, penalty in (
         ("frequency_penalty", -2.0, frequency(-2.0)),

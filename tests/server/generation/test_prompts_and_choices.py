@@ -1,4 +1,4 @@
-"""use_raw_prompt (seed 000), and how choices of a prompt list are numbered and offset.
+"""use_raw_prompt (the Databricks Completions request), and how choices of a prompt list are numbered and offset.
 
 use_raw_prompt: "pass the prompt to the model without any transformation", i.e. without the
 special tokens the tokenizer adds. The shared tiny tokenizer adds none, so these tests serve a
@@ -6,7 +6,7 @@ copy of the tiny model whose tokenizer prepends BOS (<|im_start|>), and check th
 (and usage counts) the BOS only when use_raw_prompt is false.
 
 Choice `index` is prompt_index * n + i and each choice's `text_offset` counts from the start
-of its own text (api/http/openai/completions/view.py explains both decisions against the seeds).
+of its own text (api/http/openai/completions/view.py explains both decisions against the references).
 """
 
 from __future__ import annotations

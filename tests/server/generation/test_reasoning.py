@@ -1,4 +1,4 @@
-"""Reasoning models over HTTP (issue 20): thinking kept apart from the answer on every surface,
+"""Reasoning models over HTTP: thinking kept apart from the answer on every surface,
 counted in usage, and controlled by reasoning_effort.
 
 The engine is real (tokenizer, scheduler core, detokenizer, the app on a socket) around a
@@ -256,7 +256,7 @@ async def every_surface(srv: Server, extra: dict[str, Any]) -> dict[str, dict[st
             "thought": "".join(i["content"][0]["text"] for i in items if i["type"] == "reasoning"),
             "answer": "".join(c["text"] for i in items if i["type"] == "message" for c in i["content"]),
         }
-    assert bodies["databricks"]["usage"]["reasoning_tokens"] == out["databricks"]["usage"][0]  # the seeds' flat field
+    assert bodies["databricks"]["usage"]["reasoning_tokens"] == out["databricks"]["usage"][0]  # the Databricks reference's flat field
     return out
 
 

@@ -1,14 +1,15 @@
-"""Message and seed rules from the seeds, refused naming the field on every surface that has them.
+"""Message and seed rules of the public references, refused naming the field on every surface
+that has them.
 
-- Seeds 000-002 (Chat): the system role "may be used only once, as the first message";
-  seed 001: a `tool` message carries the `tool_call_id` of the call it answers. Chat is one
-  logic behind three surfaces (OpenAI /v1/chat/completions, Databricks invocations, Azure ML
+- The Databricks Foundation Model API's chat request: the system role "may be used only once,
+  as the first message"; a `tool` message carries the `tool_call_id` of the call it answers.
+  Chat is one logic behind three surfaces (OpenAI /v1/chat/completions, Databricks invocations, Azure ML
   /chat/completions), so each refuses these in its own error shape: OpenAI 400 with
   error.param, Databricks 400 INVALID_PARAMETER_VALUE naming the field, Azure 422 with a
   detail entry whose loc is the field.
-- Seed 004 (MindIE completions): `seed` is a uint64 in (0, 18446744073709551615]; 0, negative
+- MindIE completions: `seed` is a uint64 in (0, 18446744073709551615]; 0, negative
   values and 2**64 are refused with param "seed", on /v1/completions and on Databricks
-  invocations with a completions body. (Chat's seed stays OpenAI's int64: no seed bounds it.)
+  invocations with a completions body. (Chat's seed stays OpenAI's int64: no reference bounds it.)
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Where generation ends and what the text holds: stop, stop_token_ids, include_stop_str_in_output,
-ignore_eos, skip_special_tokens, echo, suffix (seeds 000 and 004).
+ignore_eos, skip_special_tokens, echo, suffix (the Databricks Completions request, MindIE
+completions).
 
 Every expectation is derived from the transformers reference's greedy continuation of the same
 prompt, so a test says "the k-th greedy token was X, so with stop_token_ids=[X] exactly k

@@ -1,4 +1,4 @@
-"""MindIE's per-token usage lists (seed 004) and error_behavior (seed 000).
+"""MindIE's per-token usage lists and error_behavior (the Databricks Completions request).
 
 usage.batch_size: per generated token, the batch size of the step that produced it;
 usage.queue_wait_time: per generated token, microseconds waited for it. error_behavior
@@ -33,7 +33,7 @@ async def test_usage_lists_have_one_entry_per_generated_token(server: Server, ht
     n = stopped["usage"]["completion_tokens"]
     assert len(stopped["usage"]["batch_size"]) == len(stopped["usage"]["queue_wait_time"]) == n
 
-    # n sequences: one entry per generated token of every sequence (seed 004's example: n=2 x 5
+    # n sequences: one entry per generated token of every sequence (MindIE's example: n=2 x 5
     # tokens gives 10 entries).
     two = await complete(http, prompt="The quick brown", n=2, max_tokens=5, temperature=1.0, ignore_eos=True)
     assert two["usage"]["completion_tokens"] == 10

@@ -1,10 +1,11 @@
 """Out-of-range or contradictory generation controls: 400 with error.param naming the field.
 
-Ranges per seeds 000 and 004: temperature [0, 2], top_p (0, 1], repetition_penalty (0, 2],
-presence/frequency penalty [-2, 2], legacy logprobs [0, 5], chat top_logprobs [0, 20],
-n and best_of [1, 128]; best_of >= n, and equal to n when streaming; n > 1 (or best_of > 1)
-needs temperature > 0; top_k -1 / null or > 0; stop strings non-empty and 32768 characters in all
-(seed 004); reasoning_effort low / medium / high (seed 001). Also use_beam_search (seed 004,
+Ranges per the Databricks Foundation Model API reference and MindIE's completions reference:
+temperature [0, 2], top_p (0, 1], repetition_penalty (0, 2], presence/frequency penalty [-2, 2],
+legacy logprobs [0, 5], chat top_logprobs [0, 20], n and best_of [1, 128]; best_of >= n, and
+equal to n when streaming; n > 1 (or best_of > 1) needs temperature > 0; top_k -1 / null or > 0;
+stop strings non-empty and 32768 characters in all (MindIE); reasoning_effort low / medium /
+high (the Databricks chat request). Also use_beam_search (MindIE,
 api/http/openai/completions/beam.py; its controls in test_beam_controls.py).
 """
 
@@ -51,14 +52,15 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("/v1/chat/completions", {"top_p": 0}, "top_p"),
     ("/v1/chat/completions", {"repetition_penalty": 0}, "repetition_penalty"),
     ("/v1/chat/completions", {"presence_penalty": 2.5}, "presence_penalty"),
-    # top_k: -1 / null (off) or > 0 (seeds 000/001/004); 0 is neither.
+    # top_k: -1 / null (off) or > 0 (Databricks and MindIE references); 0 is neither.
     ("/v1/completions", {"top_k": 0}, "top_k"),
     ("/v1/chat/completions", {"top_k": 0}, "top_k"),
-    # stop (seed 004): each string non-empty, at most 32768 characters in all.
+    # stop (MindIE completions): each string non-empty, at most 32768 characters in all.
     ("/v1/completions", {"stop": "x" * 32769}, "stop"),
     ("/v1/completions", {"stop": ["a" * 20000, "b" * 12769]}, "stop"),
     ("/v1/chat/completions", {"stop": ["a", ""]}, "stop"),
-    # reasoning_effort (seed 001): "low", "medium" or "high"; also "none" and "minimal" (issue 20).
+    # reasoning_effort (the Databricks chat request): "low", "medium" or "high"; also "none" and
+    # "minimal" (OpenAI's values for reasoning models).
     ("/v1/chat/completions", {"reasoning_effort": "extreme"}, "reasoning_effort"),
     # The output budget past the context is named as the client sent it.
     ("/v1/chat/completions", {"max_tokens": None, "max_completion_tokens": 100000}, "max_completion_tokens"),
@@ -89,11 +91,11 @@ async def test_invalid_controls_get_400_naming_the_field(server: Server, http: h
         {"n": 2, "best_of": 2, "stream": True},  # streaming with best_of == n is allowed
         {"logprobs": 5, "echo": True},
         {"top_k": -1, "seed": 2**63 - 1},
-        {"seed": 2**64 - 1},  # seed 004: uint64, (0, 18446744073709551615]
-        {"top_k": 10**6},  # seed 004: a top_k past the vocabulary means the whole vocabulary
+        {"seed": 2**64 - 1},  # MindIE completions: uint64, (0, 18446744073709551615]
+        {"top_k": 10**6},  # MindIE completions: a top_k past the vocabulary means the whole vocabulary
         {"top_k": 1, "n": 2},  # greedy through top_k is allowed with n > 1
-        {"stop": [chr(65 + i % 26) * 2 for i in range(40)]},  # no seed limits how many stops
-        {"stop": "x" * 32768},  # seed 004: up to 32768 characters
+        {"stop": [chr(65 + i % 26) * 2 for i in range(40)]},  # no reference limits how many stops
+        {"stop": "x" * 32768},  # MindIE completions: up to 32768 characters
         {"stop": ["a" * 16384, "b" * 16384]},
     ],
     ids=[
@@ -107,7 +109,7 @@ async def test_boundary_values_are_accepted(server: Server, http: httpx.AsyncCli
 
 
 async def test_use_beam_search(server: Server, http: httpx.AsyncClient, ref: Reference) -> None:
-    """Seed 004: beam width max(best_of, n), n beams returned best first; not with stop; a
+    """MindIE completions: beam width max(best_of, n), n beams returned best first; not with stop; a
     stream is one chunk holding every beam. The beams equal transformers' beam search."""
     prompt = [5, 17, 42, 99, 7, 63, 12]
     body = {"model": "tiny", "prompt": prompt, "max_tokens": 6, "ignore_eos": True, "use_beam_search": True, "n": 2, "best_of": 3}
@@ -134,6 +136,6 @@ async def test_use_beam_search(server: Server, http: httpx.AsyncClient, ref: Ref
     assert len(events) == 1
     assert [c["text"] for c in events[0]["choices"]] == [ref.decode(b) for b in expected[:2]]
 
-    # Seed 004: beam search does not take stop. (Every other control: test_beam_controls.py.)
+    # MindIE completions: beam search does not take stop. (Every other control: test_beam_controls.py.)
     r = await http.post("/v1/completions", json={**body, "stop": "x"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "stop", r.text

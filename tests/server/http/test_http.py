@@ -66,7 +66,8 @@ async def test_health_and_models(server: Server) -> None:
 
 
 def test_no_response_timeout() -> None:
-    """Quart's 60 s default would silently cut long streams (ANCHORS E2)."""
+    """Quart's default RESPONSE_TIMEOUT (60 s) would end any longer stream with a clean EOF, as if
+    it were done."""
     from api.http.app import create_app
     from runtime.registry import ModelRegistry
 

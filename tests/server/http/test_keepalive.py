@@ -1,4 +1,4 @@
-"""Early answers on a keep-alive connection (issue 11: "a hanging connection").
+"""Early answers on a keep-alive connection never leave it hanging.
 
 A response sent before the request body is read (a 401, a shed 429, Azure's 400 and 404, a
 413, an unknown route) must leave the connection usable, or close it cleanly: the answer

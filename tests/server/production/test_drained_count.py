@@ -1,4 +1,4 @@
-"""SIGTERM's `drained` log line counts the requests the drain deadline aborted (issue 23, item 8).
+"""SIGTERM's `drained` log line counts the requests the drain deadline aborted.
 
 It said `aborted: 0` when the deadline had aborted every stream: the count was read after the
 drain had already aborted them, when none was live any more. The drain now returns what it

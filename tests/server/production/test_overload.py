@@ -6,7 +6,7 @@ body, after the API key check, quickly, in its own surface's error shape.
 No timing bounds here (a suite's timing assert fails on a busy machine, not on a regression):
 refusals are made while the device is held, so a refusal that waited for a slot would never
 come at all and the test would time out. `ops/load/overload.py` measures the real rejection latency
-against issue 6's 50 ms.
+against its 50 ms target.
 """
 
 from __future__ import annotations

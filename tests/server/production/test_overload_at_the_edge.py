@@ -1,4 +1,4 @@
-"""A burst's excess is refused at the edge, before the app reads a body (issue 23, item 9).
+"""A burst's excess is refused at the edge, before the app reads a body.
 
 Refusals in a burst of 80 against `--max-pending 8` took p50 197 ms. The edge sheds on the
 runtimes' live count, and a request counts there only once `Runtime.open` admits it, after

@@ -1,4 +1,4 @@
-"""Token-budget admission before the body (issue 11, left undone before): once the admitted
+"""Token-budget admission before the body: once the admitted
 requests' estimates fill `max_pending_tokens`, every new generation request is refused by the
 edge's load shedding with a fast 429, before its body is read: a body that is not even JSON
 gets the 429 (the app would have said 400). While the budget still has room, whether a request

@@ -95,7 +95,7 @@ def test_routing_hash_of_a_responses_request_is_the_replica_cache_chain(model_di
 
 
 def test_a_reasoning_models_prompt_is_hashed_as_its_effort_renders_it(tmp_path: Path) -> None:
-    """Issue 20 through the prefix router with no special case: the ingress reads the model's
+    """A reasoning model through the prefix router with no special case: the ingress reads the model's
     thinking format from the same tokenizer, so `reasoning_effort: none` (Qwen3's
     `enable_thinking=False`: an empty thinking block after the generation prompt) is hashed as
     the replica renders it, on Chat and Responses."""

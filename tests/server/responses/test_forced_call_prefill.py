@@ -1,5 +1,5 @@
-"""A forced call's fixed opening is prefilled, not generated (issue 11: "make the call's
-wrapper cost as few tokens as the model's own format allows").
+"""A forced call's fixed opening is prefilled, not generated: the call's wrapper costs as few
+tokens as the model's own format allows.
 
 With tool_choice naming a tool (or `required` with one tool), everything up to the arguments,
 `<tool_call>\\n{"name": "get_weather", "arguments":`, is known before the model runs. It used

@@ -45,7 +45,7 @@ def script(monkeypatch: pytest.MonkeyPatch, text: str, step: int = 3, **kwargs: 
 
 def extras(obj: Any, path: str = "$") -> list[str]:
     """Fields the SDK's types do not define, anywhere in a validated object, but for two that
-    seed 001's tables list and this SDK version does not: the Response's `store` and the
+    the Databricks reference's Responses tables list and this SDK version does not: the Response's `store` and the
     custom_tool_call item's `status`."""
     if isinstance(obj, pydantic.BaseModel):
         allowed = {"store"} if isinstance(obj, Response) else {"status"} if isinstance(obj, ResponseCustomToolCall) else set()
@@ -153,8 +153,8 @@ async def test_failure_mid_stream_events_validate(server: Server, monkeypatch: p
 
 @pytest.mark.parametrize("fail_at", [0, 2])
 async def test_non_streaming_failure_is_a_failed_response(server: Server, monkeypatch: pytest.MonkeyPatch, fail_at: int) -> None:
-    """Seed 001: a Response that did not succeed has status "failed" and an `error` with type,
-    code and message (param when a field caused it); not an HTTP 500."""
+    """The Responses API reference: a Response that did not succeed has status "failed" and an
+    `error` with type, code and message (param when a field caused it); not an HTTP 500."""
     script(monkeypatch, "Some text before it broke.", fail_at=fail_at)
     status, body = await post(server, {"input": "x"})
     assert status == 200, body

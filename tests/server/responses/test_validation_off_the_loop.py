@@ -1,5 +1,5 @@
-"""First-seen tool schemas and response formats are compiled off the event loop (issue 11, left
-undone before): llguidance takes milliseconds to seconds on a new schema, and on the loop that
+"""First-seen tool schemas and response formats are compiled off the event loop:
+llguidance takes milliseconds to seconds on a new schema, and on the loop that
 stalls every other request's stream. Each test sends a schema no earlier request used (so the
 validation cache misses) and records the thread its compilation ran on."""
 

@@ -7,25 +7,14 @@ so a round recomputes at most one block per beam. The algorithm is transformers'
 `generate(num_beams=k)` (v5, `early_stopping=False`), step for step:
 
 - a candidate's score is its beam's score plus the round's log-probability of the token, after
-  the request's penalties (below); candidates are ranked over all beams at once;
+  the request's penalties; candidates are ranked over all beams at once;
 - a candidate that ends its beam (EOS unless ignore_eos, a `stop_token_ids` id, or the last
   allowed token) is kept as finished only when it ranks among the top k candidates of its
   round; finished beams are scored cumulative / length ** length_penalty and the k best kept;
 - the k best candidates that do not end their beam go on;
 - the search stops at max_tokens, or once the best live beam, scored at its current length,
   cannot beat the worst of k finished beams.
-
-Penalties are applied to each round's log-probabilities, the per-round scores, as transformers'
-beam search applies its logits processors after log_softmax: repetition_penalty multiplies the
-log-probability of a token already in the prompt or the beam by r (r > 1 lowers it), and
-presence / frequency subtract p * [count > 0] + f * count over the beam's own tokens. The
-logprobs a client sees are the model's raw distribution, as on the sampling path.
-
-The engine returns only the top M alternatives per beam. A round is exact because it checks,
-per beam, an upper bound on the score of any token it did not see (from the M-th log-prob and
-the penalties that could raise a token) against the k-th best candidate; a beam failing the
-check is asked again with 2M alternatives (at most the whole vocabulary). Without penalties or
-stop ids the first answer always suffices. Deterministic: no sampling.
+Deterministic: no sampling.
 """
 
 from __future__ import annotations
@@ -44,6 +33,17 @@ from runtime.protocol import Runtime
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
 
+# Penalties apply to each round's log-probabilities, the per-round scores, as transformers' beam
+# search applies its logits processors after log_softmax: repetition_penalty multiplies the
+# log-probability of a token already in the prompt or the beam by r (r > 1 lowers it), and
+# presence / frequency subtract p * [count > 0] + f * count over the beam's own tokens. The
+# logprobs a client sees are the model's raw distribution, as on the sampling path.
+#
+# The engine returns only the top M alternatives per beam. A round is exact because it checks,
+# per beam, an upper bound on the score of any token it did not see (from the M-th log-prob and
+# the penalties that could raise a token) against the k-th best candidate; a beam failing the
+# check is asked again with 2M alternatives (at most the whole vocabulary). Without penalties or
+# stop ids the first answer always suffices.
 
 @dataclass(slots=True)
 class Beam:

@@ -4,23 +4,9 @@ MindIE Server's), streaming or not; its body a `Completion`.
 A batch of prompts × n (or best_of) sequences runs as one group. best_of > n returns the n
 sequences with the highest cumulative logprob. echo prepends the prompt (with its logprobs when
 `logprobs` is set), suffix appends. use_beam_search runs completions/beam.py instead. `respond`
-is also what Databricks' completions invocations answer with.
-
-Choice `index` is prompt_index * n + i, a decision between the references: the Databricks
-reference calls CompletionChoice.index "the index of the prompt in the request", MindIE's "the
-choice's position in the list" (its n=2 examples number one prompt's choices 0 and 1), OpenAI
-prompt_index * n + i. With n = 1 all three agree. With n > 1 the prompt index alone would give
-one prompt's choices the same index, which contradicts MindIE's examples and leaves a streaming
-client (the openai SDK yields chunks that carry only `index`) unable to tell the choices apart;
-prompt_index * n + i is MindIE's position in the list, and the prompt index stays index // n.
-
-`text_offset` counts from the start of the choice's own `text` (the echoed prompt included), so
-text[offset:].startswith(token) for every token. MindIE's n=2 examples instead continue the
-offsets from one choice to the next (offsets into the concatenation of all choices' texts); we
-do not follow that: it breaks finding a token in its choice's text by its offset, the one use the
-field has (OpenAI and vLLM offsets are per choice), a choice's offsets would change with the
-length of the choices before it, and MindIE's table defines text_offset only as "the position
-offset of the generated text".
+is also what Databricks' completions invocations answer with. Choice `index` is
+prompt_index * n + i and `text_offset` counts from the start of the choice's own `text` (where
+the references disagree: docs/api-notes.md, and the comment above `_choice`).
 """
 
 from __future__ import annotations
@@ -160,6 +146,16 @@ async def _echoes(runtime: Runtime, req: CompletionRequest, prompts: list[Prompt
     return echoes
 
 
+# Choice `index` is prompt_index * n + i, a decision between the references: the Databricks
+# reference calls CompletionChoice.index "the index of the prompt in the request", MindIE's "the
+# choice's position in the list" (its n=2 examples number one prompt's choices 0 and 1), OpenAI
+# prompt_index * n + i. With n = 1 all three agree. With n > 1 the prompt index alone would give
+# one prompt's choices the same index, which contradicts MindIE's examples and leaves a streaming
+# client (the openai SDK yields chunks that carry only `index`) unable to tell the choices apart.
+# `text_offset` counts from the start of the choice's own `text` (the echoed prompt included), so
+# text[offset:].startswith(token) for every token; MindIE's n=2 examples continue the offsets
+# from one choice to the next, which breaks finding a token in its choice's text by its offset
+# (OpenAI and vLLM offsets are per choice).
 def _choice(runtime: Runtime, req: CompletionRequest, index: int, out: Collected, echo: Echo) -> CompletionChoice:
     echo_text, echo_ids = echo
     text = echo_text + out.text + (req.suffix or "")

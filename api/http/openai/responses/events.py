@@ -14,17 +14,9 @@ define them) and their increasing `sequence_number`:
       → response.output_item.done
     → response.completed | response.incomplete | (error → response.failed)
 
-A failed Response carries `error` as the Databricks Foundation Model API's Error table has it
-(responses/response.py `ResponseError`); the `error` event repeats code, message and param. Log
-probabilities, when asked for, come per text delta in the shape of the SDK's
-`ResponseOutputText.Logprob` (token, logprob, bytes, top_logprobs) on the part, and without
-`bytes` (as `ResponseTextDeltaEvent.Logprob` has them) on the delta and done events.
-
-The builder also keeps the Response object itself up to date, so a non-streaming request
-runs the same builder and returns `builder.response`: both paths agree by construction. An
-event carries a copy of what it shows, so later changes never reach an event already made.
-No I/O, no clock reads except `completed_at`; ids come from `new_id`. Imports msgspec and
-api.http.openai.
+The builder also keeps the Response object itself up to date, so a non-streaming request runs
+the same builder and returns `builder.response`: both paths agree by construction. No I/O, no
+clock reads except `completed_at`; ids come from `new_id`. Imports msgspec and api.http.openai.
 """
 
 from __future__ import annotations
@@ -162,6 +154,12 @@ def event_name(event: ResponseEvent) -> str:
     return tag
 
 
+# A failed Response carries `error` as the Databricks Foundation Model API's Error table has it
+# (responses/response.py `ResponseError`); the `error` event repeats code, message and param.
+# Log probabilities, when asked for, come per text delta in the shape of the SDK's
+# `ResponseOutputText.Logprob` (token, logprob, bytes, top_logprobs) on the part, and without
+# `bytes` (as `ResponseTextDeltaEvent.Logprob` has them) on the delta and done events. An event
+# carries a copy of what it shows, so later changes never reach an event already made.
 class ResponsesEventBuilder:
     def __init__(self, response: ResponseObject, new_id: Callable[[str], str] = new_id) -> None:
         """`response`: the Response object so far (id, created_at, model, repeated settings)."""
