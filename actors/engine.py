@@ -47,6 +47,7 @@ from runtime.reasoning import detect_thinking
 from runtime.request import Prompt, RequestContext
 from runtime.sampling import SamplingParams
 from runtime.stream import RequestStream
+from runtime.tool_formats import detect_tool_format
 
 log = get_logger("runtime")
 
@@ -80,6 +81,7 @@ class Engine:
         self.step_stretch = config.stretch_for(reads_images=self.max_images_per_prompt > 0)  # "auto" resolved
         # A reasoning model's thinking format, from its chat template (or --reasoning-parser).
         self.thinking = detect_thinking(tokenizer, config.reasoning_parser, config.reasoning_budgets) if self.task == "generate" else None
+        self.tool_format = detect_tool_format(tokenizer, config.tool_call_parser) if self.task == "generate" else ""
         # Live requests, from open() until aborted or done. Only the runtime adds or removes
         # entries (the detokenizer reports a finish through _forget); no actor holds the dict.
         self.requests: dict[str, RequestContext] = {}
@@ -160,9 +162,8 @@ class Engine:
         await nursery.start(self.detokenizer.run)
         await nursery.start(self.tokenizer_actor.run)
         self.accepting = True
-        thinking = self.thinking.card() if self.thinking is not None else None
         log.info("runtime_ready", model=self.served_name, impl=info.impl, device=info.device, dtype=info.dtype, kv_blocks=info.num_kv_blocks, max_model_len=self.max_model_len,
-            reasoning=thinking, step_ms={f"{rows}x1+{tokens}": round(seconds * 1e3, 1) for rows, tokens, seconds in info.step_samples})
+            reasoning=self.thinking.card() if self.thinking is not None else None, tool_format=self.tool_format, step_ms={f"{rows}x1+{tokens}": round(seconds * 1e3, 1) for rows, tokens, seconds in info.step_samples})
 
     def _die(self, exc: BaseException) -> None:
         self.accepting = False

@@ -104,6 +104,9 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # "auto": from its chat template and tokenizer; "qwen3" / "deepseek_r1": that family's;
     # "none": never (the output is all answer).
     reasoning_parser: str = "auto"
+    # Tool calls: the format the model writes them in (runtime/tool_formats.py `FORMATS`, vLLM's
+    # --tool-call-parser names). "auto": the one its chat template teaches.
+    tool_call_parser: str = "auto"
     # Thinking budgets in tokens for reasoning_effort low/medium/high (the defaults: 512, 2048, 8192).
     reasoning_budgets: dict[str, int] = {}
     host: str = "127.0.0.1"

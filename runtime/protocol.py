@@ -62,6 +62,7 @@ class Runtime(Protocol):
     tokenizer: Any  # the model's Hugging Face tokenizer (chat templates, logprob token text)
     eos_token_ids: frozenset[int]
     thinking: ThinkingFormat | None  # a reasoning model's thinking format (runtime/reasoning.py); None: it does not think
+    tool_format: str  # the format its tool calls are written in (runtime/tool_formats.py); "" for an embedder
     info: ModelInfo | None  # None until the runner has loaded
     max_model_len: int
     created: int  # Unix time the engine was made (the models list's `created`)

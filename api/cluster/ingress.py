@@ -35,8 +35,9 @@ from api.http.openai.completions.params import completion_params
 from api.http.openai.completions.request import CompletionRequest
 from api.http.openai.responses.params import responses_params
 from api.http.openai.responses.request import ResponsesRequest
+from api.http.openai.tools.formats import FORMATS
+from api.http.openai.tools.formats.base import ToolFormat
 from api.http.openai.tools.parser import output_prefix
-from api.http.openai.tools.prompt import template_takes_tools
 from api.http.platform.media import MediaPolicy
 from api.http.shared.media.load import decode_data_uri
 from api.http.shared.routes import match
@@ -48,6 +49,7 @@ from runtime.prompt_encoding import encode_prompt
 from runtime.reasoning import detect_thinking
 from runtime.request import Prompt
 from runtime.routing import RoutingHint
+from runtime.tool_formats import detect_tool_format
 
 log = get_logger("cluster.ingress")
 
@@ -90,7 +92,8 @@ class PromptHasher:
                 images = ImagePrompts(load_processor(path, family), family)
             tokenizer = AutoTokenizer.from_pretrained(path)
             thinking = detect_thinking(tokenizer, config.reasoning_parser, config.reasoning_budgets)
-            entry = _Model(tokenizer, config.block_size, images, thinking)
+            fmt = FORMATS[detect_tool_format(tokenizer, config.tool_call_parser)](tokenizer)
+            entry = _Model(tokenizer, config.block_size, images, thinking, fmt)
             self._models[config.served_name or name] = entry
             self._default = self._default or entry
 
@@ -110,7 +113,7 @@ class PromptHasher:
         entry = (self._models.get(model) if isinstance(model, str) else None) or self._default
         if entry is None:
             return ()
-        found = request_prompt(doc, template_takes_tools(entry.tokenizer), responses, entry.images is not None, entry.thinking)
+        found = request_prompt(doc, entry.tool_format, responses, entry.images is not None, entry.thinking)
         if found is None:
             return ()
         prompt, prefix, refs = found
@@ -127,6 +130,7 @@ class _Model(msgspec.Struct, frozen=True):
     block_size: int
     images: Any = None  # actors.multimodal.ImagePrompts for a vision-language model
     thinking: Any = None  # runtime.reasoning.ThinkingFormat for a reasoning model (its effort changes the prompt)
+    tool_format: Any = None  # its tool-call format (api/http/openai/tools/formats/): how tools and calls are rendered
 
 
 _STAND_IN = ImageInput(width=28, height=28, pixels=bytes(28 * 28 * 3), hash="0" * 64)
@@ -145,7 +149,7 @@ def _routing_image(ref: ImageRef) -> ImageInput:
 
 
 def request_prompt(
-    doc: dict[str, Any], template_tools: bool, responses: bool = False, takes_images: bool = False, thinking: Any = None
+    doc: dict[str, Any], fmt: ToolFormat | None, responses: bool = False, takes_images: bool = False, thinking: Any = None
 ) -> tuple[Prompt, str, tuple[ImageRef, ...]] | None:
     """The `Prompt` a replica will encode for a chat, completions or (`responses`: the route
     says so, since an embeddings body has an `input` too) Responses body, the output start
@@ -153,10 +157,10 @@ def request_prompt(
     vision-language model's), built by the replica's own params functions (`thinking`: a
     reasoning model's format, which its effort turns into template kwargs)."""
     if responses:
-        params = responses_params(_struct(ResponsesRequest, doc), template_tools, takes_images, thinking)
+        params = responses_params(_struct(ResponsesRequest, doc), fmt, takes_images, thinking)
         return params.prompt, output_prefix(params.sampling), params.images
     if isinstance(doc.get("messages"), list):
-        chat = chat_request(_struct(ChatCompletionRequest, doc), template_tools, takes_images, thinking)
+        chat = chat_request(_struct(ChatCompletionRequest, doc), fmt, takes_images, thinking)
         return chat.prompt, output_prefix(chat.sampling), chat.images
     if "prompt" in doc:
         prompts, _ = completion_params(_struct(CompletionRequest, doc))

@@ -29,6 +29,7 @@ from api.http.databricks.declared import endpoint_specs
 from api.http.platform import config as platform_config
 from runtime.config import SPEC_DECODING_MODES, RuntimeConfig, stretch_value
 from runtime.reasoning import PARSERS
+from runtime.tool_formats import PARSERS as TOOL_PARSERS
 
 MODEL_KEYS = {
     "model", "served_name", "task", "device", "dtype", "kv_cache_gib", "num_kv_blocks", "block_size", "max_num_seqs",
@@ -36,7 +37,7 @@ MODEL_KEYS = {
     "model_impl", "compile", "quantization", "cuda_graphs", "step_stretch", "step_deadline", "async_scheduling", "spec_decoding", "num_spec_tokens",
     "draft_model",
     "limit_images_per_prompt", "stream_interval", "max_prompt_chunks", "burst_tokens",
-    "reasoning_parser", "reasoning_budgets",
+    "reasoning_parser", "reasoning_budgets", "tool_call_parser",
 }
 
 
@@ -78,6 +79,8 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
             raise SystemExit(f"{path}: models[{i}].task must be chat, completions or embeddings")
         if table.get("reasoning_parser", "auto") not in PARSERS:
             raise SystemExit(f"{path}: models[{i}].reasoning_parser must be one of {', '.join(PARSERS)}")
+        if table.get("tool_call_parser", "auto") not in TOOL_PARSERS:
+            raise SystemExit(f"{path}: models[{i}].tool_call_parser must be one of {', '.join(TOOL_PARSERS)}")
         if table.get("spec_decoding", "off") not in SPEC_DECODING_MODES:
             raise SystemExit(f"{path}: models[{i}].spec_decoding must be one of {', '.join(SPEC_DECODING_MODES)}")
         for key, least, left_out in (("stream_interval", 1, ""), ("max_prompt_chunks", 1, " (leave it out for the runner's choice)"), ("burst_tokens", 0, " (0: never)")):

@@ -14,6 +14,7 @@ from typing import Literal
 
 from api.http.platform import config as platform_config
 from runtime.config import IMAGE_STEP_STRETCH, SPEC_DECODING_MODES, TEXT_STEP_STRETCH, RuntimeConfig, stretch_value
+from runtime.tool_formats import PARSERS as TOOL_PARSERS
 
 DEFAULTS = RuntimeConfig()  # one place for every default: the CLI shows the same ones
 
@@ -106,16 +107,26 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
         "quantized activations past that (the one setting that quantizes activations) (default: shipped where the checkpoint ships quantized "
         "weights and --dtype is not given, else none)",
     )  # fmt: skip
+    _add_output_arguments(p)
+    platform_config.add_arguments(p)
+
+
+def _add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """How the model's output is read: its thinking, its tool calls."""
     p.add_argument(
         "--reasoning-parser", default=DEFAULTS.reasoning_parser, choices=["auto", "qwen3", "deepseek_r1", "none"],
         help="how a reasoning model's thinking is read apart from its answer: auto from its chat template, a family's format, "
         "or none (all output is answer) (default %(default)s)",
     )  # fmt: skip
     p.add_argument(
+        "--tool-call-parser", default=DEFAULTS.tool_call_parser, choices=list(TOOL_PARSERS),
+        help="the format the model writes tool calls in (vLLM's names): auto, the one its chat template teaches, or a family's "
+        "(default %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
         "--reasoning-budgets", type=_budgets, default={},
         help="thinking budgets in tokens for reasoning_effort low, medium, high, as low=512,medium=2048,high=8192 (default: those)",
     )  # fmt: skip
-    platform_config.add_arguments(p)
 
 
 def _whole(text: str) -> int:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from api.http.openai.chat.thinking import StreamedMessage, message_parts
 from api.http.openai.common.reasoning import ReasoningParser, split_reasoning, thinking_params
+from api.http.openai.tools.parser import ToolCallParser
 from api.http.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
 from runtime.reasoning import ThinkingFormat, ThinkingTracker, detect_thinking
@@ -108,9 +109,9 @@ def test_a_tool_call_after_thinking_is_read_from_the_answer_only(cuts: list[int]
     toolset = build_toolset([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}], "auto", None)
     assert toolset is not None
     text = 'I could write <tool_call> here</think>\n<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'
-    content, calls, reasoning = message_parts(text, FMT, OPENED, toolset, "")
+    content, calls, reasoning = message_parts(text, FMT, OPENED, ToolCallParser(toolset))
     assert reasoning == "I could write <tool_call> here" and content is None and [c.function.name for c in calls] == ["f"]  # type: ignore[union-attr]
-    message = StreamedMessage(FMT, OPENED, toolset, "")
+    message = StreamedMessage(FMT, OPENED, ToolCallParser(toolset))
     deltas = [d for piece in chunked(text, cuts) for d in message.feed(piece)] + message.finish()
     assert "".join(d.reasoning for d in deltas if isinstance(d.reasoning, str)) == "I could write <tool_call> here"
     assert "".join(t.function.arguments for d in deltas if d.tool_calls for t in d.tool_calls) == '{"x": 1}'  # type: ignore[union-attr,misc]
@@ -266,7 +267,7 @@ def texts() -> st.SearchStrategy[str]:
 
 def chat_stream(fmt: ThinkingFormat, spec: Thinking | None, toolset: Any, pieces: list[str]) -> tuple[str, str, list[tuple[str, str]]]:
     """(reasoning, content, calls) as a client accumulates Chat's streamed deltas."""
-    message = StreamedMessage(fmt, spec, toolset, "")
+    message = StreamedMessage(fmt, spec, ToolCallParser(toolset))
     deltas = [d for piece in pieces for d in message.feed(piece)] + message.finish()
     reasoning = "".join(d.reasoning for d in deltas if isinstance(d.reasoning, str))
     assert reasoning == "".join(d.reasoning_content for d in deltas if isinstance(d.reasoning_content, str))
@@ -288,7 +289,7 @@ def test_chat_streams_what_it_answers_whole(text: str, cuts: list[int], opened: 
     and calls), with a tool parser after the reasoning parser and either family's rules."""
     fmt, spec = (R1 if r1 else FMT), (OPENED if opened else MAYBE)
     toolset = build_toolset([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}], "auto", None)
-    content, calls, reasoning = message_parts(text, fmt, spec, toolset, "")
+    content, calls, reasoning = message_parts(text, fmt, spec, ToolCallParser(toolset))
     whole = (reasoning or "", content or "", [(c.function.name, c.function.arguments) for c in calls])  # type: ignore[union-attr]
     assert chat_stream(fmt, spec, toolset, chunked(text, cuts)) == whole
     assert "</think>" not in whole[0] and all(a == '{"x": 1}' for _, a in whole[2])
@@ -304,7 +305,7 @@ def responses_output(fmt: ThinkingFormat, spec: Thinking | None, pieces: list[st
 
     tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
     params = responses_params(msgspec.convert({"input": "x", "tools": [tool]}, ResponsesRequest))
-    output = _Output(ResponsesEventBuilder(params.response), params.toolset, None, "")
+    output = _Output(ResponsesEventBuilder(params.response), params.output_parser(), None)
     output.reasoning = ReasoningParser(fmt, spec)
     for piece in pieces:
         output.feed(piece)
@@ -342,7 +343,7 @@ def test_history_thinking_reaches_the_template_which_renders_or_drops_it(tmp_pat
     fmt = detect_thinking(tokenizer)
 
     def chat(messages: list[dict[str, Any]]) -> str:
-        params = chat_request(msgspec.convert({"messages": messages}, ChatCompletionRequest), False, thinking=fmt)
+        params = chat_request(msgspec.convert({"messages": messages}, ChatCompletionRequest), None, thinking=fmt)
         return str(tokenizer.decode(encode_prompt(tokenizer, params.prompt)))
 
     earlier = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "reasoning": "EARLIER"}, {"role": "user", "content": "c"}]
@@ -354,5 +355,5 @@ def test_history_thinking_reaches_the_template_which_renders_or_drops_it(tmp_pat
         {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "LATEST"}]},
         {"role": "assistant", "content": "b"},
     ]
-    params = responses_params(msgspec.convert({"input": items}, ResponsesRequest), False, thinking=fmt)
+    params = responses_params(msgspec.convert({"input": items}, ResponsesRequest), None, thinking=fmt)
     assert "<think>\nLATEST\n</think>\n\nb" in tokenizer.decode(encode_prompt(tokenizer, params.prompt))

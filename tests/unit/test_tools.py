@@ -111,9 +111,9 @@ def test_parser_other_key_order_and_cut_off_calls() -> None:
 def test_chat_message_parts() -> None:
     toolset = build_toolset([WEATHER], "auto", True)
     assert toolset is not None
-    content, calls = chat_message_parts(format_call("function", "get_weather", '{"city":"Oslo"}'), toolset)
-    assert content is None and msgspec.to_builtins(calls[0])["function"] == {"name": "get_weather", "arguments": '{"city":"Oslo"}'}
-    assert chat_message_parts("no call", toolset) == ("no call", [])
+    content, calls, reasoning = chat_message_parts(format_call("function", "get_weather", '{"city":"Oslo"}'), ToolCallParser(toolset))
+    assert content is None and reasoning == "" and msgspec.to_builtins(calls[0])["function"] == {"name": "get_weather", "arguments": '{"city":"Oslo"}'}
+    assert chat_message_parts("no call", ToolCallParser(toolset)) == ("no call", [], "")
 
 
 # -- validation ------------------------------------------------------------------------------

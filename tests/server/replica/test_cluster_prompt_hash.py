@@ -61,10 +61,11 @@ def test_routing_hash_of_a_tool_request_is_the_replica_cache_chain(model_dir: Pa
 def test_request_struct_keeps_only_openai_fields() -> None:
     """An Azure body's extra fields (the replica checks them) do not stop the hashing."""
     from api.cluster.ingress import request_prompt
+    from api.http.openai.tools.formats import plain
 
-    found = request_prompt({"messages": MESSAGES, "tools": [TOOL], "extra_azure_field": 1}, template_tools=True)
+    found = request_prompt({"messages": MESSAGES, "tools": [TOOL], "extra_azure_field": 1}, plain(template_tools=True))
     assert found is not None and found[0].chat_template_kwargs["tools"][0]["function"]["name"] == "get_weather"
-    assert request_prompt({"input": "a Responses body"}, template_tools=False) is None
+    assert request_prompt({"input": "a Responses body"}, None) is None
 
 
 RESPONSES_TOOL = {"type": "function", "name": "get_weather", "description": "The weather in a city.", "parameters": SCHEMA}

@@ -19,8 +19,9 @@ from api.http.openai.common.grammars import format_guide
 from api.http.openai.common.images import MARKER, image_ref, text_only
 from api.http.openai.common.reasoning import thinking_params
 from api.http.openai.common.sampling import sampling_params
-from api.http.openai.tools.grammar import tool_guide
-from api.http.openai.tools.prompt import render_conversation
+from api.http.openai.tools import formats
+from api.http.openai.tools.formats.base import ToolFormat
+from api.http.openai.tools.parser import output_prefix
 from api.http.openai.tools.spec import ToolSet
 from api.http.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
@@ -36,28 +37,34 @@ class ChatParams:
     sampling: SamplingParams
     toolset: ToolSet | None  # the declared tools and tool_choice, validated; None without tools
     images: tuple[ImageRef, ...] = ()  # the image parts, in order, to fetch before the prompt is opened
+    fmt: ToolFormat | None = None  # the format the model writes calls in (tools/formats/)
+
+    def output_parser(self) -> Any:
+        """A fresh parser of one choice's output (None: the output is all text)."""
+        return formats.output_parser(self.fmt or formats.plain(), self.toolset, output_prefix(self.sampling))
 
     @property
-    def callable_tools(self) -> ToolSet | None:
-        """The toolset when the model may call a tool now (tool_choice "none" calls nothing)."""
-        return self.toolset if self.toolset is not None and self.toolset.callable() else None
+    def thinks(self) -> bool:
+        """The format splits reasoning out of the output itself (harmony)."""
+        return bool(getattr(self.fmt, "thinks", False))
 
 
-def chat_params(req: ChatCompletionRequest, template_tools: bool = False, thinking: ThinkingFormat | None = None) -> tuple[Prompt, SamplingParams]:
+def chat_params(req: ChatCompletionRequest, fmt: ToolFormat | None = None, thinking: ThinkingFormat | None = None) -> tuple[Prompt, SamplingParams]:
     """What the engine runs for a chat request (the cluster's ingress hashes its prompt)."""
-    params = chat_request(req, template_tools, thinking=thinking)
+    params = chat_request(req, fmt, thinking=thinking)
     return params.prompt, params.sampling
 
 
-def chat_request(req: ChatCompletionRequest, template_tools: bool = False, takes_images: bool = False, thinking: ThinkingFormat | None = None) -> ChatParams:
-    """`template_tools`: the model's chat template renders `tools` (tools/prompt.py);
-    `takes_images`: a vision-language model (else image parts are a 400); `thinking`: a
-    reasoning model's format (common/reasoning.py `thinking_params`)."""
+def chat_request(req: ChatCompletionRequest, fmt: ToolFormat | None = None, takes_images: bool = False, thinking: ThinkingFormat | None = None) -> ChatParams:
+    """`fmt`: the format the model writes calls in (tools/formats/; None: Hermes, to a template
+    that renders no tools); `takes_images`: a vision-language model (else image parts are a
+    400); `thinking`: a reasoning model's format (common/reasoning.py `thinking_params`)."""
+    fmt = fmt or formats.plain()
     if req.top_logprobs is not None and not req.logprobs:
         raise InvalidRequest("top_logprobs requires logprobs to be true.", param="top_logprobs")
     toolset = build_toolset(req.tools, req.tool_choice, req.parallel_tool_calls)
     text_guide = _response_format_guide(req.response_format)
-    guide = tool_guide(toolset, text_guide) if toolset is not None else text_guide
+    guide = formats.request_guide(fmt, toolset, text_guide)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     sampling = sampling_params(req, max_tokens, n_generate=req.n, logprobs=logprobs)
@@ -68,14 +75,16 @@ def chat_request(req: ChatCompletionRequest, template_tools: bool = False, takes
     _check_roles(req.messages)
     images: list[ImageRef] = []
     messages = [_message_dict(i, m, images if takes_images else None) for i, m in enumerate(req.messages)]
-    messages, tool_kwargs = render_conversation(messages, toolset, template_tools)
+    messages, tool_kwargs = fmt.render(messages, toolset)
     kwargs: dict[str, Any] = {**(req.chat_template_kwargs or {}), **tool_kwargs}
     if req.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", req.reasoning_effort)
     kwargs, control = thinking_params(thinking, kwargs, req.reasoning_effort, req.chat_template_kwargs, guide, "reasoning_effort")
     if control is not None:
         sampling = msgspec.structs.replace(sampling, thinking=control)
-    return ChatParams(Prompt(messages=messages, chat_template_kwargs=kwargs), sampling, toolset, tuple(images))
+    if getattr(fmt, "keeps_special_tokens", False):  # its parser reads the special tokens that mark its parts
+        sampling = msgspec.structs.replace(sampling, skip_special_tokens=False)
+    return ChatParams(Prompt(messages=messages, chat_template_kwargs=kwargs), sampling, toolset, tuple(images), fmt)
 
 
 def _response_format_guide(response_format: dict[str, Any] | None) -> Any:

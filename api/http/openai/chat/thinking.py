@@ -20,20 +20,19 @@ from typing import Any
 from api.http.openai.chat.response import AssistantMessage, Delta, ToolCall
 from api.http.openai.chat.tool_calls import ChatDeltas, chat_message_parts
 from api.http.openai.common.reasoning import ReasoningParser, split_reasoning
-from api.http.openai.tools.spec import ToolSet
 from runtime.reasoning import ThinkingFormat
 from runtime.sampling import Thinking
 
 
-def message_parts(
-    text: str, fmt: ThinkingFormat | None, thinking: Thinking | None, toolset: ToolSet | None, prefix: str
-) -> tuple[str | None, list[ToolCall], str | None]:
-    """A whole output → (content, tool_calls, reasoning)."""
-    reasoning = None
+def message_parts(text: str, fmt: ThinkingFormat | None, thinking: Thinking | None, parser: Any) -> tuple[str | None, list[ToolCall], str | None]:
+    """A whole output → (content, tool_calls, reasoning); `parser`: the tool format's (None: text)."""
+    reasoning = ""
     if fmt is not None:
         reasoning, text = split_reasoning(fmt, thinking, text)
-    content, calls = chat_message_parts(text, toolset, prefix) if toolset is not None else (text, [])
-    return content, calls, reasoning or None
+    if parser is None:
+        return text, [], reasoning or None
+    content, calls, more = chat_message_parts(text, parser)
+    return content, calls, (reasoning + more) or None
 
 
 def reasoning_block(text: str) -> dict[str, Any]:
@@ -54,10 +53,10 @@ class StreamedMessage:
     """One choice's streamed output → Chat `Delta`s: thinking as `reasoning` (and
     `reasoning_content`), then the answer as `content` or `tool_calls`."""
 
-    def __init__(self, fmt: ThinkingFormat | None, thinking: Thinking | None, toolset: ToolSet | None, prefix: str, blocks: bool = False) -> None:
+    def __init__(self, fmt: ThinkingFormat | None, thinking: Thinking | None, parser: Any, blocks: bool = False) -> None:
         self.blocks = blocks
         self.reasoning = ReasoningParser(fmt, thinking) if fmt is not None else None
-        self.tools = ChatDeltas(toolset, prefix) if toolset is not None else None
+        self.tools = ChatDeltas(parser) if parser is not None else None
 
     @property
     def called(self) -> bool:
@@ -74,7 +73,7 @@ class StreamedMessage:
         if self.reasoning is not None:
             thought, answer = self.reasoning.finish()
             out = self._thought(thought) + self._answer(answer)
-        return out + (self.tools.finish() if self.tools is not None else [])
+        return out + ([self._blocked(d) for d in self.tools.finish()] if self.tools is not None else [])
 
     def _thought(self, text: str) -> list[Delta]:
         if not text:
@@ -83,5 +82,9 @@ class StreamedMessage:
 
     def _answer(self, text: str) -> list[Delta]:
         if self.tools is not None:
-            return self.tools.feed(text)
+            return [self._blocked(d) for d in self.tools.feed(text)]
         return [Delta(content=text)] if text else []
+
+    def _blocked(self, delta: Delta) -> Delta:
+        """A reasoning delta the format's parser made, in Databricks' blocks where asked."""
+        return Delta(content=[reasoning_block(delta.reasoning)]) if self.blocks and isinstance(delta.reasoning, str) else delta

@@ -1,14 +1,16 @@
-"""Tool calls in Chat's shapes: `tool_calls` on a whole message, and streamed `Delta`s.
+"""Tool calls in Chat's shapes: `tool_calls` on a whole message, and streamed `Delta`s, from the
+events of the model's format's parser (api/http/openai/tools/formats/).
 
 Imports api.http.openai.tools and api.http.openai.chat.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from api.http.openai.chat.response import CustomCall, Delta, FunctionCall, ToolCall, ToolCallDelta
-from api.http.openai.tools.parser import Event, ToolCallParser
+from api.http.openai.tools.parser import Event
 from api.http.openai.tools.parser import ToolCall as ParsedCall
-from api.http.openai.tools.spec import ToolSet
 
 
 def chat_tool_call(call: ParsedCall) -> ToolCall:
@@ -17,15 +19,15 @@ def chat_tool_call(call: ParsedCall) -> ToolCall:
     return ToolCall(id=call.call_id, type="function", function=FunctionCall(name=call.name, arguments=call.text))
 
 
-def chat_message_parts(text: str, toolset: ToolSet, prefix: str = "") -> tuple[str | None, list[ToolCall]]:
-    """A whole output → (content, tool_calls); content is None when only calls were made, or
-    could be (a forcing tool_choice allows no text). `prefix`: the output's start that the
-    prompt held (`Guide.prefix`)."""
-    parser = ToolCallParser(toolset, prefix)
+def chat_message_parts(text: str, parser: Any) -> tuple[str | None, list[ToolCall], str]:
+    """A whole output, through its format's parser → (content, tool_calls, reasoning); content
+    is None when only calls were made, or could be (a forcing tool_choice allows no text)."""
     events = parser.feed(text) + parser.finish()
     content = "".join(e[1] for e in events if e[0] == "text")
+    reasoning = "".join(e[1] for e in events if e[0] == "reasoning")
     calls = [chat_tool_call(c) for c in parser.calls]
-    return (content or None) if calls or toolset.forcing else content, calls
+    forcing = parser.toolset is not None and parser.toolset.forcing
+    return (content or None) if calls or forcing else content, calls, reasoning
 
 
 class ChatDeltas:
@@ -36,8 +38,8 @@ class ChatDeltas:
     concatenates the fragments gets the arguments once. Every delta is built anew from the
     event's frozen call."""
 
-    def __init__(self, toolset: ToolSet, prefix: str = "") -> None:
-        self.parser = ToolCallParser(toolset, prefix)
+    def __init__(self, parser: Any) -> None:
+        self.parser = parser  # the model's format's (api/http/openai/tools/formats/)
         self._index: dict[str, int] = {}
 
     @property
@@ -55,6 +57,8 @@ class ChatDeltas:
         for kind, *rest in events:
             if kind == "text":
                 out.append(Delta(content=rest[0]))
+            elif kind == "reasoning":  # a format that splits out thinking itself (harmony)
+                out.append(Delta(reasoning=rest[0], reasoning_content=rest[0]))
             elif kind == "start":
                 call: ParsedCall = rest[0]
                 self._index[call.call_id] = len(self._index)

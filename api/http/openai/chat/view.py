@@ -22,8 +22,7 @@ from api.http.openai.common.grammars import validated
 from api.http.openai.common.images import with_images
 from api.http.openai.common.logprobs import ChatLogprobs, chat_logprobs
 from api.http.openai.common.usage import chat_usage
-from api.http.openai.tools.parser import output_prefix
-from api.http.openai.tools.prompt import template_takes_tools
+from api.http.openai.tools.formats import model_format
 from api.http.shared import sse
 from api.http.shared.body import decode_body
 from api.http.shared.errors import json_response
@@ -45,8 +44,7 @@ async def respond(models: ModelRegistry, req: ChatCompletionRequest, blocks: boo
     """A decoded chat request → its JSON body or SSE stream. `blocks`: a reasoning model answers
     in Databricks' content blocks (chat/thinking.py)."""
     runtime = models.resolve(req.model)
-    template_tools = template_takes_tools(runtime.tokenizer)
-    params = await validated(chat_request, req, template_tools, runtime.max_images_per_prompt > 0, runtime.thinking, compiles=bool(req.tools or req.response_format))
+    params = await validated(chat_request, req, model_format(runtime), runtime.max_images_per_prompt > 0, runtime.thinking, compiles=bool(req.tools or req.response_format))
     prompt = await with_images(params.prompt, params.images, runtime, media_policy())
     gen = await Generation(runtime, [prompt], params.sampling, params.sampling.n).start()
     completion_id, created, model, fingerprint = f"chatcmpl-{gen.request_id}", int(time.time()), runtime.served_name, runtime.fingerprint
@@ -55,7 +53,7 @@ async def respond(models: ModelRegistry, req: ChatCompletionRequest, blocks: boo
         return _stream(runtime, gen, head, req, params, blocks)
     outs = await gen.collect()
     choices = [_choice(runtime, i, out, req.logprobs, params, blocks) for i, out in enumerate(outs)]
-    usage = chat_usage([o.usage for o in outs if o.usage is not None], flat_reasoning=blocks and runtime.thinking is not None)
+    usage = chat_usage([o.usage for o in outs if o.usage is not None], flat_reasoning=blocks and (runtime.thinking is not None or params.thinks))
     return json_response(ChatCompletion(id=completion_id, created=created, model=model, system_fingerprint=fingerprint, choices=choices, usage=usage))
 
 
@@ -66,8 +64,8 @@ async def respond_blocks(models: ModelRegistry, req: ChatCompletionRequest) -> R
 
 def _choice(runtime: Runtime, index: int, out: Collected, want_logprobs: bool, params: ChatParams, blocks: bool) -> Choice:
     fmt = runtime.thinking
-    content, calls, reasoning = message_parts(out.text, fmt, params.sampling.thinking, params.callable_tools, output_prefix(params.sampling))
-    message = assistant_message(content, calls, reasoning, fmt is not None, blocks)
+    content, calls, reasoning = message_parts(out.text, fmt, params.sampling.thinking, params.output_parser())
+    message = assistant_message(content, calls, reasoning, fmt is not None or params.thinks, blocks)
     return Choice(
         index=index,
         message=message,
@@ -88,7 +86,6 @@ def _stream(runtime: Runtime, gen: Generation, head: ChatCompletionChunk, req: C
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     if include_usage:
         head = msgspec.structs.replace(head, usage=None)
-    toolset, prefix = params.callable_tools, output_prefix(params.sampling)
     sent_role: set[int] = set()
     finished: dict[int, Collected] = {}
     parsers: dict[int, StreamedMessage] = {}
@@ -103,7 +100,7 @@ def _stream(runtime: Runtime, gen: Generation, head: ChatCompletionChunk, req: C
             sent_role.add(index)
             out.append(chunk(index, Delta(role="assistant", content="")))
         logprobs = chat_logprobs(runtime.tokenizer, delta.logprobs or []) if req.logprobs else None
-        parser = parsers.get(index) or parsers.setdefault(index, StreamedMessage(runtime.thinking, params.sampling.thinking, toolset, prefix, blocks))
+        parser = parsers.get(index) or parsers.setdefault(index, StreamedMessage(runtime.thinking, params.sampling.thinking, params.output_parser(), blocks))
         pieces = parser.feed(delta.text)
         if delta.finish_reason is not None:
             pieces += parser.finish()
@@ -120,7 +117,7 @@ def _stream(runtime: Runtime, gen: Generation, head: ChatCompletionChunk, req: C
         out = []
         if include_usage:
             usages = [u for i in sorted(finished) if (u := finished[i].usage) is not None]
-            usage = chat_usage(usages, flat_reasoning=blocks and runtime.thinking is not None)
+            usage = chat_usage(usages, flat_reasoning=blocks and (runtime.thinking is not None or params.thinks))
             out.append(sse.data(msgspec.structs.replace(head, choices=[], usage=usage)))
         out.append(sse.DONE)
         return out

@@ -29,8 +29,9 @@ from api.http.openai.common.sampling import check_stream_options
 from api.http.openai.responses.input import input_messages
 from api.http.openai.responses.request import ResponsesRequest
 from api.http.openai.responses.response import ReasoningSettings, ResponseObject, TextSettings
-from api.http.openai.tools.grammar import tool_guide
-from api.http.openai.tools.prompt import render_conversation
+from api.http.openai.tools import formats
+from api.http.openai.tools.formats.base import ToolFormat
+from api.http.openai.tools.parser import output_prefix
 from api.http.openai.tools.spec import ToolSet
 from api.http.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
@@ -70,18 +71,25 @@ class ResponsesParams:
     response: ResponseObject  # the request's settings, as the Response repeats them (unnamed yet)
     logprobs: bool = False  # output_text carries token logprobs
     images: tuple[ImageRef, ...] = ()  # the input_image parts, in order, to fetch before the prompt is opened
+    fmt: ToolFormat | None = None  # the format the model writes calls in (tools/formats/)
+
+    def output_parser(self) -> Any:
+        """A fresh parser of the output (None: the output is all text)."""
+        return formats.output_parser(self.fmt or formats.plain(), self.toolset, output_prefix(self.sampling))
 
 
-def responses_params(req: ResponsesRequest, template_tools: bool = False, takes_images: bool = False, thinking: ThinkingFormat | None = None) -> ResponsesParams:
-    """`takes_images`: a vision-language model (else input_image is a 400); `thinking`: a
+def responses_params(req: ResponsesRequest, fmt: ToolFormat | None = None, takes_images: bool = False, thinking: ThinkingFormat | None = None) -> ResponsesParams:
+    """`fmt`: the format the model writes calls in (None: Hermes, to a template that renders no
+    tools); `takes_images`: a vision-language model (else input_image is a 400); `thinking`: a
     reasoning model's format (common/reasoning.py `thinking_params`)."""
+    fmt = fmt or formats.plain()
     _refuse(req)
     toolset = build_toolset(req.tools, req.tool_choice, req.parallel_tool_calls, req.max_tool_calls)
     text_format = _text_format(req)
     text_guide = format_guide(text_format.get("type"), text_format.get("schema"), "text.format")
-    guide: Guide | None = tool_guide(toolset, text_guide) if toolset is not None else text_guide
+    guide: Guide | None = formats.request_guide(fmt, toolset, text_guide)
     images: list[ImageRef] = []
-    messages, kwargs = render_conversation(input_messages(req.input, req.instructions, images if takes_images else None), toolset, template_tools)
+    messages, kwargs = fmt.render(input_messages(req.input, req.instructions, images if takes_images else None), toolset)
     effort = req.reasoning.effort if req.reasoning is not None else None
     if effort is not None:
         kwargs.setdefault("reasoning_effort", effort)
@@ -95,9 +103,10 @@ def responses_params(req: ResponsesRequest, template_tools: bool = False, takes_
         guide=guide,
         logprobs=(req.top_logprobs or 0) if logprobs else None,
         thinking=control,
+        skip_special_tokens=not getattr(fmt, "keeps_special_tokens", False),
     )
     prompt = Prompt(messages=messages, chat_template_kwargs=kwargs, truncate=req.truncation == "auto")
-    return ResponsesParams(prompt, sampling, toolset, echoed(req, toolset, text_format), logprobs, tuple(images))
+    return ResponsesParams(prompt, sampling, toolset, echoed(req, toolset, text_format), logprobs, tuple(images), fmt)
 
 
 def _refuse(req: ResponsesRequest) -> None:

@@ -2,7 +2,7 @@
 typed events.
 
 The same `ResponsesEventBuilder` runs for both: streaming sends its events, non-streaming
-returns the Response it built. Tool calls are read out of the text by `ToolCallParser`.
+returns the Response it built. Tool calls are read out of the text by the model's format's parser.
 
 A request refused before generation (bad fields, prompt too long, overload) is an HTTP error.
 Once admitted, a failure inside the engine is not: the Databricks Foundation Model API's
@@ -32,9 +32,7 @@ from api.http.openai.responses.events import Event, ResponsesEventBuilder, new_i
 from api.http.openai.responses.params import responses_params
 from api.http.openai.responses.request import ResponsesRequest
 from api.http.openai.responses.response import response_usage
-from api.http.openai.tools.parser import ToolCallParser, output_prefix
-from api.http.openai.tools.prompt import template_takes_tools
-from api.http.openai.tools.spec import ToolSet
+from api.http.openai.tools.formats import model_format
 from api.http.shared import sse
 from api.http.shared.body import decode_body
 from api.http.shared.errors import json_response
@@ -55,8 +53,7 @@ def register(app: Quart, models: ModelRegistry) -> None:
     async def create_response() -> Response:
         req = await decode_body(ResponsesRequest)
         runtime = models.resolve(req.model)
-        template_tools = template_takes_tools(runtime.tokenizer)
-        params = await validated(responses_params, req, template_tools, runtime.max_images_per_prompt > 0, runtime.thinking, compiles=bool(req.tools or req.text))
+        params = await validated(responses_params, req, model_format(runtime), runtime.max_images_per_prompt > 0, runtime.thinking, compiles=bool(req.tools or req.text))
         prompt = await with_images(params.prompt, params.images, runtime, media_policy())
         gen: Generation | RequestFailed
         try:
@@ -64,7 +61,7 @@ def register(app: Quart, models: ModelRegistry) -> None:
         except RequestFailed as exc:  # admitted, then failed before its first token
             gen = exc
         response = msgspec.structs.replace(params.response, id=new_id("resp"), created_at=int(time.time()), model=runtime.served_name)
-        output = _Output(ResponsesEventBuilder(response), params.toolset, runtime.tokenizer if params.logprobs else None, output_prefix(params.sampling))
+        output = _Output(ResponsesEventBuilder(response), params.output_parser(), runtime.tokenizer if params.logprobs else None)
         if runtime.thinking is not None:  # the output parser pipeline: thinking first, then the answer's calls
             output.reasoning = ReasoningParser(runtime.thinking, params.sampling.thinking)
         # Usage goes in every final Response, streamed or not: OpenAI's does, its SDK has no way
@@ -129,9 +126,9 @@ class _Output:
     text (or whitespace the parser drops) are reported nowhere, as output_text is the only
     place the API has for them."""
 
-    def __init__(self, builder: ResponsesEventBuilder, toolset: ToolSet | None, tokenizer: Any = None, prefix: str = "") -> None:
+    def __init__(self, builder: ResponsesEventBuilder, parser: Any, tokenizer: Any = None) -> None:
         self.builder = builder
-        self.parser = ToolCallParser(toolset, prefix) if toolset is not None and toolset.callable() else None
+        self.parser = parser  # the model's tool format's (None: the answer is all text)
         self.tokenizer = tokenizer
         self._fed = 0  # characters of output so far
         self.reasoning: ReasoningParser | None = None
@@ -201,6 +198,8 @@ class _Output:
             if kind == "text":
                 base = self.reasoning.answer_base if self.reasoning is not None else 0
                 events += self._text(rest[0], rest[1] + (base or 0))
+            elif kind == "reasoning":  # a format that splits out thinking itself (harmony)
+                events += self.builder.reasoning(rest[0])
             elif kind == "start":
                 events += self.builder.call_start(rest[0].kind, rest[0].name, rest[0].call_id)
             elif kind == "delta":

@@ -1,0 +1,82 @@
+"""Pythonic calls (LFM2, Llama 3.2 and 4's pythonic templates): `[get_weather(city='Paris'), ...]`,
+wrapped in `<|tool_call_start|>` ... `<|tool_call_end|>` where the template says so, else the
+whole answer. Arguments are Python literals, read with `ast` (never evaluated).
+
+Owns: reading, the grammar (each callable tool's name and parameter names, values as Python
+literals) and the history's syntax.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from typing import Any
+
+from api.http.openai.tools.formats.base import ToolFormat, lazy_or_forced, tool_parameters
+from api.http.openai.tools.formats.marked import MarkedParser
+from api.http.openai.tools.formats.render import render_for_template
+from api.http.openai.tools.spec import ToolSet
+from runtime.sampling import Guide
+
+OPEN, CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
+VALUE_RULES = [
+    'swy_value: SWY_STRING | SWY_NUMBER | "True" | "False" | "None" | swy_list | swy_dict',
+    'swy_list: "[" (swy_value (", " swy_value)*)? "]"',
+    'swy_dict: "{" (SWY_STRING ": " swy_value (", " SWY_STRING ": " swy_value)*)? "}"',
+    r"""SWY_STRING: /'([^'\\\n]|\\.)*'/ | /"([^"\\\n]|\\.)*"/""",
+    r"SWY_NUMBER: /-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?/",
+]
+
+
+def read_calls(payload: str) -> list[tuple[str, Any]] | None:
+    try:
+        tree = ast.parse(payload.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    nodes = tree.elts if isinstance(tree, ast.List) else [tree]
+    out = []
+    for node in nodes:
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
+            return None
+        try:
+            out.append((node.func.id, {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}))
+        except ValueError:
+            return None
+    return out or None
+
+
+def call_text(calls: list[tuple[str, Any]]) -> str:
+    return "[" + ", ".join(f"{name}({', '.join(f'{k}={v!r}' for k, v in (args or {}).items())})" for name, args in calls) + "]"
+
+
+class Pythonic(ToolFormat):
+    name = "pythonic"
+
+    def __init__(self, tokenizer: Any) -> None:
+        super().__init__(tokenizer)
+        self.wrapped = OPEN in self.template
+
+    def render(self, messages: list[dict[str, Any]], toolset: ToolSet | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return render_for_template(self, messages, toolset, lambda calls: f"{OPEN}{call_text(calls)}{CLOSE}" if self.wrapped else call_text(calls))
+
+    def parser(self, toolset: ToolSet | None, prefix: str = "") -> MarkedParser:
+        if self.wrapped:
+            return MarkedParser(toolset, prefix, self.new_call_id, read_calls, opens=(OPEN,), closes=CLOSE)
+        return MarkedParser(toolset, prefix, self.new_call_id, read_calls, leads=("[",))
+
+    def guide(self, toolset: ToolSet, text_guide: Guide | None) -> Guide | None:
+        tools = toolset.callable()
+        rules = [f"swy_call: {' | '.join(f'swy_call_{i}' for i in range(len(tools)))}", *VALUE_RULES]
+        for i, tool in enumerate(tools):
+            names = list((tool_parameters(tool).get("properties") or {}).keys())
+            kw = f"({' | '.join(json.dumps(n + '=') for n in names)}) swy_value" if names else None
+            args = f'({kw} (", " {kw})*)?' if kw else ""
+            rules.append(f'swy_call_{i}: {json.dumps(tool.name + "(")} {args} ")"')
+        many = toolset.parallel and toolset.forced is None
+        body = f'swy_call ({json.dumps(", ")} swy_call)* "]"' if many else 'swy_call "]"'
+        if self.wrapped:
+            return lazy_or_forced(toolset, text_guide, self.marker(OPEN), f'"[" {body} {self.marker(CLOSE)}', rules)
+        if toolset.forcing:
+            return Guide(kind="lark", definition="\n".join([f'start: "[" {body}', *rules]) + "\n", param="tools")
+        rules += [r"SWY_PLAIN: /([^\[](.|\n)*)?/"]  # an answer that opens with [ is calls
+        return Guide(kind="lark", definition="\n".join([f'start: SWY_PLAIN | "[" {body}', *rules]) + "\n", param="tools")
