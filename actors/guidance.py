@@ -80,5 +80,34 @@ class GuideCompiler:
                 import llguidance.hf
 
                 # ~0.4 s for a 49k vocabulary, once per model.
-                self._tokenizer = llguidance.hf.from_tokenizer(self._hf_tokenizer, n_vocab=self._vocab_size)
+                self._tokenizer = grammar_tokenizer(self._hf_tokenizer, self._vocab_size)
             return self._tokenizer
+
+
+def grammar_tokenizer(hf_tokenizer: Any, n_vocab: int) -> llguidance.LLTokenizer:
+    """The tokenizer as llguidance reads it, with the model's own idea of which added tokens are
+    special: llguidance takes any `<...>`-shaped added token for a special one, which no
+    grammar text can match, so a `special: false` token such as Qwen2.5's `<tool_call>` (the
+    model's own way of writing that text) would be masked. Such tokens become plain tokens of
+    their text here; everything else is what llguidance read."""
+    import llguidance.hf
+
+    base = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=n_vocab)
+    plain = {i for i, t in getattr(hf_tokenizer, "added_tokens_decoder", {}).items() if not getattr(t, "special", True) and i < n_vocab}
+    if not any(base.is_special_token(i) for i in plain):
+        return base
+    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Tokens(hf_tokenizer, base, n_vocab, plain)), n_vocab=n_vocab, eos_token=hf_tokenizer.eos_token_id)
+
+
+class _Tokens:
+    """llguidance's TokenizerWrapper's view of a tokenizer: each token's bytes and which are special."""
+
+    def __init__(self, hf_tokenizer: Any, base: llguidance.LLTokenizer, n_vocab: int, plain: set[int]) -> None:
+        self.hf = hf_tokenizer
+        self.eos_token_id = hf_tokenizer.eos_token_id
+        self.bos_token_id = hf_tokenizer.bos_token_id
+        self.tokens = [base.decode_bytes([i]) for i in range(n_vocab)]
+        self.special_token_ids = [i for i in range(n_vocab) if base.is_special_token(i) and i not in plain]
+
+    def __call__(self, text: str) -> list[int]:
+        return list(self.hf.encode(text, add_special_tokens=False))

@@ -28,6 +28,8 @@ class ModelCard(msgspec.Struct, kw_only=True):
     # A reasoning model's thinking: its parser (qwen3, deepseek_r1), whether reasoning_effort
     # none/minimal can turn it off, and the low/medium/high budgets. Absent for other models.
     reasoning: dict[str, Any] | UnsetType = UNSET
+    # The format its tool calls are written in (runtime/tool_formats.py); absent for an embedder.
+    tool_call_parser: str | UnsetType = UNSET
 
 
 class ModelList(msgspec.Struct, kw_only=True):
@@ -39,7 +41,8 @@ def model_card(runtime: Runtime) -> ModelCard:
     impl = (runtime.info.impl or None) if runtime.info else None
     thinking = getattr(runtime, "thinking", None)
     reasoning = thinking.card() if thinking is not None else UNSET
-    return ModelCard(id=runtime.served_name, created=runtime.created, max_model_len=runtime.max_model_len, model_impl=impl, reasoning=reasoning)
+    tool_format = getattr(runtime, "tool_format", "") or UNSET
+    return ModelCard(id=runtime.served_name, created=runtime.created, max_model_len=runtime.max_model_len, model_impl=impl, reasoning=reasoning, tool_call_parser=tool_format)
 
 
 def register(app: Quart, models: ModelRegistry) -> None:

@@ -31,6 +31,7 @@ class ToolFormat:
     """How one model family writes tool calls (the Hermes subclass is the default)."""
 
     name = ""
+    markers: tuple[str, ...] = ()  # the text that marks its calls (special tokens in some vocabularies)
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
@@ -71,6 +72,12 @@ class ToolFormat:
 
     def is_special(self, text: str) -> bool:
         return text in self._special
+
+    @property
+    def keeps_special_tokens(self) -> bool:
+        """Whether outputs must be decoded with their special tokens: where the format's markers
+        are special tokens here, its parser reads them (the end of text is never in the text)."""
+        return any(self.is_special(m) for m in self.markers)
 
 
 def tool_parameters(tool: Tool) -> dict[str, Any]:
@@ -114,6 +121,9 @@ def lazy_or_forced(toolset: ToolSet, text_guide: Guide | None, opening: str, bod
     elif text_guide is not None:
         rules = [*rules, f"swy_free: %json {inline_schema(_text_schema(text_guide))}"]
         start = f"start: swy_free | {opening} {body}"
+    elif opening.startswith("<["):  # a special token: never text, so free text simply ends where it comes
+        rules = [*rules, r"SWY_TEXT: /(.|\n)*/"]
+        start = f"start: SWY_TEXT | SWY_TEXT {opening} {body}"
     else:
         rules = [*rules, f"swy_head[lazy]: SWY_TEXT {opening}", r"SWY_TEXT: /(.|\n)*/"]
         start = f"start: SWY_TEXT | swy_head {body}"

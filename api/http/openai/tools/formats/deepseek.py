@@ -28,6 +28,7 @@ _FENCED = re.compile(r"\s*(\w+)\s*\n```json\s*\n(.*?)\n?```\s*$", re.S)
 
 class DeepSeek(ToolFormat):
     name = "deepseek_v3"
+    markers = (CALLS, CALLS_END, CALL, CALL_END, SEP)
 
     def __init__(self, tokenizer: Any) -> None:
         super().__init__(tokenizer)

@@ -32,7 +32,7 @@ _RECIPIENT = re.compile(r"to=functions\.([\w.\-]+)")
 
 class Harmony(ToolFormat):
     name = "openai"
-    keeps_special_tokens = True  # the channels are special tokens: the parser must see them
+    markers = (START, CHANNEL, MESSAGE, END, CALL, RETURN, CONSTRAIN)  # the channels: special tokens the parser must see
     thinks = True  # the analysis channel is reasoning, with or without tools
 
     def render(self, messages: list[dict[str, Any]], toolset: ToolSet | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:

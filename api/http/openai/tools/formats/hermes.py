@@ -21,6 +21,7 @@ from runtime.sampling import Guide
 
 class Hermes(ToolFormat):
     name = "hermes"
+    markers = ("<tool_call>", "</tool_call>")
 
     def render(self, messages: list[dict[str, Any]], toolset: ToolSet | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return render_conversation(messages, toolset, self.template_tools)

@@ -61,6 +61,7 @@ def _named(values: list[Any] | None, *keys: str) -> list[tuple[str, Any]] | None
 class Llama3Json(ToolFormat):
     name = "llama3_json"
     TAG = "<|python_tag|>"
+    markers = (TAG,)
 
     def render(self, messages: list[dict[str, Any]], toolset: ToolSet | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         for i, message in enumerate(messages):
@@ -87,6 +88,7 @@ class Llama3Json(ToolFormat):
 class Granite(ToolFormat):
     name = "granite"
     TAG = "<|tool_call|>"
+    markers = (TAG,)
 
     def render(self, messages: list[dict[str, Any]], toolset: ToolSet | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return render_for_template(self, messages, toolset, lambda calls: self.TAG + json.dumps([{"name": n, "arguments": a} for n, a in calls]))
@@ -101,6 +103,7 @@ class Granite(ToolFormat):
 class Mistral(ToolFormat):
     name = "mistral"
     TAG, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
+    markers = (TAG, ARGS, CALL_ID)
 
     def __init__(self, tokenizer: Any) -> None:
         super().__init__(tokenizer)

@@ -51,6 +51,7 @@ def call_text(calls: list[tuple[str, Any]]) -> str:
 
 class Pythonic(ToolFormat):
     name = "pythonic"
+    markers = (OPEN, CLOSE)
 
     def __init__(self, tokenizer: Any) -> None:
         super().__init__(tokenizer)

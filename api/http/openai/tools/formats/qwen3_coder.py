@@ -25,6 +25,7 @@ _PARAMETER = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
 
 class Qwen3Coder(ToolFormat):
     name = "qwen3_coder"
+    markers = (OPEN, CLOSE)
 
     def render(self, messages: list[dict[str, Any]], toolset: ToolSet | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return render_for_template(self, messages, toolset, lambda calls: "".join(_block(n, a) for n, a in calls))

@@ -1,0 +1,98 @@
+"""Tool calls in each family's own format, through the `openai` SDK, on the family's real chat
+template and tokens (tests/support/families.py), with a scripted model that writes the family's
+own call (tests/support/scripted_runner.py) through the real engine, grammar masks included.
+
+For every family: the format the template teaches is detected; the call comes back as a
+`tool_calls` entry, whole and streamed (the SDK's stream helper), under `tool_choice: auto`
+and forced (the family's call passes the forcing grammar token by token); the second turn,
+with the tool's result, renders through the template (ids in the style it checks) and
+answers 200. gpt-oss's analysis channel comes back as `reasoning`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+import pytest
+import trio
+
+from tests.support.families import FAMILIES, Family, family_tokenizer
+from tests.support.scripted_runner import scripted_engine
+from tests.support.servers import Server, start_runtime_server
+from tests.support.waiting import in_thread
+
+WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "description": "Current weather in a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+ANSWER = "It is 21 degrees in Paris."
+
+
+def answer_for(family: Family):  # type: ignore[no-untyped-def]
+    """The scripted model: the family's own call, or, once the tool's result is in the prompt, the answer."""
+
+    def answer(prompt: str) -> str:
+        if "21" not in prompt:
+            return family.call
+        return f"<|channel|>final<|message|>{ANSWER}<|return|>" if family.tool_format == "openai" else ANSWER
+
+    return answer
+
+
+@pytest.fixture(params=sorted(FAMILIES))
+async def family_server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Family, Server]]:
+    family = FAMILIES[request.param]
+    tokenizer = await trio.to_thread.run_sync(family_tokenizer, family.name)
+    eos = [tokenizer.convert_tokens_to_ids(t) for t in {family.eos, "<|return|>", "<|call|>"} if t in tokenizer.get_vocab()]
+    engine = scripted_engine(tokenizer, answer_for(family), eos)
+    async with trio.open_nursery() as nursery:
+        server = await start_runtime_server(nursery, engine)
+        yield family, server
+        server.stop.set()
+
+
+def chat(client: openai.OpenAI, **kwargs: Any) -> Any:
+    return client.chat.completions.create(model="family", max_tokens=200, **kwargs)
+
+
+def streamed(client: openai.OpenAI, **kwargs: Any) -> Any:
+    with client.chat.completions.stream(model="family", max_tokens=200, **kwargs) as stream:
+        return stream.get_final_completion()
+
+
+def the_call(completion: Any) -> Any:
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}, call
+    return call
+
+
+async def test_a_family_calls_in_its_own_format_and_reads_the_result(family_server: tuple[Family, Server]) -> None:
+    family, server = family_server
+    engine: Any = server.runtime
+    assert engine.tool_format == family.tool_format
+    client = openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60)
+    card = await in_thread(client.models.retrieve, "family")
+    assert card.model_extra["tool_call_parser"] == family.tool_format
+    whole = the_call(await in_thread(chat, client, messages=ASK, tools=[WEATHER]))
+    the_call(await in_thread(streamed, client, messages=ASK, tools=[WEATHER]))
+    forced = {"type": "function", "function": {"name": "get_weather"}}
+    the_call(await in_thread(chat, client, messages=ASK, tools=[WEATHER], tool_choice=forced))
+    the_call(await in_thread(chat, client, messages=ASK, tools=[WEATHER], tool_choice="required"))
+    if family.tool_format == "mistral":
+        assert re.fullmatch(r"[A-Za-z0-9]{9}", whole.id), whole.id
+    if family.tool_format == "openai":
+        completion = await in_thread(chat, client, messages=ASK, tools=[WEATHER])
+        assert completion.choices[0].message.model_extra["reasoning"] == "The user wants the weather."
+    for call_id in (whole.id, "call_from_another_provider_0123"):  # ours, and one the template would refuse as it is
+        turn = [*ASK, {"role": "assistant", "content": None, "tool_calls": [{**whole.model_dump(), "id": call_id}]}, {"role": "tool", "tool_call_id": call_id, "content": '{"temp": 21}'}]
+        reply = await in_thread(chat, client, messages=turn, tools=[WEATHER])
+        assert reply.choices[0].message.content == ANSWER and reply.choices[0].finish_reason == "stop", reply
+    rendered = engine.runner.prompts[-1]
+    assert "21" in rendered and "get_weather" in rendered  # the template rendered the call and its result

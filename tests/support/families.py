@@ -1,0 +1,146 @@
+"""Model families' tokenizers for the tool-format tests: real vocabularies, the family's special
+tokens at their real ids, and the family's real chat template (tests/support/family_assets.py).
+
+Where llama.cpp's vocabulary files lack a family's tokens (they predate them), the base
+vocabulary gets them at the ids the family's own tokenizer gives them: Qwen2.5's `<tool_call>`
+(151657, `special: false`), Llama 3.1's `<|python_tag|>` (128010). Mistral's comes whole from
+mistral-common (v3: `[TOOL_CALLS]` is 5; v7 with `[ARGS]` and `[CALL_ID]` in control slots
+32 and 33, as in Mistral's later tokenizers). Where no vocabulary is at hand (Granite 3,
+gpt-oss's o200k, DeepSeek V3, LFM2), a base vocabulary carries the family's special tokens at
+their ids (padded up to them), which is what a grammar, a template and a parser see of it.
+Each tokenizer is built once and cached beside the assets.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support.family_assets import assets_dir, llama_cpp_file, mistral_model, template
+
+CACHE_VERSION = "2"
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    template: str  # llama.cpp's template file (no .jinja)
+    build: Callable[[], Any]  # the tokenizer, without its template
+    tool_format: str  # what runtime/tool_formats.py must detect from the template
+    call: str  # the model's own call of get_weather(city="Paris"), as it writes it
+    eos: str
+
+
+def _gguf_bpe(path: Path, added: dict[int, tuple[str, bool]], eos: str = "", bos: str | None = None) -> Any:
+    """A byte-level BPE tokenizer from a llama.cpp vocabulary file: its normal tokens and merges,
+    then every token from its first special one on as an added token at its own id (`added`
+    renames some, (content, special); ids past the file's are reserved tokens up to them)."""
+    from gguf import GGUFReader
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    reader = GGUFReader(str(path))
+    field = reader.fields["tokenizer.ggml.tokens"]
+    types = reader.fields["tokenizer.ggml.token_type"]
+    tokens = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+    kinds = [int(types.parts[i][0]) for i in types.data]
+    merges_field = reader.fields["tokenizer.ggml.merges"]
+    merges = [tuple(bytes(merges_field.parts[i]).decode("utf-8").split(" ", 1)) for i in merges_field.data]
+    first = next(i for i, kind in enumerate(kinds) if kind != 1)
+    size = max(len(tokens), max(added, default=0) + 1)
+    vocab = {tokens[i]: i for i in range(first)}
+    bpe = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=False))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    rest = [added.get(i, (tokens[i] if i < len(tokens) else f"<|reserved_{i}|>", True)) for i in range(first, size)]
+    taken = {content for i, (content, _) in enumerate(rest, first) if i in added}
+    rest = [(f"<|reserved_{i}|>", True) if i not in added and content in taken else (content, special) for i, (content, special) in enumerate(rest, first)]
+    bpe.add_tokens([AddedToken(content, special=special, normalized=False) for content, special in rest])
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=eos, bos_token=bos)
+
+
+def _mistral(model: str, renamed: dict[int, str]) -> Any:
+    """Mistral's own SentencePiece tokenizer (mistral-common), control tokens renamed where asked."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    work = assets_dir() / "work" / model
+    work.mkdir(parents=True, exist_ok=True)
+    shutil.copy(mistral_model(model), work / "tokenizer.model")
+    (work / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "legacy": False}))
+    tok = AutoTokenizer.from_pretrained(work)
+    if not renamed:
+        return tok
+    data = json.loads(tok.backend_tokenizer.to_str())
+    for entry in data["added_tokens"]:
+        if entry["id"] in renamed:
+            entry["content"] = renamed[entry["id"]]
+    vocab = data["model"]["vocab"]
+    for key, value in list(vocab.items()) if isinstance(vocab, dict) else []:
+        if value in renamed:
+            vocab[renamed[value]] = vocab.pop(key)
+    from tokenizers import Tokenizer
+
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(data)), bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+def _smollm2_with(added: list[tuple[str, bool]], eos: str) -> Any:
+    """The embedded SmolLM2's vocabulary (49152, StarCoder's, as Granite 3's is) with `added` after it."""
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer
+
+    from runtime.model_store import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(None)[1])
+    tok.add_tokens([AddedToken(content, special=special, normalized=False) for content, special in added])
+    tok.eos_token = eos
+    return tok
+
+
+QWEN25 = {151643: ("<|endoftext|>", True), 151644: ("<|im_start|>", True), 151645: ("<|im_end|>", True)}
+QWEN25 |= {151657: ("<tool_call>", False), 151658: ("</tool_call>", False)}
+QWEN3 = QWEN25 | {151665: ("<tool_response>", False), 151666: ("</tool_response>", False), 151667: ("<think>", False), 151668: ("</think>", False)}
+HARMONY = {199998: ("<|startoftext|>", True), 199999: ("<|endoftext|>", True), 200002: ("<|return|>", True), 200003: ("<|constrain|>", True)}
+HARMONY |= {200005: ("<|channel|>", True), 200006: ("<|start|>", True), 200007: ("<|end|>", True), 200008: ("<|message|>", True), 200012: ("<|call|>", True)}
+DEEPSEEK = {100000: ("<｜begin▁of▁sentence｜>", True), 100001: ("<｜end▁of▁sentence｜>", True)}
+DEEPSEEK |= {128798: ("<think>", False), 128799: ("</think>", False), 128803: ("<｜User｜>", False), 128804: ("<｜Assistant｜>", False)}
+DEEPSEEK |= {i: (t, False) for i, t in zip(range(128806, 128815), ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>", "<｜tool▁sep｜>"))}
+CALL = {"city": "Paris"}
+
+FAMILIES = {
+    "qwen2.5": Family("qwen2.5", "Qwen-Qwen2.5-7B-Instruct", lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), QWEN25, eos="<|im_end|>"), "hermes",
+                      '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', "<|im_end|>"),
+    "llama3.1": Family("llama3.1", "meta-llama-Llama-3.1-8B-Instruct", lambda: _gguf_bpe(
+        llama_cpp_file("models/ggml-vocab-llama-bpe.gguf"), {128008: ("<|eom_id|>", True), 128010: ("<|python_tag|>", True)}, eos="<|eot_id|>", bos="<|begin_of_text|>"),
+        "llama3_json", '{"name": "get_weather", "parameters": {"city": "Paris"}}', "<|eot_id|>"),
+    "mistral-nemo": Family("mistral-nemo", "mistralai-Mistral-Nemo-Instruct-2407", lambda: _mistral("mistral_instruct_tokenizer_240323.model.v3", {}), "mistral",
+                           '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]', "</s>"),
+    "mistral-small-3.2": Family("mistral-small-3.2", "Mistral-Small-3.2-24B-Instruct-2506", lambda: _mistral("mistral_instruct_tokenizer_241114.model.v7", {32: "[ARGS]", 33: "[CALL_ID]"}),
+                                "mistral", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', "</s>"),
+    "granite-3.3": Family("granite-3.3", "ibm-granite-granite-3.3-2B-Instruct", lambda: _smollm2_with([("<|start_of_role|>", True), ("<|end_of_role|>", True), ("<|tool_call|>", True)], "<|endoftext|>"),
+                          "granite", '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]', "<|endoftext|>"),
+    "deepseek-v3.1": Family("deepseek-v3.1", "deepseek-ai-DeepSeek-V3.1", lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-deepseek-llm.gguf"), DEEPSEEK, eos="<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>"),
+                            "deepseek_v3", '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>', "<｜end▁of▁sentence｜>"),
+    "qwen3-coder": Family("qwen3-coder", "Qwen3-Coder", lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), QWEN3, eos="<|im_end|>"), "qwen3_coder",
+                          "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>", "<|im_end|>"),
+    "lfm2.5": Family("lfm2.5", "LFM2.5-8B-A1B", lambda: _smollm2_with([("<|startoftext|>", True), ("<|tool_call_start|>", True), ("<|tool_call_end|>", True), ("<|tool_list_start|>", True), ("<|tool_list_end|>", True), ("<|tool_response_start|>", True), ("<|tool_response_end|>", True)], "<|im_end|>"),
+                     "pythonic", "<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>", "<|im_end|>"),
+    "gpt-oss": Family("gpt-oss", "openai-gpt-oss-120b", lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), HARMONY, eos="<|return|>"), "openai",
+                      '<|channel|>analysis<|message|>The user wants the weather.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>', "<|call|>"),
+}
+
+
+def family_tokenizer(name: str) -> Any:
+    """The family's tokenizer with its chat template, built once and cached."""
+    from transformers import AutoTokenizer
+
+    family = FAMILIES[name]
+    where = assets_dir() / "tokenizers" / f"{name}-{CACHE_VERSION}"
+    if not (where / "tokenizer.json").exists():
+        tok = family.build()
+        tok.chat_template = template(family.template)
+        tok.save_pretrained(where)
+    return AutoTokenizer.from_pretrained(where)

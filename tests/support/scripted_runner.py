@@ -1,0 +1,68 @@
+"""A runner that writes what a model of a given family would: `ScriptedRunner`, and an engine on it.
+
+`answer(prompt_text)` is the whole assistant turn the "model" writes for a prompt (its chat
+template's rendering, special tokens and all). The runner writes it token by token, then the
+end of text, through the real engine: each token goes through the request's grammar matcher
+first, as the torch runner's sampled tokens do, and a token the grammar refuses fails the
+request (so a grammar that would not let the family's own call through fails the test). When
+the prompt already ends with the start of the answer (a forced call's prefilled opening,
+`Guide.prefix`), the runner writes only the rest, as a model would. The prompts it saw are
+kept (`prompts`), so a test can read what the template rendered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from runtime.config import RuntimeConfig
+from runtime.messages import StepPlan, StepResult
+from tests.support.fakes import FakeRunner
+
+
+class ScriptedRunner(FakeRunner):
+    def __init__(self, tokenizer: Any, answer: Callable[[str], str], eos: list[int], **kwargs: Any) -> None:
+        super().__init__(vocab_size=len(tokenizer), max_model_len=4096, num_kv_blocks=2048, **kwargs)
+        self.tokenizer, self.answer, self.eos = tokenizer, answer, eos
+        self.scripts: dict[str, list[int]] = {}
+        self.prompts: list[str] = []
+
+    def _script(self, request_id: str, prompt_ids: list[int]) -> list[int]:
+        if request_id not in self.scripts:
+            prompt = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+            self.prompts.append(prompt)
+            text = self.answer(prompt)
+            overlap = next((n for n in range(min(len(text), len(prompt)), 0, -1) if prompt.endswith(text[:n])), 0)
+            ids = list(self.tokenizer.encode(text[overlap:], add_special_tokens=False))
+            self.scripts[request_id] = ids if ids and ids[-1] in self.eos else [*ids, self.eos[0]]
+        return self.scripts[request_id]
+
+    def execute(self, plan: StepPlan) -> StepResult:
+        self.num_steps += 1
+        self.requests.apply(plan)
+        sampled: dict[str, int] = {}
+        failed: dict[str, str] = {}
+        for seq in plan.seqs:
+            self.requests.input_ids(seq)
+            if not seq.sample:
+                continue
+            position = seq.start_pos + len(seq.token_ids)
+            state = self.requests.align(seq.request_id, position)
+            script = self._script(seq.request_id, state.history[: state.num_prompt_tokens])
+            done = position - state.num_prompt_tokens
+            token = script[min(done, len(script) - 1)]
+            matcher = state.live_matcher(seq.sampling.thinking)
+            if matcher is not None and not matcher.is_stopped() and not matcher.consume_token(token):
+                failed[seq.request_id] = f"the grammar refused token {token} ({self.tokenizer.decode([token])!r}) at output position {done}"
+                continue
+            state.history.append(token)
+            sampled[seq.request_id] = token
+        return StepResult(step_id=plan.step_id, sampled=sampled, failed=failed)
+
+
+def scripted_engine(tokenizer: Any, answer: Callable[[str], str], eos: list[int], **config: Any) -> Any:
+    from actors.engine import Engine
+
+    runner = ScriptedRunner(tokenizer, answer, eos)
+    settings = {"served_name": "family", "port": 0, "max_num_batched_tokens": 4096, "drain_timeout": 2.0, **config}
+    return Engine(RuntimeConfig(**settings), runner, tokenizer, "family", frozenset(eos))
