@@ -77,7 +77,6 @@ class GuideCompiler:
     def _ll_tokenizer(self) -> llguidance.LLTokenizer:
         with self._tokenizer_lock:
             if self._tokenizer is None:
-                import llguidance.hf
 
                 # ~0.4 s for a 49k vocabulary, once per model.
                 self._tokenizer = grammar_tokenizer(self._hf_tokenizer, self._vocab_size)
