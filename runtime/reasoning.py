@@ -4,29 +4,32 @@
 Owns: `ThinkingFormat` (the tags, their token ids, the end-of-thinking sequence the engine
 forces at a budget, whether the template's generation prompt opens `<think>` itself, the
 template switch that turns thinking off, the effort budgets), `detect_thinking` (the format of
-a tokenizer and chat template: `--reasoning-parser auto|qwen3|deepseek_r1|none`) and
+a tokenizer and chat template, or the family `--reasoning-parser` names) and
 `ThinkingTracker` (thinking or answering, and how many tokens thought, one token at a time:
 the detokenizer counts usage's reasoning tokens with it, the scheduler core enforces a
 budget, the runner starts a grammar at the end of thinking).
 
-Families (both write `<think>...</think>` before the answer):
-- qwen3: Qwen3's template. Thinking is on unless `enable_thinking=False`, which renders an
-  empty `<think>\\n\\n</think>\\n\\n` after the generation prompt. The original Qwen3 lets the
-  model open `<think>`; Qwen3-Thinking-2507 and later templates write it in the prompt.
-- deepseek_r1: DeepSeek-R1's template: the generation prompt ends with `<think>\\n` (R1-0528 and
-  later) or the model opens it; no switch turns thinking off.
+Families (`<think>...</think>` before the answer unless said):
+- qwen3: thinking on unless `enable_thinking=False` (an empty `<think></think>` after the
+  generation prompt); later templates write `<think>` in the prompt.
+- deepseek_r1: the prompt ends with `<think>\\n` (R1-0528) or the model opens it; no switch.
+- deepseek_v3: DeepSeek-V3.1's `thinking` switch, off by default; on, the prompt opens `<think>`.
+- granite: Granite 3.3's `thinking` switch, off by default (a system text asks for the tags).
+- mistral: Magistral's `[THINK]...[/THINK]`, special tokens (the text keeps them); no switch.
 Imports msgspec and runtime; the tokenizer object is transformers'.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
 
 from runtime.sampling import Thinking
 
-PARSERS = ("auto", "qwen3", "deepseek_r1", "none")
+PARSERS = ("auto", "qwen3", "deepseek_r1", "deepseek_v3", "granite", "mistral", "none")
+_SWITCHES = {"qwen3": "enable_thinking", "deepseek_v3": "thinking", "granite": "thinking"}
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")  # xhigh and max: the high budget
 # Thinking budgets in tokens per effort, unless the model's config sets its own.
 DEFAULT_BUDGETS = {"low": 512, "medium": 2048, "high": 8192}
@@ -37,7 +40,7 @@ _PROBE = [{"role": "user", "content": "Hi"}]
 class ThinkingFormat(msgspec.Struct, frozen=True, kw_only=True):
     """How one served model thinks, found once at start-up."""
 
-    name: str  # "qwen3" | "deepseek_r1"
+    name: str  # one of PARSERS
     start: str = START
     end: str = END
     start_ids: tuple[int, ...]
@@ -55,15 +58,21 @@ class ThinkingFormat(msgspec.Struct, frozen=True, kw_only=True):
     forced_end_bare: tuple[int, ...] = ()
     opens_in_prompt: bool  # the generation prompt (thinking on) ends inside `<think>`
     switch: str | None = None  # the template kwarg that turns thinking off (False), if any
+    default_on: bool = True  # thinking without the switch in the kwargs
+    special: bool = False  # the tags are special tokens: the output's text must keep them
+    answer_wrap: tuple[str, ...] = ()  # tags around the answer after thinking (granite: <response>)
     budgets: dict[str, int] = msgspec.field(default_factory=lambda: dict(DEFAULT_BUDGETS))
 
     def card(self) -> dict[str, Any]:
         """What /v1/models says of it."""
-        return {"parser": self.name, "can_disable": self.switch is not None, "budgets": dict(self.budgets)}
+        return {"parser": self.name, "can_disable": self.switch is not None, "default_on": self.default_on, "budgets": dict(self.budgets)}
 
     def thinking_on(self, kwargs: dict[str, Any]) -> bool:
         """Whether a prompt rendered with these template kwargs thinks."""
-        return self.switch is None or kwargs.get(self.switch, True) is not False
+        if self.switch is None:
+            return True
+        value = kwargs.get(self.switch, self.default_on)
+        return value is not False if self.default_on else bool(value)
 
     def control(self, on: bool, budget: int | None, guided: bool) -> Thinking | None:
         """The engine's per-request view: None when thinking is off (nothing to track)."""
@@ -93,28 +102,59 @@ def detect_thinking(tokenizer: Any, parser: str = "auto", budgets: dict[str, int
         template = template.get("default")
     text = template if isinstance(template, str) else ""
     if parser == "auto":
-        if START not in text or END not in text:
+        found = _family(text)
+        if found is None:
             return None
-        parser = "qwen3" if "enable_thinking" in text else "deepseek_r1"
-    switch = "enable_thinking" if parser == "qwen3" and "enable_thinking" in text else None
-    opens = _opens_in_prompt(tokenizer, {}) if text else False
-    if switch is not None and _opens_in_prompt(tokenizer, {switch: False}):
-        switch = None  # the switch does not close thinking: nothing turns it off
+        parser = found
+    start, end = ("[THINK]", "[/THINK]") if parser == "mistral" else (START, END)
+    switch = _SWITCHES.get(parser) if _SWITCHES.get(parser, "") in text else None
+    on = {switch: True} if switch else {}
+    opens = _opens_in_prompt(tokenizer, on, start, end) if text else False
+    default_on = True
+    if switch is not None:
+        off = _generation_prompt(tokenizer, {switch: False})
+        if off == _generation_prompt(tokenizer, on) or _opens_in_prompt(tokenizer, {switch: False}, start, end):
+            switch = None  # the switch changes nothing, or does not close thinking: nothing turns it off
+        else:
+            default_on = _generation_prompt(tokenizer, {}) != off
     ids = _ids(tokenizer)
     implicit = ("<tool_call>",) if parser == "deepseek_r1" else ()
     return ThinkingFormat(
         name=parser,
+        start=start,
+        end=end,
         implicit_ends=implicit,
-        start_ids=ids(START),
+        start_ids=ids(start),
         space_ids=frozenset() if opens else _space_ids(tokenizer),
-        end_ids=ids(END),
+        end_ids=ids(end),
         implicit_end_ids=tuple(ids(tag) for tag in implicit if _single(tokenizer, tag)),
-        forced_end=ids("\n" + END + "\n\n"),
-        forced_end_bare=ids("\n" + END),
+        forced_end=ids("\n" + end + "\n\n"),
+        forced_end_bare=ids("\n" + end),
         opens_in_prompt=opens,
         switch=switch,
+        default_on=default_on,
+        answer_wrap=("<response>", "</response>") if parser == "granite" else (),
+        special=start in getattr(tokenizer, "all_special_tokens", ()) or _special_added(tokenizer, start),
         budgets={**DEFAULT_BUDGETS, **(budgets or {})},
     )
+
+
+def _family(text: str) -> str | None:
+    """The thinking family a chat template shows (None: it does not think)."""
+    if "[THINK]" in text and "[/THINK]" in text:
+        return "mistral"
+    if START not in text or END not in text:
+        return None
+    if "<response>" in text and "thinking" in text:
+        return "granite"
+    if re.search(r"\bthinking is defined", text):  # its own `thinking`, not `enable_thinking`
+        return "deepseek_v3"
+    return "qwen3" if "enable_thinking" in text else "deepseek_r1"
+
+
+def _special_added(tokenizer: Any, text: str) -> bool:
+    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return any(token.content == text and token.special for token in decoder.values())
 
 
 def _ids(tokenizer: Any) -> Any:
@@ -133,15 +173,25 @@ def _single(tokenizer: Any, text: str) -> bool:
     return len(tokenizer.encode(text, add_special_tokens=False)) == 1
 
 
-def _opens_in_prompt(tokenizer: Any, kwargs: dict[str, Any]) -> bool:
-    """Whether the generation prompt leaves a `<think>` open (the model starts thinking)."""
+def _generation_prompt(tokenizer: Any, kwargs: dict[str, Any]) -> str | None:
+    """The text a generation prompt for one user turn renders (None: the template refuses it)."""
     try:
-        whole = tokenizer.apply_chat_template(_PROBE, tokenize=False, add_generation_prompt=True, **kwargs)
+        return tokenizer.apply_chat_template(_PROBE, tokenize=False, add_generation_prompt=True, **kwargs)
+    except Exception:  # a template that needs more than a user turn
+        return None
+
+
+def _opens_in_prompt(tokenizer: Any, kwargs: dict[str, Any], start: str = START, end: str = END) -> bool:
+    """Whether the generation prompt leaves a thinking tag open (the model starts thinking)."""
+    whole = _generation_prompt(tokenizer, kwargs)
+    try:
         bare = tokenizer.apply_chat_template(_PROBE, tokenize=False, add_generation_prompt=False, **kwargs)
     except Exception:  # a template that needs more than a user turn: assume the model opens it
         return False
+    if whole is None:
+        return False
     tail = whole[len(bare) :] if whole.startswith(bare) else whole[-64:]
-    return tail.rfind(START) > tail.rfind(END)
+    return tail.rfind(start) > tail.rfind(end)
 
 
 class ThinkingTracker:

@@ -14,6 +14,7 @@ from typing import Literal
 
 from api.http.platform import config as platform_config
 from runtime.config import IMAGE_STEP_STRETCH, SPEC_DECODING_MODES, TEXT_STEP_STRETCH, RuntimeConfig, stretch_value
+from runtime.reasoning import PARSERS as REASONING_PARSERS
 from runtime.tool_formats import PARSERS as TOOL_PARSERS
 
 DEFAULTS = RuntimeConfig()  # one place for every default: the CLI shows the same ones
@@ -114,7 +115,7 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
 def _add_output_arguments(p: argparse.ArgumentParser) -> None:
     """How the model's output is read: its thinking, its tool calls."""
     p.add_argument(
-        "--reasoning-parser", default=DEFAULTS.reasoning_parser, choices=["auto", "qwen3", "deepseek_r1", "none"],
+        "--reasoning-parser", default=DEFAULTS.reasoning_parser, choices=list(REASONING_PARSERS),
         help="how a reasoning model's thinking is read apart from its answer: auto from its chat template, a family's format, "
         "or none (all output is answer) (default %(default)s)",
     )  # fmt: skip

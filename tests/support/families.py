@@ -4,8 +4,8 @@ tokens at their real ids, and the family's real chat template (tests/support/fam
 Where llama.cpp's vocabulary files lack a family's tokens (they predate them), the base
 vocabulary gets them at the ids the family's own tokenizer gives them: Qwen2.5's `<tool_call>`
 (151657, `special: false`), Llama 3.1's `<|python_tag|>` (128010). Mistral's comes whole from
-mistral-common (v3: `[TOOL_CALLS]` is 5; v7 with `[ARGS]` and `[CALL_ID]` in control slots
-32 and 33, as in Mistral's later tokenizers). Where no vocabulary is at hand (Granite 3,
+mistral-common (v3: `[TOOL_CALLS]` is 5; v7 with `[ARGS]`, `[CALL_ID]`, `[THINK]` and
+`[/THINK]` in control slots 32-35, as in Mistral's later tokenizers). Where no vocabulary is at hand (Granite 3,
 gpt-oss's o200k, DeepSeek V3, LFM2), a base vocabulary carries the family's special tokens at
 their ids (padded up to them), which is what a grammar, a template and a parser see of it.
 Each tokenizer is built once and cached beside the assets.
@@ -124,6 +124,10 @@ FAMILIES = {
                           "granite", '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]', "<|endoftext|>"),
     "deepseek-v3.1": Family("deepseek-v3.1", "deepseek-ai-DeepSeek-V3.1", lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-deepseek-llm.gguf"), DEEPSEEK, eos="<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>"),
                             "deepseek_v3", '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>', "<｜end▁of▁sentence｜>"),
+    "qwen3": Family("qwen3", "Qwen-Qwen3-0.6B", lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), QWEN3, eos="<|im_end|>"), "hermes",
+                    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', "<|im_end|>"),
+    "magistral": Family("magistral", "mistralai-Ministral-3-14B-Reasoning-2512", lambda: _mistral("mistral_instruct_tokenizer_241114.model.v7", {32: "[ARGS]", 33: "[CALL_ID]", 34: "[THINK]", 35: "[/THINK]"}),
+                        "mistral", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', "</s>"),
     "qwen3-coder": Family("qwen3-coder", "Qwen3-Coder", lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), QWEN3, eos="<|im_end|>"), "qwen3_coder",
                           "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>", "<|im_end|>"),
     "lfm2.5": Family("lfm2.5", "LFM2.5-8B-A1B", lambda: _smollm2_with([("<|startoftext|>", True), ("<|tool_call_start|>", True), ("<|tool_call_end|>", True), ("<|tool_list_start|>", True), ("<|tool_list_end|>", True), ("<|tool_response_start|>", True), ("<|tool_response_end|>", True)], "<|im_end|>"),

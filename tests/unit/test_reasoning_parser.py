@@ -89,6 +89,30 @@ def test_random_outputs_stream_as_they_split_whole(parts: list[str], cuts: list[
     assert "</think>" not in whole[0] and (not opened or whole[1] == "" or "</think>" in text)
 
 
+GRANITE = ThinkingFormat(name="granite", start_ids=(1,), end_ids=(2,), opens_in_prompt=False, switch="thinking", default_on=False, answer_wrap=("<response>", "</response>"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(st.sampled_from(["<think>", "</think>", "<response>", "</response>", "<", "</", "resp", "onse>", " ", "x"]), max_size=16),
+    cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=10),
+)
+def test_granites_answer_wrapper_is_dropped_over_any_chunking(parts: list[str], cuts: list[int]) -> None:
+    text = "".join(parts)
+    whole = split_reasoning(GRANITE, MAYBE, text)
+    parser = ReasoningParser(GRANITE, MAYBE)
+    assert stream(parser, chunked(text, cuts)) == whole
+    if text.lstrip().startswith("<think>") and "</think>" in text:  # thought: the answer is unwrapped
+        answer = text.split("</think>", 1)[1].lstrip()
+        assert whole[1] == (answer[len("<response>") :].lstrip() if answer.startswith("<response>") else answer).replace("</response>", "")
+    if whole[1]:  # where the answer starts in the output: Responses' logprobs rely on it
+        assert parser.answer_base is not None and text[parser.answer_base] == whole[1][0]
+    plain = "<think>plan</think>\n<response> The answer.</response>"
+    assert split_reasoning(GRANITE, MAYBE, plain) == ("plan", "The answer.")
+    assert split_reasoning(GRANITE, MAYBE, "<think>plan</think><resp") == ("plan", "<resp")
+    assert split_reasoning(GRANITE, None, "<response>kept</response>") == ("", "<response>kept</response>")  # thinking off: untouched
+
+
 @settings(max_examples=100, deadline=None)
 @given(cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=12))
 def test_a_tool_call_tag_ends_thinking_where_the_family_says_so(cuts: list[int]) -> None:

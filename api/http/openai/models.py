@@ -25,7 +25,7 @@ class ModelCard(msgspec.Struct, kw_only=True):
     owned_by: str = "switchyard"
     max_model_len: int
     model_impl: str | None  # native[+int4...] | transformers; null when the runner does not say
-    # A reasoning model's thinking: its parser (qwen3, deepseek_r1), whether reasoning_effort
+    # A reasoning model's thinking: its parser (runtime/reasoning.py PARSERS), whether reasoning_effort
     # none/minimal can turn it off, and the low/medium/high budgets. Absent for other models.
     reasoning: dict[str, Any] | UnsetType = UNSET
     # The format its tool calls are written in (runtime/tool_formats.py); absent for an embedder.

@@ -96,3 +96,32 @@ async def test_a_family_calls_in_its_own_format_and_reads_the_result(family_serv
         assert reply.choices[0].message.content == ANSWER and reply.choices[0].finish_reason == "stop", reply
     rendered = engine.runner.prompts[-1]
     assert "21" in rendered and "get_weather" in rendered  # the template rendered the call and its result
+
+
+RESPONSES_WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city.", "parameters": WEATHER["function"]["parameters"]}
+LARK_TOOL = {"type": "custom", "name": "shell", "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "ls" | "pwd"'}}
+
+
+async def test_the_responses_api_reads_each_familys_call_and_its_result(family_server: tuple[Family, Server]) -> None:
+    family, server = family_server
+    client = openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60)
+
+    def respond(**kwargs: Any) -> Any:
+        with client.responses.stream(model="family", max_output_tokens=200, **kwargs) as stream:
+            return stream.get_final_response()
+
+    response = await in_thread(respond, input=ASK[0]["content"], tools=[RESPONSES_WEATHER])
+    (call,) = [item for item in response.output if item.type == "function_call"]
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}, response.output
+    turn = [{"role": "user", "content": ASK[0]["content"]}, call.model_dump(exclude_none=True), {"type": "function_call_output", "call_id": call.call_id, "output": '{"temp": 21}'}]
+    reply = await in_thread(respond, input=turn, tools=[RESPONSES_WEATHER])
+    assert reply.output_text == ANSWER, reply.output
+    try:
+        await in_thread(respond, input="hi", tools=[RESPONSES_WEATHER, LARK_TOOL])
+        refused = None
+    except openai.BadRequestError as error:
+        refused = error.body
+    if family.tool_format == "hermes":  # writes a custom tool's input raw: its grammar applies
+        assert refused is None
+    else:  # a JSON string (or an unforced value) no Lark grammar can hold: a 400 naming the tool's format
+        assert refused is not None and refused["param"] == "tools[1].format", refused

@@ -17,7 +17,7 @@ import msgspec
 from api.http.openai.chat.request import ChatCompletionRequest, ChatMessage
 from api.http.openai.common.grammars import format_guide
 from api.http.openai.common.images import MARKER, image_ref, text_only
-from api.http.openai.common.reasoning import thinking_params
+from api.http.openai.common.reasoning import keeps_special_tokens, thinking_params
 from api.http.openai.common.sampling import sampling_params
 from api.http.openai.tools import formats
 from api.http.openai.tools.formats.base import ToolFormat
@@ -82,7 +82,7 @@ def chat_request(req: ChatCompletionRequest, fmt: ToolFormat | None = None, take
     kwargs, control = thinking_params(thinking, kwargs, req.reasoning_effort, req.chat_template_kwargs, guide, "reasoning_effort")
     if control is not None:
         sampling = msgspec.structs.replace(sampling, thinking=control)
-    if getattr(fmt, "keeps_special_tokens", False):  # its parser reads the special tokens that mark its parts
+    if keeps_special_tokens(fmt, thinking, control):
         sampling = msgspec.structs.replace(sampling, skip_special_tokens=False)
     return ChatParams(Prompt(messages=messages, chat_template_kwargs=kwargs), sampling, toolset, tuple(images), fmt)
 

@@ -4,8 +4,7 @@ request asks of thinking (`reasoning_effort`).
 Owns: `ReasoningParser` (the first stage of the output parser pipeline: the tool-call parser
 after it sees only the answer), `split_reasoning` (a whole output, the same parser fed once,
 so a stream and a whole answer agree by construction) and `thinking_params` (effort → the
-template switch and the engine's thinking budget). Imports api.http.openai.common's neighbours
-and runtime.
+template switch and the engine's thinking budget). Imports its neighbours and runtime.
 
 The rules:
 - a prompt that opened `<think>` starts the output inside thinking; otherwise a `<think>` at
@@ -15,7 +14,8 @@ The rules:
   `</think>` included;
 - no closing tag before the end: all of it was thinking;
 - whitespace around the thinking and at the start of the answer is dropped (the template's
-  `\\n` after the tags);
+  `\\n` after the tags); a family that wraps the answer after thinking (Granite's
+  `<response>...</response>`) has the wrapper's tags dropped;
 - only a suffix that could still become a tag (or trailing whitespace) is held back, and each
   character is looked at a bounded number of times: linear in the output.
 """
@@ -45,12 +45,14 @@ class ReasoningParser:
         # Where the answer starts in everything fed (once it has started): an answer piece is
         # always the end of what was fed so far, and the answer runs on unbroken from there.
         self.answer_base: int | None = None
+        self._raw_base: int | None = None
+        self._unwrap = _Unwrap(*fmt.answer_wrap) if fmt.answer_wrap and thinking is not None else None
 
     def feed(self, text: str) -> tuple[str, str]:
         if not text:
             return "", ""
         self.fed += len(text)
-        if self._state == _ANSWER and not self._buf:
+        if self._state == _ANSWER and not self._buf and self._unwrap is None:
             return "", self._located(self._answer(text))
         self._buf += text
         if self._state == _MAYBE:
@@ -66,11 +68,16 @@ class ReasoningParser:
         buf, self._buf = self._buf, ""
         if self._state == _THINK:
             return (buf if not self._lead else buf.lstrip()).rstrip(), ""
-        return "", self._located(buf if self._state == _MAYBE else self._answer(buf))
+        answer = buf if self._state == _MAYBE else self._answer(buf)
+        return "", self._located(answer, final=True)
 
-    def _located(self, answer: str) -> str:
+    def _located(self, answer: str, final: bool = False) -> str:
+        if answer and self._raw_base is None:
+            self._raw_base = self.fed - len(answer)  # an answer piece is the end of what was fed
+        if self._unwrap is not None:
+            answer = self._unwrap.feed(answer) + (self._unwrap.finish() if final else "")
         if answer and self.answer_base is None:
-            self.answer_base = self.fed - len(answer)
+            self.answer_base = (self._raw_base or 0) + (self._unwrap.dropped if self._unwrap is not None else 0)
         return answer
 
     def _maybe(self) -> tuple[str, str]:
@@ -114,12 +121,55 @@ class ReasoningParser:
         return text
 
 
+class _Unwrap:
+    """The answer without its wrapper's tags: an opening one at its very start, each closing one
+    in the text; only a suffix that could still be either is held back. `dropped`: how many
+    characters of the answer came before its first kept one."""
+
+    def __init__(self, opening: str, closing: str) -> None:
+        self.opening, self.closing = opening, closing
+        self.buf = ""
+        self.at_start = True
+        self.dropped = 0
+        self._kept = False
+
+    def feed(self, text: str) -> str:
+        self.buf += text
+        if self.at_start:
+            if self.opening.startswith(self.buf):
+                return ""
+            self.at_start = False
+            if self.buf.startswith(self.opening):
+                rest = self.buf[len(self.opening) :].lstrip()
+                self.dropped, self.buf = len(self.buf) - len(rest), rest
+        keep = _partial_suffix(self.buf, self.closing)
+        done, self.buf = self.buf[: len(self.buf) - keep], self.buf[len(self.buf) - keep :]
+        out = done.replace(self.closing, "")
+        if not self._kept:
+            at = 0
+            while done.startswith(self.closing, at):
+                at += len(self.closing)
+            self.dropped += at if out else len(done)
+            self._kept = bool(out)
+        return out
+
+    def finish(self) -> str:
+        buf, self.buf = self.buf, ""
+        return "" if buf == self.opening else buf
+
+
 def split_reasoning(fmt: ThinkingFormat, thinking: Thinking | None, text: str) -> tuple[str, str]:
     """A whole output → (reasoning, answer), exactly as the stream splits it."""
     parser = ReasoningParser(fmt, thinking)
     r1, a1 = parser.feed(text)
     r2, a2 = parser.finish()
     return r1 + r2, a1 + a2
+
+
+def keeps_special_tokens(tool_format: Any, fmt: ThinkingFormat | None, control: Thinking | None) -> bool:
+    """Whether the output's text must keep special tokens: the tool format's parser reads them,
+    or thinking is on and its tags are special tokens (Magistral's `[THINK]`)."""
+    return bool(getattr(tool_format, "keeps_special_tokens", False)) or (control is not None and fmt is not None and fmt.special)
 
 
 def _first(text: str, tags: tuple[str, ...]) -> tuple[int, str]:
@@ -162,6 +212,8 @@ def thinking_params(
     if switch is not None and switch not in explicit:
         if effort in ("none", "minimal") or (guide is not None and guide.prefix):
             kwargs = {**kwargs, switch: False}
+        elif effort is not None and not fmt.default_on:  # asked to reason: a model thinking only when asked
+            kwargs = {**kwargs, switch: True}
     on = fmt.thinking_on(kwargs)
     budget = None
     if effort in ("low", "medium", "high", "xhigh", "max"):

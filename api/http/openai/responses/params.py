@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.http.openai.common.grammars import format_guide
-from api.http.openai.common.reasoning import thinking_params
+from api.http.openai.common.reasoning import keeps_special_tokens, thinking_params
 from api.http.openai.common.sampling import check_stream_options
 from api.http.openai.responses.input import input_messages
 from api.http.openai.responses.request import ResponsesRequest
@@ -103,7 +103,7 @@ def responses_params(req: ResponsesRequest, fmt: ToolFormat | None = None, takes
         guide=guide,
         logprobs=(req.top_logprobs or 0) if logprobs else None,
         thinking=control,
-        skip_special_tokens=not getattr(fmt, "keeps_special_tokens", False),
+        skip_special_tokens=not keeps_special_tokens(fmt, thinking, control),
     )
     prompt = Prompt(messages=messages, chat_template_kwargs=kwargs, truncate=req.truncation == "auto")
     return ResponsesParams(prompt, sampling, toolset, echoed(req, toolset, text_format), logprobs, tuple(images), fmt)

@@ -60,6 +60,7 @@ class Tool:
     strict: bool | None = None
     syntax: str | None = None  # a custom tool's grammar syntax ("lark", "regex"); None: free text
     definition: str | None = None
+    param: str = ""  # where the request declared it ("tools[2]"), for errors found later
 
     def openai(self) -> dict[str, Any]:
         """The tool as the Responses API echoes it."""

@@ -100,13 +100,13 @@ def _custom(spec: dict[str, Any], param: str) -> Tool:
     if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "grammar"):
         raise InvalidRequest(f"tool {name!r}: format.type must be 'text' or 'grammar'.", param=f"{param}.format.type")
     if fmt["type"] == "text":
-        return Tool("custom", name, _description(spec, param))
+        return Tool("custom", name, _description(spec, param), param=param)
     grammar = fmt["grammar"] if isinstance(fmt.get("grammar"), dict) else fmt  # Chat nests it
     syntax, definition = grammar.get("syntax", "lark"), grammar.get("definition")
     if not isinstance(definition, str) or not definition.strip():
         raise InvalidRequest(f"tool {name!r}: a grammar format needs a definition.", param=f"{param}.format.definition")
     grammars.check_grammar(syntax, definition, f"{param}.format.definition", f"tool {name!r}")
-    return Tool("custom", name, _description(spec, param), syntax=syntax, definition=definition)
+    return Tool("custom", name, _description(spec, param), syntax=syntax, definition=definition, param=param)
 
 
 def _description(spec: dict[str, Any], param: str) -> str | None:

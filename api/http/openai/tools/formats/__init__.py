@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.http.openai.tools.formats.base import ToolFormat
+from api.http.openai.tools.formats.base import ToolFormat, check_custom_tools
 from api.http.openai.tools.formats.deepseek import DeepSeek
 from api.http.openai.tools.formats.harmony import Harmony
 from api.http.openai.tools.formats.hermes import Generic, Hermes
@@ -40,7 +40,10 @@ def plain(template_tools: bool = False) -> ToolFormat:
 
 def request_guide(fmt: ToolFormat, toolset: Any, text_guide: Any) -> Any:
     """The guide of a request: the format's, when a tool may be called now; else the text's."""
-    return fmt.guide(toolset, text_guide) if toolset is not None and toolset.callable() else text_guide
+    if toolset is None or not toolset.callable():
+        return text_guide
+    check_custom_tools(fmt, toolset)
+    return fmt.guide(toolset, text_guide)
 
 
 def output_parser(fmt: ToolFormat, toolset: Any, prefix: str = "") -> Any:

@@ -4,8 +4,10 @@ Owns: the interface every format answers (how the tools and the history's calls 
 prompt, the grammar that forces a call or wakes on the format's opening marker, the parser
 that reads calls back, the ids the template accepts) and the pieces most formats build from:
 markers as grammar terminals (a special token by id where the tokenizer has one) and JSON
-call schemas. A custom tool (free text) is shown to a non-Hermes format as a function with one
-string argument, `input`, and read back as its custom call.
+call schemas. A custom tool is shown to a non-Hermes format as a function with one string
+argument, `input` (a regex grammar as the string's pattern), and read back as its custom call;
+a Lark grammar cannot constrain a JSON string, so it is a 400 there (Hermes writes raw input),
+as is any grammar where the format's values are not held to a schema.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from api.http.openai.common import grammars
 from api.http.openai.tools.spec import Tool, ToolSet, as_object, canonical_json
+from runtime.errors import InvalidRequest
 from runtime.grammar_spec import JSON_OPTIONS, closed_objects
 from runtime.sampling import Guide
 from runtime.tool_formats import takes_tools, template_text
@@ -32,6 +35,8 @@ class ToolFormat:
 
     name = ""
     markers: tuple[str, ...] = ()  # the text that marks its calls (special tokens in some vocabularies)
+    raw_input = False  # a custom tool's input is written raw (Hermes), not as a JSON string
+    typed_values = True  # argument values are held to their schema (not Qwen3-Coder's XML, pythonic)
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
@@ -82,7 +87,24 @@ class ToolFormat:
 
 def tool_parameters(tool: Tool) -> dict[str, Any]:
     """A tool's arguments schema as a non-Hermes format shows and forces it."""
-    return grammars.arguments_schema(tool.parameters) if tool.kind == "function" else INPUT
+    if tool.kind == "function":
+        return grammars.arguments_schema(tool.parameters)
+    if tool.syntax == "regex":
+        return {**INPUT, "properties": {"input": {"type": "string", "pattern": f"^(?:{tool.definition})$"}}}
+    return INPUT
+
+
+def check_custom_tools(fmt: ToolFormat, toolset: ToolSet) -> None:
+    """A Lark-constrained custom tool on a format that writes its input as a JSON string: a 400."""
+    if fmt.raw_input:
+        return
+    for tool in toolset.callable():
+        if tool.kind == "custom" and (tool.syntax == "lark" or (tool.syntax is not None and not fmt.typed_values)):
+            why = "a JSON string a Lark grammar cannot constrain" if fmt.typed_values else "values this server does not hold to a grammar"
+            raise InvalidRequest(
+                f"tool {tool.name!r}: this model writes tool calls in the {fmt.name} format, whose input is {why}; "
+                f"use {'a regex grammar or ' if fmt.typed_values else ''}free text.", param=f"{tool.param}.format", code="unsupported_parameter",
+            )
 
 
 def template_tool(tool: Tool) -> dict[str, Any]:

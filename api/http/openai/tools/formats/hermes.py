@@ -22,6 +22,7 @@ from runtime.sampling import Guide
 class Hermes(ToolFormat):
     name = "hermes"
     markers = ("<tool_call>", "</tool_call>")
+    raw_input = True
 
     def render(self, messages: list[dict[str, Any]], toolset: ToolSet | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return render_conversation(messages, toolset, self.template_tools)

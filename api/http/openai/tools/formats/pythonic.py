@@ -51,6 +51,7 @@ def call_text(calls: list[tuple[str, Any]]) -> str:
 
 class Pythonic(ToolFormat):
     name = "pythonic"
+    typed_values = False  # values are read by their schema type, not forced by it
     markers = (OPEN, CLOSE)
 
     def __init__(self, tokenizer: Any) -> None:

@@ -25,6 +25,7 @@ _PARAMETER = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
 
 class Qwen3Coder(ToolFormat):
     name = "qwen3_coder"
+    typed_values = False  # values are read by their schema type, not forced by it
     markers = (OPEN, CLOSE)
 
     def render(self, messages: list[dict[str, Any]], toolset: ToolSet | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
