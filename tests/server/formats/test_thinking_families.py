@@ -7,11 +7,13 @@ default as the template has it, `reasoning_effort` turns it on (a family off by 
 (where the template has a switch), and `chat_template_kwargs` names the switch itself; the
 thinking comes back as `reasoning`, the answer as `content` (without Granite's `<response>`
 wrapper), whole and streamed, with its tokens counted as reasoning tokens; the Responses API
-returns a reasoning item before the message. gpt-oss's harmony is in test_families.py.
+returns a reasoning item before the message; a tool call right after the thinking, in the
+family's format, is a call. gpt-oss's harmony is in test_families.py.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +59,8 @@ THINKERS = {
 def script(thinker: Thinker) -> Callable[[str], str]:
     def answer(prompt: str) -> str:
         thought = thinker.think(prompt)
+        if "get_weather" in prompt:  # tools were rendered: think, then call in the family's own format
+            return (thought or "").removesuffix("<response>") + FAMILIES[thinker.family].call
         if thought is None:
             return ANSWER
         return thought + ANSWER + ("</response>" if thought.endswith("<response>") else "")
@@ -113,3 +117,28 @@ async def test_a_family_thinks_in_its_own_format_when_asked(thinker_server: tupl
     reasoning, message = response.output
     assert reasoning.type == "reasoning" and reasoning.content[0].text == THOUGHT
     assert response.output_text == ANSWER and response.usage.output_tokens_details.reasoning_tokens > 0
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+async def test_a_call_right_after_thinking_is_a_call(thinker_server: tuple[Thinker, Server]) -> None:
+    thinker, server = thinker_server
+    client = openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60)
+    on = {} if thinker.default_on else {"reasoning_effort": "high"}
+    whole = await in_thread(chat, client, tools=[WEATHER], **on)
+
+    def streamed_call() -> Any:
+        with client.chat.completions.stream(model="family", messages=ASK, max_tokens=100, tools=[WEATHER], **on) as stream:
+            return stream.get_final_completion()
+
+    streamed_final = await in_thread(streamed_call)
+    prompt = server.runtime.runner.prompts[-1]  # type: ignore[attr-defined]
+    assert "get_weather" in prompt  # the tools reached the model, whether or not its template renders them
+    # Granite's template asks for thinking only without tools: thought only where the prompt asked for it
+    thought = THOUGHT if thinker.think(prompt) is not None else None
+    for completion in (whole, streamed_final):
+        choice = completion.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.model_extra.get("reasoning") == thought, choice
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
