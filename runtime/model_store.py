@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from runtime import gguf_blocks
+from runtime.checkpoints import hub_id_error
 
 DEFAULT_CHAT_MODEL = "smollm2-135m-instruct"
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
@@ -75,6 +76,9 @@ def model_error(model: str | None, flag: str = "--model") -> str | None:
         return None
     path = Path(model).expanduser()
     if not path.is_dir():
+        hub = hub_id_error(str(model), flag)
+        if hub:
+            return hub
         return f"{flag} {model!r}: no such directory (give a local Hugging Face model directory, or {DEFAULT_CHAT_MODEL})"
     if not (path / "config.json").is_file():
         return f"{flag} {model!r}: not a model directory (it has no config.json)"

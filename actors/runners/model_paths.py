@@ -22,6 +22,7 @@ from actors.runners.native import shipped
 from actors.runners.native.path import NativePath
 from actors.runners.vision.families import family_of
 from actors.runners.vision.path import VisionPath
+from runtime.checkpoints import checkpoint_error
 from runtime.logging import get_logger
 
 log = get_logger("runner")
@@ -129,6 +130,9 @@ def choose(
     if model_impl not in ("auto", "native", "transformers"):
         raise ValueError(f"model_impl must be auto, native or transformers, not {model_impl!r}")
     _check_quantization(quantization, model_dir, model_impl, device, batch_invariant)
+    wrong = checkpoint_error(str(model_dir), max_len)  # the command line said so already; any other start too
+    if wrong:
+        raise ValueError(wrong)
     started = time.perf_counter()
     family = family_of(model_dir)
     if family is not None:  # a vision-language model: transformers' modules, the text tower paged
@@ -140,7 +144,7 @@ def choose(
     reason = "forced by --model-impl transformers"
     if model_impl != "transformers":
         hf = native_config.load_hf_config(model_dir)
-        unsupported = native_config.check(hf)
+        unsupported = native_config.check(hf, max_len)
         if unsupported is None:
             scheme, dense_because = served_quantization(quantization, model_dir, dtype_explicit, device, batch_invariant)
             path: ModelPath = NativePath(

@@ -23,6 +23,7 @@ from api.http.platform import config as platform_config
 from api.process.config_file import model_configs, read_config_file
 from api.process.flags import CommandLine, parse_args
 from api.process.server import BindError, listen, serve_runtime
+from runtime.checkpoints import checkpoint_error
 from runtime.config import RuntimeConfig
 from runtime.draft_models import draft_error
 from runtime.logging import configure_logging
@@ -47,8 +48,8 @@ def load(argv: list[str] | None = None) -> Launch:
     path = command.args.config
     file = read_config_file(path) if isinstance(path, str) else None
     configs = model_configs(command.config, file, not command.args.no_embeddings)
-    for i, (model, task) in enumerate((c.model, c.task) for c in configs):
-        error = model_error(model) or architecture_error(model, task)
+    for i, (model, task, max_len) in enumerate((c.model, c.task, c.max_model_len) for c in configs):
+        error = model_error(model) or architecture_error(model, task) or (checkpoint_error(model, max_len) if task != "embeddings" else None)
         if error:  # checked now: loading the other models first would take a while
             raise SystemExit(f"{file.path}: models[{i}].model: {error}" if file and file.models else f"switchyard: {error}")
     for i, config in enumerate(configs):

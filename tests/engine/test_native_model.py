@@ -80,9 +80,17 @@ async def test_native_greedy_matches_generate_under_concurrency(name: str, tmp_p
 
 
 def test_unsupported_shapes_fall_back_with_a_reason(tmp_path: Path) -> None:
-    model_dir = build_tiny_decoder(tmp_path, "mistral", sliding_window=16)
-    assert check(load_hf_config(model_dir)) == "sliding-window attention"
+    model_dir = build_tiny_decoder(tmp_path, "llama", mlp_bias=True)
+    assert check(load_hf_config(model_dir)) == "mlp_bias"
     runner = TorchRunner(model_dir, device=suite_device(), dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
     assert runner.load().impl == "transformers"
-    with pytest.raises(ValueError, match="sliding-window"):
+    with pytest.raises(ValueError, match="mlp_bias"):
         TorchRunner(model_dir, device=suite_device(), dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1, model_impl="native").load()
+
+
+def test_a_sliding_window_is_refused_on_both_paths_past_it(tmp_path: Path) -> None:
+    model_dir = build_tiny_decoder(tmp_path, "mistral", sliding_window=16)
+    assert check(load_hf_config(model_dir)) == "sliding-window attention" and check(load_hf_config(model_dir), 16) is None
+    for impl in ("auto", "transformers"):  # the transformers path's paged attention would attend past the window
+        with pytest.raises(ValueError, match="16-token window"):
+            TorchRunner(model_dir, device=suite_device(), dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1, model_impl=impl).load()

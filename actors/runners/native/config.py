@@ -50,8 +50,9 @@ def load_hf_config(model_dir: Path) -> Any:
     return AutoConfig.from_pretrained(model_dir)
 
 
-def check(hf: Any) -> str | None:
-    """None when the native path runs this model exactly; else why it does not."""
+def check(hf: Any, max_len: int | None = None) -> str | None:
+    """None when the native path runs this model exactly (up to `max_len` tokens of context:
+    a sliding window at least that long never slides); else why it does not."""
     archs = getattr(hf, "architectures", None) or []
     if len(archs) != 1 or archs[0] not in SUPPORTED:
         return f"architecture {archs} is not one of {sorted(SUPPORTED)}"
@@ -60,7 +61,7 @@ def check(hf: Any) -> str | None:
     rope = rope_parameters(hf)
     if rope.get("rope_type", "default") not in STATIC_ROPE:
         return f"rope_type {rope.get('rope_type')!r} (native: {sorted(STATIC_ROPE)})"
-    if _sliding_window_applies(hf):
+    if _sliding_window_applies(hf, max_len):
         return "sliding-window attention"
     if getattr(hf, "mlp_bias", False):
         return "mlp_bias"
@@ -93,11 +94,11 @@ def rope_parameters(hf: Any) -> dict:
     return dict(params)
 
 
-def _sliding_window_applies(hf: Any) -> bool:
+def _sliding_window_applies(hf: Any, max_len: int | None) -> bool:
     window = getattr(hf, "sliding_window", None)
     if window is None or getattr(hf, "use_sliding_window", True) is False:
         return False
     layer_types = getattr(hf, "layer_types", None)
     if layer_types is not None and "sliding_attention" not in layer_types:
         return False
-    return window < hf.max_position_embeddings
+    return window < (max_len or hf.max_position_embeddings)
