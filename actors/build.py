@@ -13,6 +13,7 @@ from pathlib import Path
 
 from actors.engine import Engine
 from actors.runners.base import Runner
+from runtime.chat_templates import apply_template
 from runtime.config import RuntimeConfig
 
 
@@ -35,6 +36,7 @@ def build_engine(config: RuntimeConfig) -> Engine:
     from actors.runners.torch_runner import TorchRunner
     from actors.runners.vision.families import family_of as vision_family
 
+    apply_template(config.chat_template, tokenizer)
     eos: set[int] = set()
     if tokenizer.eos_token_id is not None:
         eos.add(int(tokenizer.eos_token_id))
@@ -51,6 +53,7 @@ def build_engine(config: RuntimeConfig) -> Engine:
 
         processor = load_processor(path, family)
         tokenizer = processor.tokenizer
+        apply_template(config.chat_template, processor, tokenizer)
         images = ImagePrompts(processor, family)
     runner = TorchRunner(
         path, device=config.device, dtype=config.dtype, num_kv_blocks=config.num_kv_blocks, kv_cache_gib=config.kv_cache_gib, block_size=config.block_size,

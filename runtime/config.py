@@ -107,6 +107,8 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # Tool calls: the format the model writes them in (runtime/tool_formats.py `FORMATS`, vLLM's
     # --tool-call-parser names). "auto": the one its chat template teaches.
     tool_call_parser: str = "auto"
+    # A chat template file replacing the model's own (runtime/chat_templates.py); None: the model's.
+    chat_template: str | None = None
     # Thinking budgets in tokens for reasoning_effort low/medium/high (the defaults: 512, 2048, 8192).
     reasoning_budgets: dict[str, int] = {}
     host: str = "127.0.0.1"

@@ -41,6 +41,7 @@ from api.http.openai.tools.parser import output_prefix
 from api.http.platform.media import MediaPolicy
 from api.http.shared.media.load import decode_data_uri
 from api.http.shared.routes import match
+from runtime.chat_templates import apply_template
 from runtime.images import ImageInput, ImageRef
 from runtime.logging import configure_logging, get_logger
 from runtime.model_store import resolve_model, vision_model_type
@@ -89,8 +90,11 @@ class PromptHasher:
             if family is not None:
                 from actors.multimodal import ImagePrompts, load_processor
 
-                images = ImagePrompts(load_processor(path, family), family)
+                processor = load_processor(path, family)
+                apply_template(config.chat_template, processor)
+                images = ImagePrompts(processor, family)
             tokenizer = AutoTokenizer.from_pretrained(path)
+            apply_template(config.chat_template, tokenizer)
             thinking = detect_thinking(tokenizer, config.reasoning_parser, config.reasoning_budgets)
             fmt = FORMATS[detect_tool_format(tokenizer, config.tool_call_parser)](tokenizer)
             entry = _Model(tokenizer, config.block_size, images, thinking, fmt)

@@ -37,7 +37,7 @@ MODEL_KEYS = {
     "model_impl", "compile", "quantization", "cuda_graphs", "step_stretch", "step_deadline", "async_scheduling", "spec_decoding", "num_spec_tokens",
     "draft_model",
     "limit_images_per_prompt", "stream_interval", "max_prompt_chunks", "burst_tokens",
-    "reasoning_parser", "reasoning_budgets", "tool_call_parser",
+    "reasoning_parser", "reasoning_budgets", "tool_call_parser", "chat_template",
 }
 
 

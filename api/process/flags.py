@@ -113,7 +113,12 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_output_arguments(p: argparse.ArgumentParser) -> None:
-    """How the model's output is read: its thinking, its tool calls."""
+    """How the model's prompt is written and its output read: its template, thinking, tool calls."""
+    p.add_argument(
+        "--chat-template", default=None,
+        help="a Jinja chat template file used instead of the model's own (its tool-call and thinking formats are read from it) "
+        "(default: the model's)",
+    )  # fmt: skip
     p.add_argument(
         "--reasoning-parser", default=DEFAULTS.reasoning_parser, choices=list(REASONING_PARSERS),
         help="how a reasoning model's thinking is read apart from its answer: auto from its chat template, a family's format, "

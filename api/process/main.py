@@ -23,6 +23,7 @@ from api.http.platform import config as platform_config
 from api.process.config_file import model_configs, read_config_file
 from api.process.flags import CommandLine, parse_args
 from api.process.server import BindError, listen, serve_runtime
+from runtime.chat_templates import template_error
 from runtime.checkpoints import checkpoint_error
 from runtime.config import RuntimeConfig
 from runtime.draft_models import draft_error
@@ -48,10 +49,13 @@ def load(argv: list[str] | None = None) -> Launch:
     path = command.args.config
     file = read_config_file(path) if isinstance(path, str) else None
     configs = model_configs(command.config, file, not command.args.no_embeddings)
-    for i, (model, task, max_len) in enumerate((c.model, c.task, c.max_model_len) for c in configs):
-        error = model_error(model) or architecture_error(model, task) or (checkpoint_error(model, max_len) if task != "embeddings" else None)
+    for i, config in enumerate(configs):
+        model, task, generates = config.model, config.task, config.task != "embeddings"
+        key, error = "model", model_error(model) or architecture_error(model, task) or (checkpoint_error(model, config.max_model_len) if generates else None)
+        if not error and generates:
+            key, error = "chat_template", template_error(config.chat_template, "chat_template" if file and file.models else "--chat-template")
         if error:  # checked now: loading the other models first would take a while
-            raise SystemExit(f"{file.path}: models[{i}].model: {error}" if file and file.models else f"switchyard: {error}")
+            raise SystemExit(f"{file.path}: models[{i}].{key}: {error}" if file and file.models else f"switchyard: {error}")
     for i, config in enumerate(configs):
         error = draft_error(config, NATIVE_ARCHITECTURES)
         if error:
