@@ -15,6 +15,7 @@ from actors.engine import Engine
 from actors.runners.base import Runner
 from runtime.chat_templates import apply_template
 from runtime.config import RuntimeConfig
+from runtime.generation_defaults import read_defaults
 
 
 def build_engine(config: RuntimeConfig) -> Engine:
@@ -61,7 +62,8 @@ def build_engine(config: RuntimeConfig) -> Engine:
         compile=config.compile, quantization=config.quantization, cuda_graphs=config.cuda_graphs, max_num_seqs=config.max_num_seqs,
         max_step_tokens=config.max_num_batched_tokens, draft_model=_draft_model(config),
     )
-    return Engine(config, runner, tokenizer, config.served_name or name, frozenset(eos), images=images)
+    defaults = read_defaults(path, config.generation_config)
+    return Engine(config, runner, tokenizer, config.served_name or name, frozenset(eos), images=images, sampling_defaults=defaults)
 
 
 def _draft_model(config: RuntimeConfig) -> Path | None:

@@ -39,6 +39,7 @@ from actors.tokenizer import TokenizerActor
 from runtime.admission import TokenBudget, estimate_tokens, is_full
 from runtime.config import RuntimeConfig
 from runtime.errors import EngineDead, InvalidRequest, Overloaded
+from runtime.generation_defaults import SamplingDefaults
 from runtime.logging import get_logger
 from runtime.mailbox import DeltaMailbox, GroupSignal
 from runtime.messages import AbortReason
@@ -67,7 +68,7 @@ class Engine:
         tokenizer: Any,
         served_name: str,
         eos_token_ids: frozenset[int],
-        images: ImagePrompts | None = None,
+        images: ImagePrompts | None = None, sampling_defaults: SamplingDefaults | None = None,
     ) -> None:
         self.config = config
         self.runner = runner
@@ -79,7 +80,7 @@ class Engine:
         # Images a prompt may carry: 0 for a model that reads text only (the edge refuses them).
         self.max_images_per_prompt = config.limit_images_per_prompt if images is not None else 0
         self.step_stretch = config.stretch_for(reads_images=self.max_images_per_prompt > 0)  # "auto" resolved
-        # A reasoning model's thinking format, from its chat template (or --reasoning-parser).
+        self.sampling_defaults = sampling_defaults or SamplingDefaults()  # its generation_config's (--generation-config)
         self.thinking = detect_thinking(tokenizer, config.reasoning_parser, config.reasoning_budgets) if self.task == "generate" else None
         self.tool_format = detect_tool_format(tokenizer, config.tool_call_parser) if self.task == "generate" else ""
         # Live requests, from open() until aborted or done. Only the runtime adds or removes
@@ -90,8 +91,7 @@ class Engine:
         self.stopping = False
         self.info: ModelInfo | None = None
         self.max_model_len = 0
-        self._ids = itertools.count()
-        self._id_prefix = os.urandom(4).hex()
+        self._ids, self._id_prefix = itertools.count(), os.urandom(4).hex()
         self._nursery: trio.Nursery | None = None
         self.created = int(time.time())
         # Hooks (runtime/metrics.py): on_finish(ctx, finish_reason, now) once per finished
@@ -163,7 +163,7 @@ class Engine:
         await nursery.start(self.tokenizer_actor.run)
         self.accepting = True
         log.info("runtime_ready", model=self.served_name, impl=info.impl, device=info.device, dtype=info.dtype, kv_blocks=info.num_kv_blocks, max_model_len=self.max_model_len,
-            reasoning=self.thinking.card() if self.thinking is not None else None, tool_format=self.tool_format, step_ms={f"{rows}x1+{tokens}": round(seconds * 1e3, 1) for rows, tokens, seconds in info.step_samples})
+            reasoning=self.thinking.card() if self.thinking is not None else None, tool_format=self.tool_format, sampling_defaults=self.sampling_defaults.card(), step_ms={f"{rows}x1+{tokens}": round(seconds * 1e3, 1) for rows, tokens, seconds in info.step_samples})
 
     def _die(self, exc: BaseException) -> None:
         self.accepting = False

@@ -109,6 +109,9 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     tool_call_parser: str = "auto"
     # A chat template file replacing the model's own (runtime/chat_templates.py); None: the model's.
     chat_template: str | None = None
+    # Sampling defaults for fields a request omits: "auto", the model's generation_config.json;
+    # "none", the APIs' own (runtime/generation_defaults.py).
+    generation_config: str = "auto"
     # Thinking budgets in tokens for reasoning_effort low/medium/high (the defaults: 512, 2048, 8192).
     reasoning_budgets: dict[str, int] = {}
     host: str = "127.0.0.1"

@@ -17,6 +17,7 @@ import msgspec
 import trio
 
 from runtime.config import RuntimeConfig
+from runtime.generation_defaults import SamplingDefaults
 from runtime.mailbox import GroupSignal
 from runtime.messages import AbortReason
 from runtime.reasoning import ThinkingFormat
@@ -63,6 +64,7 @@ class Runtime(Protocol):
     eos_token_ids: frozenset[int]
     thinking: ThinkingFormat | None  # a reasoning model's thinking format (runtime/reasoning.py); None: it does not think
     tool_format: str  # the format its tool calls are written in (runtime/tool_formats.py); "" for an embedder
+    sampling_defaults: SamplingDefaults  # for fields a request omits (runtime/generation_defaults.py)
     info: ModelInfo | None  # None until the runner has loaded
     max_model_len: int
     created: int  # Unix time the engine was made (the models list's `created`)

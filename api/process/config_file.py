@@ -28,6 +28,7 @@ import msgspec
 from api.http.databricks.declared import endpoint_specs
 from api.http.platform import config as platform_config
 from runtime.config import SPEC_DECODING_MODES, RuntimeConfig, stretch_value
+from runtime.generation_defaults import MODES as GENERATION_MODES
 from runtime.reasoning import PARSERS
 from runtime.tool_formats import PARSERS as TOOL_PARSERS
 
@@ -37,7 +38,7 @@ MODEL_KEYS = {
     "model_impl", "compile", "quantization", "cuda_graphs", "step_stretch", "step_deadline", "async_scheduling", "spec_decoding", "num_spec_tokens",
     "draft_model",
     "limit_images_per_prompt", "stream_interval", "max_prompt_chunks", "burst_tokens",
-    "reasoning_parser", "reasoning_budgets", "tool_call_parser", "chat_template",
+    "reasoning_parser", "reasoning_budgets", "tool_call_parser", "chat_template", "generation_config",
 }
 
 
@@ -81,6 +82,8 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
             raise SystemExit(f"{path}: models[{i}].reasoning_parser must be one of {', '.join(PARSERS)}")
         if table.get("tool_call_parser", "auto") not in TOOL_PARSERS:
             raise SystemExit(f"{path}: models[{i}].tool_call_parser must be one of {', '.join(TOOL_PARSERS)}")
+        if table.get("generation_config", "auto") not in GENERATION_MODES:
+            raise SystemExit(f"{path}: models[{i}].generation_config must be one of {', '.join(GENERATION_MODES)}")
         if table.get("spec_decoding", "off") not in SPEC_DECODING_MODES:
             raise SystemExit(f"{path}: models[{i}].spec_decoding must be one of {', '.join(SPEC_DECODING_MODES)}")
         for key, least, left_out in (("stream_interval", 1, ""), ("max_prompt_chunks", 1, " (leave it out for the runner's choice)"), ("burst_tokens", 0, " (0: never)")):

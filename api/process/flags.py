@@ -14,6 +14,7 @@ from typing import Literal
 
 from api.http.platform import config as platform_config
 from runtime.config import IMAGE_STEP_STRETCH, SPEC_DECODING_MODES, TEXT_STEP_STRETCH, RuntimeConfig, stretch_value
+from runtime.generation_defaults import MODES as GENERATION_MODES
 from runtime.reasoning import PARSERS as REASONING_PARSERS
 from runtime.tool_formats import PARSERS as TOOL_PARSERS
 
@@ -118,6 +119,11 @@ def _add_output_arguments(p: argparse.ArgumentParser) -> None:
         "--chat-template", default=None,
         help="a Jinja chat template file used instead of the model's own (its tool-call and thinking formats are read from it) "
         "(default: the model's)",
+    )  # fmt: skip
+    p.add_argument(
+        "--generation-config", default=DEFAULTS.generation_config, choices=list(GENERATION_MODES),
+        help="sampling defaults for the fields a request leaves out: auto, the model's generation_config.json (temperature, "
+        "top_p, top_k, repetition_penalty); none, the APIs' own (default %(default)s)",
     )  # fmt: skip
     p.add_argument(
         "--reasoning-parser", default=DEFAULTS.reasoning_parser, choices=list(REASONING_PARSERS),

@@ -30,6 +30,8 @@ class ModelCard(msgspec.Struct, kw_only=True):
     reasoning: dict[str, Any] | UnsetType = UNSET
     # The format its tool calls are written in (runtime/tool_formats.py); absent for an embedder.
     tool_call_parser: str | UnsetType = UNSET
+    # The model's sampling defaults in force (runtime/generation_defaults.py); absent when none.
+    sampling_defaults: dict[str, Any] | UnsetType = UNSET
 
 
 class ModelList(msgspec.Struct, kw_only=True):
@@ -42,7 +44,11 @@ def model_card(runtime: Runtime) -> ModelCard:
     thinking = getattr(runtime, "thinking", None)
     reasoning = thinking.card() if thinking is not None else UNSET
     tool_format = getattr(runtime, "tool_format", "") or UNSET
-    return ModelCard(id=runtime.served_name, created=runtime.created, max_model_len=runtime.max_model_len, model_impl=impl, reasoning=reasoning, tool_call_parser=tool_format)
+    defaults = runtime.sampling_defaults.card() if getattr(runtime, "sampling_defaults", None) is not None else {}
+    return ModelCard(
+        id=runtime.served_name, created=runtime.created, max_model_len=runtime.max_model_len, model_impl=impl, reasoning=reasoning, tool_call_parser=tool_format,
+        sampling_defaults=defaults or UNSET,
+    )
 
 
 def register(app: Quart, models: ModelRegistry) -> None:

@@ -18,13 +18,14 @@ from api.http.openai.chat.request import ChatCompletionRequest, ChatMessage
 from api.http.openai.common.grammars import format_guide
 from api.http.openai.common.images import MARKER, image_ref, text_only
 from api.http.openai.common.reasoning import keeps_special_tokens, thinking_params
-from api.http.openai.common.sampling import sampling_params
+from api.http.openai.common.sampling import NONE, sampling_params
 from api.http.openai.tools import formats
 from api.http.openai.tools.formats.base import ToolFormat
 from api.http.openai.tools.parser import output_prefix
 from api.http.openai.tools.spec import ToolSet
 from api.http.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
+from runtime.generation_defaults import SamplingDefaults
 from runtime.images import ImageRef
 from runtime.reasoning import ThinkingFormat
 from runtime.request import Prompt
@@ -55,7 +56,9 @@ def chat_params(req: ChatCompletionRequest, fmt: ToolFormat | None = None, think
     return params.prompt, params.sampling
 
 
-def chat_request(req: ChatCompletionRequest, fmt: ToolFormat | None = None, takes_images: bool = False, thinking: ThinkingFormat | None = None) -> ChatParams:
+def chat_request(
+    req: ChatCompletionRequest, fmt: ToolFormat | None = None, takes_images: bool = False, thinking: ThinkingFormat | None = None, defaults: SamplingDefaults = NONE
+) -> ChatParams:
     """`fmt`: the format the model writes calls in (tools/formats/; None: Hermes, to a template
     that renders no tools); `takes_images`: a vision-language model (else image parts are a
     400); `thinking`: a reasoning model's format (common/reasoning.py `thinking_params`)."""
@@ -67,7 +70,7 @@ def chat_request(req: ChatCompletionRequest, fmt: ToolFormat | None = None, take
     guide = formats.request_guide(fmt, toolset, text_guide)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    sampling = sampling_params(req, max_tokens, n_generate=req.n, logprobs=logprobs)
+    sampling = sampling_params(req, max_tokens, n_generate=req.n, logprobs=logprobs, defaults=defaults)
     if guide is not None:
         sampling = msgspec.structs.replace(sampling, guide=guide)
     if req.max_completion_tokens is not None:  # it wins over max_tokens: errors name it

@@ -44,7 +44,9 @@ async def respond(models: ModelRegistry, req: ChatCompletionRequest, blocks: boo
     """A decoded chat request → its JSON body or SSE stream. `blocks`: a reasoning model answers
     in Databricks' content blocks (chat/thinking.py)."""
     runtime = models.resolve(req.model)
-    params = await validated(chat_request, req, model_format(runtime), runtime.max_images_per_prompt > 0, runtime.thinking, compiles=bool(req.tools or req.response_format))
+    params = await validated(
+        chat_request, req, model_format(runtime), runtime.max_images_per_prompt > 0, runtime.thinking, runtime.sampling_defaults, compiles=bool(req.tools or req.response_format)
+    )
     prompt = await with_images(params.prompt, params.images, runtime, media_policy())
     gen = await Generation(runtime, [prompt], params.sampling, params.sampling.n).start()
     completion_id, created, model, fingerprint = f"chatcmpl-{gen.request_id}", int(time.time()), runtime.served_name, runtime.fingerprint

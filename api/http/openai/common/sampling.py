@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from api.http.openai.common.fields import SamplingFields
 from runtime.errors import InvalidRequest
+from runtime.generation_defaults import SamplingDefaults
 from runtime.sampling import SamplingParams
+
+NONE = SamplingDefaults()
 
 # MindIE completions: a stop string has 1 to 32768 characters; a list's strings are non-empty and
 # hold at most 32768 characters together (an empty list is null). No reference limits how many
@@ -31,10 +34,10 @@ def check_stream_options(stream: bool, stream_options: object) -> None:
 
 
 def sampling_params(
-    req: SamplingFields, max_tokens: int | None, *, n_generate: int, logprobs: int | None, beam: bool = False
+    req: SamplingFields, max_tokens: int | None, *, n_generate: int, logprobs: int | None, beam: bool = False, defaults: SamplingDefaults = NONE
 ) -> SamplingParams:
     """Every rule Chat, Completions and beam search share; `beam`: deterministic beam search,
-    where n > 1 needs no temperature."""
+    where n > 1 needs no temperature; `defaults`: the model's, for fields the request omits."""
     check_stream_options(req.stream, req.stream_options)
     if not beam and req.n > 1 and req.temperature == 0.0:
         raise InvalidRequest("n > 1 needs temperature > 0 (greedy sampling would repeat one answer n times).", param="temperature")
@@ -48,11 +51,11 @@ def sampling_params(
         raise unsupported("min_tokens", "min_tokens")
     if req.seed is not None and not -(2**63) <= req.seed <= 2**64 - 1:
         raise InvalidRequest("seed must fit in 64 bits.", param="seed", code="invalid_value")
-    top_k = req.top_k if req.top_k is not None else 0
+    top_k = req.top_k if req.top_k is not None else defaults.top_k or 0
     return SamplingParams(
         max_tokens=max_tokens,
-        temperature=1.0 if req.temperature is None else req.temperature,
-        top_p=1.0 if req.top_p is None else req.top_p,
+        temperature=default(req.temperature, defaults.temperature, 1.0),
+        top_p=default(req.top_p, defaults.top_p, 1.0),
         top_k=0 if top_k == -1 else top_k,
         seed=None if req.seed is None else req.seed % (1 << 63),
         stop=_stop_tuple(req.stop),
@@ -62,10 +65,15 @@ def sampling_params(
         skip_special_tokens=req.skip_special_tokens,
         presence_penalty=req.presence_penalty or 0.0,
         frequency_penalty=req.frequency_penalty or 0.0,
-        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        repetition_penalty=default(req.repetition_penalty, defaults.repetition_penalty, 1.0),
         logprobs=logprobs,
         n=n_generate,
     )
+
+
+def default(given: float | None, model: float | None, api: float) -> float:
+    """A sampling field: the request's, else the model's default, else the API's."""
+    return given if given is not None else model if model is not None else api
 
 
 def _stop_tuple(stop: str | list[str] | None) -> tuple[str, ...]:

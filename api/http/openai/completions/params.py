@@ -11,9 +11,10 @@ from typing import Any
 
 import msgspec
 
-from api.http.openai.common.sampling import sampling_params
+from api.http.openai.common.sampling import NONE, sampling_params
 from api.http.openai.completions.request import CompletionRequest
 from runtime.errors import InvalidRequest
+from runtime.generation_defaults import SamplingDefaults
 from runtime.request import Prompt
 from runtime.sampling import SamplingParams
 
@@ -22,8 +23,9 @@ from runtime.sampling import SamplingParams
 SEED_MAX = 2**64 - 1
 
 
-def completion_params(req: CompletionRequest) -> tuple[list[Prompt], SamplingParams]:
-    """Prompts (one per prompt in a batch) and the parameters each of their sequences uses.
+def completion_params(req: CompletionRequest, defaults: SamplingDefaults = NONE) -> tuple[list[Prompt], SamplingParams]:
+    """Prompts (one per prompt in a batch) and the parameters each of their sequences uses
+    (`defaults`: the model's, for the sampling fields the request omits).
 
     `sampling.n` is how many sequences run per prompt: best_of when given (the route returns
     the n best by cumulative logprob), else n. use_beam_search goes to `_beam_params`.
@@ -42,7 +44,7 @@ def completion_params(req: CompletionRequest) -> tuple[list[Prompt], SamplingPar
     # Ranking by cumulative logprob needs the sampled tokens' logprobs even when the client did
     # not ask for them; the route strips what it was not asked for.
     logprobs = req.logprobs if req.logprobs is not None else (0 if best_of > req.n else None)
-    sampling = sampling_params(req, req.max_tokens, n_generate=best_of, logprobs=logprobs)
+    sampling = sampling_params(req, req.max_tokens, n_generate=best_of, logprobs=logprobs, defaults=defaults)
     if req.echo and req.logprobs is not None:
         sampling = msgspec.structs.replace(sampling, prompt_logprobs=req.logprobs)
     return _prompts(req), sampling

@@ -48,7 +48,7 @@ def register(app: Quart, models: ModelRegistry) -> None:
 async def respond(models: ModelRegistry, req: CompletionRequest) -> Response:
     """A decoded completions request → its JSON body or SSE stream."""
     runtime = models.resolve(req.model)
-    prompts, sampling = completion_params(req)
+    prompts, sampling = completion_params(req, runtime.sampling_defaults)
     if req.use_beam_search:
         return await _beam_search(runtime, req, prompts, sampling)
     gen = await Generation(runtime, prompts, sampling, sampling.n).start()

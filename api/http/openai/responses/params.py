@@ -25,7 +25,7 @@ from typing import Any
 
 from api.http.openai.common.grammars import format_guide
 from api.http.openai.common.reasoning import keeps_special_tokens, thinking_params
-from api.http.openai.common.sampling import check_stream_options
+from api.http.openai.common.sampling import NONE, check_stream_options, default
 from api.http.openai.responses.input import input_messages
 from api.http.openai.responses.request import ResponsesRequest
 from api.http.openai.responses.response import ReasoningSettings, ResponseObject, TextSettings
@@ -35,6 +35,7 @@ from api.http.openai.tools.parser import output_prefix
 from api.http.openai.tools.spec import ToolSet
 from api.http.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
+from runtime.generation_defaults import SamplingDefaults
 from runtime.images import ImageRef
 from runtime.reasoning import ThinkingFormat
 from runtime.request import Prompt
@@ -78,7 +79,9 @@ class ResponsesParams:
         return formats.output_parser(self.fmt or formats.plain(), self.toolset, output_prefix(self.sampling))
 
 
-def responses_params(req: ResponsesRequest, fmt: ToolFormat | None = None, takes_images: bool = False, thinking: ThinkingFormat | None = None) -> ResponsesParams:
+def responses_params(
+    req: ResponsesRequest, fmt: ToolFormat | None = None, takes_images: bool = False, thinking: ThinkingFormat | None = None, defaults: SamplingDefaults = NONE
+) -> ResponsesParams:
     """`fmt`: the format the model writes calls in (None: Hermes, to a template that renders no
     tools); `takes_images`: a vision-language model (else input_image is a 400); `thinking`: a
     reasoning model's format (common/reasoning.py `thinking_params`)."""
@@ -98,15 +101,17 @@ def responses_params(req: ResponsesRequest, fmt: ToolFormat | None = None, takes
     sampling = SamplingParams(
         max_tokens=req.max_output_tokens,
         max_tokens_param="max_output_tokens",
-        temperature=1.0 if req.temperature is None else req.temperature,
-        top_p=1.0 if req.top_p is None else req.top_p,
+        temperature=default(req.temperature, defaults.temperature, 1.0),
+        top_p=default(req.top_p, defaults.top_p, 1.0),
+        top_k=defaults.top_k or 0,
+        repetition_penalty=defaults.repetition_penalty or 1.0,
         guide=guide,
         logprobs=(req.top_logprobs or 0) if logprobs else None,
         thinking=control,
         skip_special_tokens=not keeps_special_tokens(fmt, thinking, control),
     )
     prompt = Prompt(messages=messages, chat_template_kwargs=kwargs, truncate=req.truncation == "auto")
-    return ResponsesParams(prompt, sampling, toolset, echoed(req, toolset, text_format), logprobs, tuple(images), fmt)
+    return ResponsesParams(prompt, sampling, toolset, echoed(req, toolset, text_format, sampling), logprobs, tuple(images), fmt)
 
 
 def _refuse(req: ResponsesRequest) -> None:
@@ -156,8 +161,8 @@ def _text_format(req: ResponsesRequest) -> dict[str, Any]:
     return fmt
 
 
-def echoed(req: ResponsesRequest, toolset: ToolSet | None, text_format: dict[str, Any]) -> ResponseObject:
-    """The Response's repeated settings; the view names it (id, created_at, model)."""
+def echoed(req: ResponsesRequest, toolset: ToolSet | None, text_format: dict[str, Any], sampling: SamplingParams) -> ResponseObject:
+    """The Response's repeated settings (the sampling in force); the view names it (id, created_at, model)."""
     text = TextSettings(format=text_format)
     if req.text is not None and req.text.verbosity is not None:
         text.verbosity = req.text.verbosity
@@ -174,8 +179,8 @@ def echoed(req: ResponsesRequest, toolset: ToolSet | None, text_format: dict[str
         instructions=req.instructions,
         max_output_tokens=req.max_output_tokens,
         max_tool_calls=req.max_tool_calls,
-        temperature=1.0 if req.temperature is None else req.temperature,
-        top_p=1.0 if req.top_p is None else req.top_p,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
         tools=[t.openai() for t in toolset.tools] if toolset is not None else [],
         tool_choice=toolset.choice_json() if toolset is not None else (req.tool_choice or "auto"),
         parallel_tool_calls=True if req.parallel_tool_calls is None else req.parallel_tool_calls,

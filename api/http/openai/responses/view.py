@@ -53,7 +53,9 @@ def register(app: Quart, models: ModelRegistry) -> None:
     async def create_response() -> Response:
         req = await decode_body(ResponsesRequest)
         runtime = models.resolve(req.model)
-        params = await validated(responses_params, req, model_format(runtime), runtime.max_images_per_prompt > 0, runtime.thinking, compiles=bool(req.tools or req.text))
+        params = await validated(
+            responses_params, req, model_format(runtime), runtime.max_images_per_prompt > 0, runtime.thinking, runtime.sampling_defaults, compiles=bool(req.tools or req.text)
+        )
         prompt = await with_images(params.prompt, params.images, runtime, media_policy())
         gen: Generation | RequestFailed
         try:
