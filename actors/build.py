@@ -58,6 +58,7 @@ def build_engine(config: RuntimeConfig) -> Engine:
         images = ImagePrompts(processor, family)
     runner = TorchRunner(
         path, device=config.device, dtype=config.dtype, num_kv_blocks=config.num_kv_blocks, kv_cache_gib=config.kv_cache_gib, block_size=config.block_size,
+        memory_utilization=config.memory_utilization, memory_parts=config.memory_parts,
         num_threads=config.num_threads, max_model_len=config.max_model_len, batch_invariant=config.batch_invariant, model_impl=config.model_impl,
         compile=config.compile, quantization=config.quantization, cuda_graphs=config.cuda_graphs, max_num_seqs=config.max_num_seqs,
         max_step_tokens=config.max_num_batched_tokens, draft_model=_draft_model(config),

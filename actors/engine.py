@@ -162,7 +162,7 @@ class Engine:
         await nursery.start(self.detokenizer.run)
         await nursery.start(self.tokenizer_actor.run)
         self.accepting = True
-        log.info("runtime_ready", model=self.served_name, impl=info.impl, device=info.device, dtype=info.dtype, kv_blocks=info.num_kv_blocks, max_model_len=self.max_model_len,
+        log.info("runtime_ready", model=self.served_name, impl=info.impl, device=info.device, dtype=info.dtype, kv_tokens=info.num_kv_blocks * info.block_size, max_model_len=self.max_model_len,
             reasoning=self.thinking.card() if self.thinking is not None else None, tool_format=self.tool_format, sampling_defaults=self.sampling_defaults.card(), step_ms={f"{rows}x1+{tokens}": round(seconds * 1e3, 1) for rows, tokens, seconds in info.step_samples})
 
     def _die(self, exc: BaseException) -> None:

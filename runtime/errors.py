@@ -6,6 +6,8 @@
     ├── Overloaded(retry_after)          admission refused (HTTP 429/503 + Retry-After)
     ├── EngineDead                       the executor or an actor died (HTTP 503)
     └── RequestFailed(message)           this request failed inside the engine (HTTP 500)
+    ModelRefused(message)                a model found at load not to be served right: the
+                                         start fails in one line, exit 2 (api/process/main.py)
 
 Imports nothing but the standard library.
 """
@@ -67,3 +69,7 @@ class RequestFailed(ServingError):
     def __init__(self, message: str, usage: object = None) -> None:
         super().__init__(message)
         self.usage = usage  # runtime.messages.Usage, where the engine counted the tokens so far
+
+
+class ModelRefused(ValueError):
+    """A model that would be served wrong, found while it loads (not a request's error)."""

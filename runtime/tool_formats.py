@@ -58,7 +58,7 @@ def detect_tool_format(tokenizer: Any, parser: str = "auto") -> str:
         return "mistral"
     if "<|tool_call|>" in text:
         return "granite"
-    if "<|tool_call_start|>" in text or "[func_name1(" in text:
+    if "<|tool_call_start|>" in text or "<|tool_list_start|>" in text or "[func_name1(" in text:  # LFM2's lists its tools so
         return "pythonic"
     if "<|python_tag|>" in text or '"parameters": dictionary of argument name' in text:
         return "llama3_json"

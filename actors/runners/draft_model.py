@@ -29,6 +29,7 @@ import msgspec
 import torch
 
 from actors.runners import paged_attention
+from actors.runners.kv_alloc import lazy_zeros
 from actors.runners.native import config as native_config
 from actors.runners.native.path import NativePath
 from runtime.logging import get_logger
@@ -67,8 +68,8 @@ class DraftModel:
         if self.path.vocab_size != vocab_size:
             raise ValueError(f"--draft-model {self.model_dir}: {self.path.vocab_size} tokens, the target {vocab_size}: it must share the target's vocabulary")
         shape = (self.path.num_kv_heads, num_slots, self.path.head_dim)
-        self.k_cache = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(self.path.num_layers)]
-        self.v_cache = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(self.path.num_layers)]
+        self.k_cache = [lazy_zeros(shape, dtype, device) for _ in range(self.path.num_layers)]
+        self.v_cache = [lazy_zeros(shape, dtype, device) for _ in range(self.path.num_layers)]
         self.block_size, self.device = block_size, device
         kv_bytes = 2 * sum(t.numel() * t.element_size() for t in self.k_cache)
         log.info("draft_model", model=str(self.model_dir), layers=self.path.num_layers, kv_cache_mib=round(kv_bytes / (1 << 20), 1), load_s=round(time.perf_counter() - started, 2))

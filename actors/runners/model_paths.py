@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import torch
 
-from actors.runners import paged_attention
+from actors.runners import attention_check, paged_attention
 from actors.runners.invariant import module_fixed_block_linear
 from actors.runners.native import config as native_config
 from actors.runners.native import shipped
@@ -57,7 +57,12 @@ class TransformersPath:
         from transformers import AutoModelForCausalLM
 
         paged_attention.register()
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation=paged_attention.ATTN_NAME)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation=paged_attention.ATTN_NAME)
+        except (KeyError, ValueError) as exc:  # its modules take no attention but their own
+            if paged_attention.ATTN_NAME not in str(exc):
+                raise
+            raise attention_check.refused(str(model_dir), exc) from exc
         self.model = model.to(device).eval()
         self.batch_invariant = batch_invariant
         if batch_invariant:

@@ -53,6 +53,7 @@ class PagedStep:
     per_sequence_decode: bool = False
     decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillChunk] = field(default_factory=list)
+    layers_seen: int = 0  # attention calls this step so far (the start-up check counts them)
 
 
 INVARIANT_KV_BUCKET = 64
@@ -89,6 +90,7 @@ def paged_attention_forward(
     step = paged_step
     assert step is not None, "switchyard_paged attention needs paged_step= in the forward call"
     layer = module.layer_idx
+    step.layers_seen += 1
     kv_heads, _, head_dim = step.k_cache[layer].shape
     k_rows = step.k_cache[layer].view(-1, head_dim)
     v_rows = step.v_cache[layer].view(-1, head_dim)

@@ -16,19 +16,25 @@ from typing import Any
 import torch
 
 from actors.runners import calibration, paged_attention
+from actors.runners.attention_check import check_attention
 from actors.runners.draft_model import DraftModel
 from actors.runners.grammar_masks import GrammarMasks, consume
+from actors.runners.kv_alloc import kv_blocks, lazy_zeros
 from actors.runners.logit_rows import Draw, LogitRows
-from actors.runners.model_paths import ModelPath, choose
+from actors.runners.model_paths import ModelPath, TransformersPath, choose
 from actors.runners.native.decode_graph import DecodeGraph
 from actors.runners.native.graph_steps import SCRATCH_TOKENS
 from actors.runners.native.path import NativePath
 from actors.runners.request_state import RequestStates
 from actors.runners.sampler import SamplingBatch, apply_penalties, sample
 from actors.runners.vision.path import VisionPath
+from runtime.kv_budget import GIB
+from runtime.logging import get_logger
 from runtime.messages import NewRequest, ScheduledSeq, StepPlan, StepResult
 from runtime.protocol import ModelInfo
 from runtime.sampling import SamplingParams
+
+log = get_logger("runner")
 
 
 def pick_device(requested: str | None) -> torch.device:
@@ -98,7 +104,9 @@ class TorchRunner:
         device: str | None = None,
         dtype: str | None = None,
         num_kv_blocks: int | None = None,
-        kv_cache_gib: float = 1.0,
+        kv_cache_gib: float | None = None,
+        memory_utilization: float | None = None,
+        memory_parts: int = 1,
         block_size: int = 16,
         num_threads: int | None = None,
         max_model_len: int | None = None,
@@ -116,7 +124,8 @@ class TorchRunner:
         self.device_key = device_key(device)
         self._requested_dtype = dtype
         self._num_kv_blocks = num_kv_blocks
-        self._kv_cache_gib = kv_cache_gib
+        self._kv_cache_gib = kv_cache_gib  # None, with no block count: sized from memory (kv_alloc.py)
+        self._memory_utilization, self._memory_parts = memory_utilization, memory_parts
         self.block_size = block_size
         self._num_threads = num_threads
         self._max_model_len = max_model_len
@@ -152,27 +161,32 @@ class TorchRunner:
         )  # fmt: skip
         self.model = model
         bytes_per_slot = 2 * model.num_layers * model.num_kv_heads * model.head_dim * torch.finfo(self.dtype).bits // 8
-        num_blocks = self._num_kv_blocks or max(
-            16, int(self._kv_cache_gib * (1 << 30) // (bytes_per_slot * self.block_size))
-        )
+        max_len = self._max_model_len or model.max_position_embeddings
+        reserve = 2 * self._max_num_seqs * model.vocab_size * 4 + (GIB if self.device.type == "cuda" else GIB // 4)  # logits, a step's work
+        num_blocks = kv_blocks(
+            self.device, bytes_per_slot * self.block_size, self.block_size, int(max_len), self._max_num_seqs,
+            num_blocks=self._num_kv_blocks, gib=self._kv_cache_gib, fraction=self._memory_utilization, parts=self._memory_parts, reserve=reserve,
+        )  # fmt: skip
         # A compiled path keeps blocks past those it reports: the background compile runs its
         # steps there (graph_steps.SCRATCH_TOKENS says how many tokens the longest holds).
         scratch = -(-SCRATCH_TOKENS // self.block_size) if self._decode_graph() is not None else 0
         num_slots = (num_blocks + scratch) * self.block_size
         self._scratch_blocks = list(range(num_blocks, num_blocks + scratch))
         shape = (model.num_kv_heads, num_slots, model.head_dim)  # head-major: see paged_attention
-        self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(model.num_layers)]
-        self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(model.num_layers)]
+        self.k_cache = [lazy_zeros(shape, self.dtype, self.device) for _ in range(model.num_layers)]
+        self.v_cache = [lazy_zeros(shape, self.dtype, self.device) for _ in range(model.num_layers)]
         self.vocab_size = model.vocab_size
+        if isinstance(model, TransformersPath):  # its attention against the model's own, before serving
+            worst = check_attention(model, self.k_cache, self.v_cache, self.block_size, str(self.model_dir))
+            log.info("attention_checked", model=str(self.model_dir), max_logprob_diff=round(worst, 6))
         self.masks = GrammarMasks(self.vocab_size)
-        max_len = self._max_model_len or model.max_position_embeddings
         self._max_len = int(max_len)
         if self.draft is not None:  # its own cache, the same slots and block tables (actors/runners/draft_model.py)
             if model.takes_images:
                 raise ValueError(f"--spec-decoding draft: {self.model_dir} is a vision-language model; a draft model drafts for text models only")
             self.draft.load(self.dtype, self.device, num_slots, self.block_size, self.vocab_size, self._max_len)
         fingerprint_src = json.dumps(
-            [_weights_identity(self.model_dir), str(self.dtype), self.device.type, num_blocks, self.block_size, int(max_len), torch.__version__, self._batch_invariant, model.impl]
+            [_weights_identity(self.model_dir), str(self.dtype), self.device.type, self._kv_request(), self.block_size, int(max_len), torch.__version__, self._batch_invariant, model.impl]
         )
         return ModelInfo(
             max_model_len=int(max_len),
@@ -186,6 +200,11 @@ class TorchRunner:
             prompt_chunks=getattr(model, "prompt_chunks", None),
             rowwise=bool(getattr(model, "rowwise", False)),
         )
+
+    def _kv_request(self) -> list[Any]:
+        """What the cache's size was asked as (not the blocks the memory gave: those may differ
+        between starts and replicas, and change no answer)."""
+        return [self._num_kv_blocks, self._kv_cache_gib, self._memory_utilization, self._memory_parts]
 
     def warmup(self) -> list[calibration.Sample]:
         """Run a mixed prefill + decode step so first requests do not pay one-time costs, then

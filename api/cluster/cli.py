@@ -45,9 +45,13 @@ def local_cpus() -> int:
 
 
 def cluster_spec(configs: list[Any], platform: Any, settings: ClusterSettings, local: dict[str, Any] | None = None) -> ClusterSpec:
-    """Each replica gets its reserved CPUs as torch threads unless the models say otherwise."""
+    """Each replica gets its reserved CPUs as torch threads unless the models say otherwise, and,
+    on CPUs, the share of the host's memory its CPUs are of the host's (its caches sized from it)."""
     threads = max(1, int(settings.replica_cpus))
     models = [c if c.num_threads is not None else msgspec.structs.replace(c, num_threads=threads) for c in configs]
+    if not settings.replica_gpus:
+        per_host = max(1, round(local_cpus() / settings.replica_cpus))
+        models = [msgspec.structs.replace(c, memory_parts=c.memory_parts * per_host) for c in models]
     return ClusterSpec(models=models, platform=platform, settings=settings, local=local)
 
 

@@ -38,7 +38,7 @@ MODEL_KEYS = {
     "model_impl", "compile", "quantization", "cuda_graphs", "step_stretch", "step_deadline", "async_scheduling", "spec_decoding", "num_spec_tokens",
     "draft_model",
     "limit_images_per_prompt", "stream_interval", "max_prompt_chunks", "burst_tokens",
-    "reasoning_parser", "reasoning_budgets", "tool_call_parser", "chat_template", "generation_config",
+    "reasoning_parser", "reasoning_budgets", "tool_call_parser", "chat_template", "generation_config", "memory_utilization",
 }
 
 
@@ -73,30 +73,7 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
     if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
         raise SystemExit(f"{path}: models must be an array of tables ([[models]])")
     for i, table in enumerate(tables):
-        unknown_keys = set(table) - MODEL_KEYS - {"name"}
-        if unknown_keys:
-            raise SystemExit(f"{path}: models[{i}] has unknown keys {sorted(unknown_keys)}")
-        if table.get("task", "chat") not in ("chat", "completions", "embeddings"):
-            raise SystemExit(f"{path}: models[{i}].task must be chat, completions or embeddings")
-        if table.get("reasoning_parser", "auto") not in PARSERS:
-            raise SystemExit(f"{path}: models[{i}].reasoning_parser must be one of {', '.join(PARSERS)}")
-        if table.get("tool_call_parser", "auto") not in TOOL_PARSERS:
-            raise SystemExit(f"{path}: models[{i}].tool_call_parser must be one of {', '.join(TOOL_PARSERS)}")
-        if table.get("generation_config", "auto") not in GENERATION_MODES:
-            raise SystemExit(f"{path}: models[{i}].generation_config must be one of {', '.join(GENERATION_MODES)}")
-        if table.get("spec_decoding", "off") not in SPEC_DECODING_MODES:
-            raise SystemExit(f"{path}: models[{i}].spec_decoding must be one of {', '.join(SPEC_DECODING_MODES)}")
-        for key, least, left_out in (("stream_interval", 1, ""), ("max_prompt_chunks", 1, " (leave it out for the runner's choice)"), ("burst_tokens", 0, " (0: never)")):
-            value = table.get(key, least)
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise SystemExit(f"{path}: models[{i}].{key} must be a whole number of at least {least}{left_out}")
-        try:
-            stretch_value(table.get("step_stretch", "auto"))
-        except ValueError:
-            raise SystemExit(f"{path}: models[{i}].step_stretch must be a finite number above 1, \"auto\" or \"off\"") from None
-        budgets = table.get("reasoning_budgets", {})
-        if not isinstance(budgets, dict) or not all(k in ("low", "medium", "high") and isinstance(v, int) and v >= 0 for k, v in budgets.items()):
-            raise SystemExit(f"{path}: models[{i}].reasoning_budgets must be a table of low, medium, high = tokens")
+        _check_model_table(path, i, table)
     try:
         endpoints = endpoint_specs(document.get("endpoints", []), path)
         settings = platform_config.file_settings(document.get("platform", {}), environ, path)
@@ -114,6 +91,38 @@ def read_config_file(path: str, environ: Any = None) -> ConfigFile:
     return ConfigFile(path=path, models=tables, endpoints=endpoints, platform=settings, cluster=cluster)
 
 
+def _check_model_table(path: str, i: int, table: dict[str, Any]) -> None:
+    """One [[models]] table's keys and values; SystemExit naming the file and the entry."""
+    unknown_keys = set(table) - MODEL_KEYS - {"name"}
+    if unknown_keys:
+        raise SystemExit(f"{path}: models[{i}] has unknown keys {sorted(unknown_keys)}")
+    if table.get("task", "chat") not in ("chat", "completions", "embeddings"):
+        raise SystemExit(f"{path}: models[{i}].task must be chat, completions or embeddings")
+    if table.get("reasoning_parser", "auto") not in PARSERS:
+        raise SystemExit(f"{path}: models[{i}].reasoning_parser must be one of {', '.join(PARSERS)}")
+    if table.get("tool_call_parser", "auto") not in TOOL_PARSERS:
+        raise SystemExit(f"{path}: models[{i}].tool_call_parser must be one of {', '.join(TOOL_PARSERS)}")
+    if table.get("generation_config", "auto") not in GENERATION_MODES:
+        raise SystemExit(f"{path}: models[{i}].generation_config must be one of {', '.join(GENERATION_MODES)}")
+    if table.get("spec_decoding", "off") not in SPEC_DECODING_MODES:
+        raise SystemExit(f"{path}: models[{i}].spec_decoding must be one of {', '.join(SPEC_DECODING_MODES)}")
+    for key, least, left_out in (("stream_interval", 1, ""), ("max_prompt_chunks", 1, " (leave it out for the runner's choice)"), ("burst_tokens", 0, " (0: never)")):
+        value = table.get(key, least)
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise SystemExit(f"{path}: models[{i}].{key} must be a whole number of at least {least}{left_out}")
+    for key, most in (("memory_utilization", 1.0), ("kv_cache_gib", float("inf"))):
+        value = table.get(key, 1.0)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= most:
+            raise SystemExit(f"{path}: models[{i}].{key} must be a number above 0{' and at most 1' if most == 1 else ''}")
+    try:
+        stretch_value(table.get("step_stretch", "auto"))
+    except ValueError:
+        raise SystemExit(f"{path}: models[{i}].step_stretch must be a finite number above 1, \"auto\" or \"off\"") from None
+    budgets = table.get("reasoning_budgets", {})
+    if not isinstance(budgets, dict) or not all(k in ("low", "medium", "high") and isinstance(v, int) and v >= 0 for k, v in budgets.items()):
+        raise SystemExit(f"{path}: models[{i}].reasoning_budgets must be a table of low, medium, high = tokens")
+
+
 def model_configs(base: RuntimeConfig, config: str | ConfigFile | None, with_embeddings: bool) -> list[RuntimeConfig]:
     """Every served model: the [[models]] of a config file (each table overrides the CLI's
     settings), else the CLI's model plus the default embedding model."""
@@ -123,7 +132,7 @@ def model_configs(base: RuntimeConfig, config: str | ConfigFile | None, with_emb
         configs = [base]
         if with_embeddings:
             configs.append(msgspec.structs.replace(base, model=None, served_name=None, task="embeddings", dtype="float32"))
-        return configs
+        return memory_shares(configs)
     configs = []
     for table in config.models:
         fields = {k: v for k, v in table.items() if k in MODEL_KEYS}
@@ -132,4 +141,13 @@ def model_configs(base: RuntimeConfig, config: str | ConfigFile | None, with_emb
         if "name" in table:
             fields["served_name"] = table["name"]
         configs.append(msgspec.structs.replace(base, **fields))
-    return configs
+    return memory_shares(configs)
+
+
+def memory_shares(configs: list[RuntimeConfig]) -> list[RuntimeConfig]:
+    """Several generation models in one process split the memory: each one that sizes its KV
+    cache from memory takes an equal part of the share it would have alone."""
+    sized = [c.kv_cache_gib is None and c.num_kv_blocks is None and c.task != "embeddings" for c in configs]
+    if sum(sized) < 2:
+        return configs
+    return [msgspec.structs.replace(c, memory_parts=sum(sized)) if s else c for c, s in zip(configs, sized, strict=True)]

@@ -9,6 +9,7 @@ value is argparse's usage error: one line naming the flag, exit 2.
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -66,8 +67,9 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=DEFAULTS.port, help="port to listen on (default %(default)s)")
     p.add_argument("--device", default=None, help="cuda, cpu, cuda:1, ... (default: cuda when available, else cpu)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="weights and KV cache dtype (default auto: bfloat16 on CUDA and on CPUs with native bf16, else float32)")
-    p.add_argument("--kv-cache-gib", type=float, default=DEFAULTS.kv_cache_gib, help="memory for the paged KV cache, in GiB (default %(default)s)")
+    p.add_argument("--kv-cache-gib", type=_gib, default=DEFAULTS.kv_cache_gib, help="memory for the paged KV cache, in GiB (default: from --memory-utilization)")
     p.add_argument("--num-kv-blocks", type=int, default=None, help="KV cache blocks, overriding --kv-cache-gib (default: from --kv-cache-gib)")
+    p.add_argument("--memory-utilization", type=_fraction, default=DEFAULTS.memory_utilization, help="the share of the device's memory this process may use (vLLM's --gpu-memory-utilization): the KV cache gets what the weights and a step's work leave of it, up to what --max-num-seqs sequences of the whole context use, at least 1 GiB where free; several models in one process split it (default: 0.9 of a GPU, 0.5 of a CPU host's memory or cgroup limit)")
     p.add_argument("--block-size", type=int, default=DEFAULTS.block_size, help="tokens per KV cache block, the prefix cache's unit (default %(default)s)")
     p.add_argument("--max-num-seqs", type=int, default=DEFAULTS.max_num_seqs, help="requests running in one step at most (default %(default)s)")
     p.add_argument("--max-num-batched-tokens", type=int, default=DEFAULTS.max_num_batched_tokens, help="tokens per step at most: decodes plus prompt chunks (default %(default)s)")
@@ -155,6 +157,30 @@ def _positive_int(text: str) -> int:
     value = _whole(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _number(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError("must be above 0 and at most 1")
+    return value
+
+
+def _gib(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be above 0")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError("must be finite")
     return value
 
 

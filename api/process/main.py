@@ -27,6 +27,7 @@ from runtime.chat_templates import template_error
 from runtime.checkpoints import checkpoint_error
 from runtime.config import RuntimeConfig
 from runtime.draft_models import draft_error
+from runtime.errors import ModelRefused
 from runtime.logging import configure_logging
 from runtime.memory import bound_native_caches
 from runtime.model_store import architecture_error, model_error
@@ -88,12 +89,23 @@ def main(argv: list[str] | None = None) -> None:
         pass
     except platform_config.ConfigError as exc:  # e.g. an [[endpoints]] table naming no served model
         raise SystemExit(f"switchyard: {exc}") from None
+    except BaseExceptionGroup as group:  # a model found at load not to be served right
+        refused = group.subgroup(ModelRefused)
+        if refused is None:
+            raise
+        usage_error(f"switchyard: {_leaf(refused)}")
     # Clean stop: every response is sent and the device threads are joined. Skip interpreter
     # finalization, which with torch and models loaded takes seconds and would eat into an
     # orchestrator's grace period after the drain deadline.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _leaf(group: BaseException) -> BaseException:
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group
 
 
 def usage_error(line: str) -> NoReturn:

@@ -33,6 +33,7 @@ class Family:
     tool_format: str  # what runtime/tool_formats.py must detect from the template
     call: str  # the model's own call of get_weather(city="Paris"), as it writes it
     eos: str
+    calls2: str | None = None  # its two calls, Paris then London, in one turn (None: one call a turn)
 
 
 def _gguf_bpe(path: Path, added: dict[int, tuple[str, bool]], eos: str = "", bos: str | None = None) -> Any:
@@ -70,7 +71,9 @@ def _mistral(model: str, renamed: dict[int, str]) -> Any:
     work = assets_dir() / "work" / model
     work.mkdir(parents=True, exist_ok=True)
     shutil.copy(mistral_model(model), work / "tokenizer.model")
-    (work / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "legacy": False}))
+    (work / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "legacy": False})
+    )
     tok = AutoTokenizer.from_pretrained(work)
     if not renamed:
         return tok
@@ -107,33 +110,142 @@ HARMONY = {199998: ("<|startoftext|>", True), 199999: ("<|endoftext|>", True), 2
 HARMONY |= {200005: ("<|channel|>", True), 200006: ("<|start|>", True), 200007: ("<|end|>", True), 200008: ("<|message|>", True), 200012: ("<|call|>", True)}
 DEEPSEEK = {100000: ("<｜begin▁of▁sentence｜>", True), 100001: ("<｜end▁of▁sentence｜>", True)}
 DEEPSEEK |= {128798: ("<think>", False), 128799: ("</think>", False), 128803: ("<｜User｜>", False), 128804: ("<｜Assistant｜>", False)}
-DEEPSEEK |= {i: (t, False) for i, t in zip(range(128806, 128815), ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>", "<｜tool▁sep｜>"))}
-CALL = {"city": "Paris"}
+DEEPSEEK |= {
+    i: (t, False)
+    for i, t in zip(
+        range(128806, 128815),
+        (
+            "<｜tool▁calls▁begin｜>",
+            "<｜tool▁calls▁end｜>",
+            "<｜tool▁call▁begin｜>",
+            "<｜tool▁call▁end｜>",
+            "<｜tool▁outputs▁begin｜>",
+            "<｜tool▁outputs▁end｜>",
+            "<｜tool▁output▁begin｜>",
+            "<｜tool▁output▁end｜>",
+            "<｜tool▁sep｜>",
+        ),
+    )
+}
+HERMES2 = "\n".join(f'<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "{c}"}}}}\n</tool_call>' for c in ("Paris", "London"))
+ARGS2 = "".join(f'[TOOL_CALLS]get_weather[ARGS]{{"city": "{c}"}}' for c in ("Paris", "London"))
 
 FAMILIES = {
-    "qwen2.5": Family("qwen2.5", "Qwen-Qwen2.5-7B-Instruct", lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), QWEN25, eos="<|im_end|>"), "hermes",
-                      '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', "<|im_end|>"),
-    "llama3.1": Family("llama3.1", "meta-llama-Llama-3.1-8B-Instruct", lambda: _gguf_bpe(
-        llama_cpp_file("models/ggml-vocab-llama-bpe.gguf"), {128008: ("<|eom_id|>", True), 128010: ("<|python_tag|>", True)}, eos="<|eot_id|>", bos="<|begin_of_text|>"),
-        "llama3_json", '{"name": "get_weather", "parameters": {"city": "Paris"}}', "<|eot_id|>"),
-    "mistral-nemo": Family("mistral-nemo", "mistralai-Mistral-Nemo-Instruct-2407", lambda: _mistral("mistral_instruct_tokenizer_240323.model.v3", {}), "mistral",
-                           '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]', "</s>"),
-    "mistral-small-3.2": Family("mistral-small-3.2", "Mistral-Small-3.2-24B-Instruct-2506", lambda: _mistral("mistral_instruct_tokenizer_241114.model.v7", {32: "[ARGS]", 33: "[CALL_ID]"}),
-                                "mistral", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', "</s>"),
-    "granite-3.3": Family("granite-3.3", "ibm-granite-granite-3.3-2B-Instruct", lambda: _smollm2_with([("<|start_of_role|>", True), ("<|end_of_role|>", True), ("<|tool_call|>", True)], "<|endoftext|>"),
-                          "granite", '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]', "<|endoftext|>"),
-    "deepseek-v3.1": Family("deepseek-v3.1", "deepseek-ai-DeepSeek-V3.1", lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-deepseek-llm.gguf"), DEEPSEEK, eos="<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>"),
-                            "deepseek_v3", '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>', "<｜end▁of▁sentence｜>"),
-    "qwen3": Family("qwen3", "Qwen-Qwen3-0.6B", lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), QWEN3, eos="<|im_end|>"), "hermes",
-                    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', "<|im_end|>"),
-    "magistral": Family("magistral", "mistralai-Ministral-3-14B-Reasoning-2512", lambda: _mistral("mistral_instruct_tokenizer_241114.model.v7", {32: "[ARGS]", 33: "[CALL_ID]", 34: "[THINK]", 35: "[/THINK]"}),
-                        "mistral", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', "</s>"),
-    "qwen3-coder": Family("qwen3-coder", "Qwen3-Coder", lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), QWEN3, eos="<|im_end|>"), "qwen3_coder",
-                          "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>", "<|im_end|>"),
-    "lfm2.5": Family("lfm2.5", "LFM2.5-8B-A1B", lambda: _smollm2_with([("<|startoftext|>", True), ("<|tool_call_start|>", True), ("<|tool_call_end|>", True), ("<|tool_list_start|>", True), ("<|tool_list_end|>", True), ("<|tool_response_start|>", True), ("<|tool_response_end|>", True)], "<|im_end|>"),
-                     "pythonic", "<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>", "<|im_end|>"),
-    "gpt-oss": Family("gpt-oss", "openai-gpt-oss-120b", lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), HARMONY, eos="<|return|>"), "openai",
-                      '<|channel|>analysis<|message|>The user wants the weather.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>', "<|call|>"),
+    "qwen2.5": Family(
+        "qwen2.5",
+        "Qwen-Qwen2.5-7B-Instruct",
+        lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), QWEN25, eos="<|im_end|>"),
+        "hermes",
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+        "<|im_end|>",
+        HERMES2,
+    ),
+    "llama3.1": Family(
+        "llama3.1",
+        "meta-llama-Llama-3.1-8B-Instruct",
+        lambda: _gguf_bpe(
+            llama_cpp_file("models/ggml-vocab-llama-bpe.gguf"),
+            {128008: ("<|eom_id|>", True), 128010: ("<|python_tag|>", True)},
+            eos="<|eot_id|>",
+            bos="<|begin_of_text|>",
+        ),
+        "llama3_json",
+        '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+        "<|eot_id|>",
+    ),
+    "mistral-nemo": Family(
+        "mistral-nemo",
+        "mistralai-Mistral-Nemo-Instruct-2407",
+        lambda: _mistral("mistral_instruct_tokenizer_240323.model.v3", {}),
+        "mistral",
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+        "</s>",
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_weather", "arguments": {"city": "London"}}]',
+    ),
+    "mistral-small-3.2": Family(
+        "mistral-small-3.2",
+        "Mistral-Small-3.2-24B-Instruct-2506",
+        lambda: _mistral("mistral_instruct_tokenizer_241114.model.v7", {32: "[ARGS]", 33: "[CALL_ID]"}),
+        "mistral",
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+        "</s>",
+        ARGS2,
+    ),
+    "granite-3.3": Family(
+        "granite-3.3",
+        "ibm-granite-granite-3.3-2B-Instruct",
+        lambda: _smollm2_with([("<|start_of_role|>", True), ("<|end_of_role|>", True), ("<|tool_call|>", True)], "<|endoftext|>"),
+        "granite",
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+        "<|endoftext|>",
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_weather", "arguments": {"city": "London"}}]',
+    ),
+    "deepseek-v3.1": Family(
+        "deepseek-v3.1",
+        "deepseek-ai-DeepSeek-V3.1",
+        lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-deepseek-llm.gguf"), DEEPSEEK, eos="<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>"),
+        "deepseek_v3",
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        "<｜end▁of▁sentence｜>",
+        "<｜tool▁calls▁begin｜>"
+        + "".join(f'<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{{"city": "{c}"}}<｜tool▁call▁end｜>' for c in ("Paris", "London"))
+        + "<｜tool▁calls▁end｜>",
+    ),
+    "qwen3": Family(
+        "qwen3",
+        "Qwen-Qwen3-0.6B",
+        lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), QWEN3, eos="<|im_end|>"),
+        "hermes",
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+        "<|im_end|>",
+        HERMES2,
+    ),
+    "magistral": Family(
+        "magistral",
+        "mistralai-Ministral-3-14B-Reasoning-2512",
+        lambda: _mistral("mistral_instruct_tokenizer_241114.model.v7", {32: "[ARGS]", 33: "[CALL_ID]", 34: "[THINK]", 35: "[/THINK]"}),
+        "mistral",
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+        "</s>",
+        ARGS2,
+    ),
+    "qwen3-coder": Family(
+        "qwen3-coder",
+        "Qwen3-Coder",
+        lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), QWEN3, eos="<|im_end|>"),
+        "qwen3_coder",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+        "<|im_end|>",
+        "\n".join(f"<tool_call>\n<function=get_weather>\n<parameter=city>\n{c}\n</parameter>\n</function>\n</tool_call>" for c in ("Paris", "London")),
+    ),
+    "lfm2.5": Family(
+        "lfm2.5",
+        "LFM2.5-8B-A1B",
+        lambda: _smollm2_with(
+            [
+                ("<|startoftext|>", True),
+                ("<|tool_call_start|>", True),
+                ("<|tool_call_end|>", True),
+                ("<|tool_list_start|>", True),
+                ("<|tool_list_end|>", True),
+                ("<|tool_response_start|>", True),
+                ("<|tool_response_end|>", True),
+            ],
+            "<|im_end|>",
+        ),
+        "pythonic",
+        "<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>",
+        "<|im_end|>",
+        "<|tool_call_start|>[get_weather(city='Paris'), get_weather(city='London')]<|tool_call_end|>",
+    ),
+    "gpt-oss": Family(
+        "gpt-oss",
+        "openai-gpt-oss-120b",
+        lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), HARMONY, eos="<|return|>"),
+        "openai",
+        '<|channel|>analysis<|message|>The user wants the weather.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>',
+        "<|call|>",
+    ),
 }
 
 

@@ -32,6 +32,8 @@ class ModelCard(msgspec.Struct, kw_only=True):
     tool_call_parser: str | UnsetType = UNSET
     # The model's sampling defaults in force (runtime/generation_defaults.py); absent when none.
     sampling_defaults: dict[str, Any] | UnsetType = UNSET
+    # Tokens the paged KV cache holds (the context window is at most this); absent for an embedder.
+    kv_cache_tokens: int | UnsetType = UNSET
 
 
 class ModelList(msgspec.Struct, kw_only=True):
@@ -45,9 +47,11 @@ def model_card(runtime: Runtime) -> ModelCard:
     reasoning = thinking.card() if thinking is not None else UNSET
     tool_format = getattr(runtime, "tool_format", "") or UNSET
     defaults = runtime.sampling_defaults.card() if getattr(runtime, "sampling_defaults", None) is not None else {}
+    info = runtime.info
+    tokens = info.num_kv_blocks * info.block_size if info is not None and info.num_kv_blocks else UNSET
     return ModelCard(
         id=runtime.served_name, created=runtime.created, max_model_len=runtime.max_model_len, model_impl=impl, reasoning=reasoning, tool_call_parser=tool_format,
-        sampling_defaults=defaults or UNSET,
+        sampling_defaults=defaults or UNSET, kv_cache_tokens=tokens,
     )
 
 

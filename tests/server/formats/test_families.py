@@ -6,7 +6,10 @@ For every family: the format the template teaches is detected; the call comes ba
 `tool_calls` entry, whole and streamed (the SDK's stream helper), under `tool_choice: auto`
 and forced (the family's call passes the forcing grammar token by token); the second turn,
 with the tool's result, renders through the template (ids in the style it checks) and
-answers 200. gpt-oss's analysis channel comes back as `reasoning`.
+answers 200. gpt-oss's analysis channel comes back as `reasoning`. Where the format takes
+several calls a turn, two come back in order (whole and streamed) and render back; with
+`parallel_tool_calls: false` the grammar lets one through; under `tool_choice: none` the model
+is shown no tools and its answer is text.
 """
 
 from __future__ import annotations
@@ -27,19 +30,33 @@ from tests.support.waiting import in_thread
 
 WEATHER = {
     "type": "function",
-    "function": {"name": "get_weather", "description": "Current weather in a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
 }
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 ANSWER = "It is 21 degrees in Paris."
 
 
+ASK2 = [{"role": "user", "content": "What is the weather in Paris and in London?"}]
+NO_TOOLS = "I cannot look that up."
+
+
 def answer_for(family: Family):  # type: ignore[no-untyped-def]
-    """The scripted model: the family's own call, or, once the tool's result is in the prompt, the answer."""
+    """The scripted model: the family's own call (both, asked for two cities, where the format
+    takes two a turn), the answer once the tool's result is in the prompt, and a plain answer
+    when it is shown no tools."""
 
     def answer(prompt: str) -> str:
-        if "21" not in prompt:
+        if "get_weather" not in prompt or "21" in prompt:
+            text = ANSWER if "21" in prompt else NO_TOOLS
+            return f"<|channel|>final<|message|>{text}<|return|>" if family.tool_format == "openai" else text
+        if "London" not in prompt:
             return family.call
-        return f"<|channel|>final<|message|>{ANSWER}<|return|>" if family.tool_format == "openai" else ANSWER
+        # Magistral thinks before it answers, as its system prompt asks (its grammar starts after)
+        return ("[THINK]Two cities.[/THINK]" if family.name == "magistral" else "") + (family.calls2 or family.call)
 
     return answer
 
@@ -91,7 +108,11 @@ async def test_a_family_calls_in_its_own_format_and_reads_the_result(family_serv
         completion = await in_thread(chat, client, messages=ASK, tools=[WEATHER])
         assert completion.choices[0].message.model_extra["reasoning"] == "The user wants the weather."
     for call_id in (whole.id, "call_from_another_provider_0123"):  # ours, and one the template would refuse as it is
-        turn = [*ASK, {"role": "assistant", "content": None, "tool_calls": [{**whole.model_dump(), "id": call_id}]}, {"role": "tool", "tool_call_id": call_id, "content": '{"temp": 21}'}]
+        turn = [
+            *ASK,
+            {"role": "assistant", "content": None, "tool_calls": [{**whole.model_dump(), "id": call_id}]},
+            {"role": "tool", "tool_call_id": call_id, "content": '{"temp": 21}'},
+        ]
         reply = await in_thread(chat, client, messages=turn, tools=[WEATHER])
         assert reply.choices[0].message.content == ANSWER and reply.choices[0].finish_reason == "stop", reply
     rendered = engine.runner.prompts[-1]
@@ -113,7 +134,11 @@ async def test_the_responses_api_reads_each_familys_call_and_its_result(family_s
     response = await in_thread(respond, input=ASK[0]["content"], tools=[RESPONSES_WEATHER])
     (call,) = [item for item in response.output if item.type == "function_call"]
     assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}, response.output
-    turn = [{"role": "user", "content": ASK[0]["content"]}, call.model_dump(exclude_none=True), {"type": "function_call_output", "call_id": call.call_id, "output": '{"temp": 21}'}]
+    turn = [
+        {"role": "user", "content": ASK[0]["content"]},
+        call.model_dump(exclude_none=True),
+        {"type": "function_call_output", "call_id": call.call_id, "output": '{"temp": 21}'},
+    ]
     reply = await in_thread(respond, input=turn, tools=[RESPONSES_WEATHER])
     assert reply.output_text == ANSWER, reply.output
     try:
@@ -125,3 +150,37 @@ async def test_the_responses_api_reads_each_familys_call_and_its_result(family_s
         assert refused is None
     else:  # a JSON string (or an unforced value) no Lark grammar can hold: a 400 naming the tool's format
         assert refused is not None and refused["param"] == "tools[1].format", refused
+
+
+async def test_a_familys_two_calls_one_without_parallel_calls_and_none_under_none(family_server: tuple[Family, Server]) -> None:
+    family, server = family_server
+    engine: Any = server.runtime
+    client = openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60)
+    none = (await in_thread(chat, client, messages=ASK, tools=[WEATHER], tool_choice="none")).choices[0]
+    assert none.finish_reason == "stop" and not none.message.tool_calls and none.message.content == NO_TOOLS, none
+    assert "get_weather" not in engine.runner.prompts[-1]
+    the_call(await in_thread(chat, client, messages=ASK2, tools=[WEATHER], parallel_tool_calls=False))
+    if family.calls2 is None:  # one call a turn; Llama 3.1's template refuses a history with two
+        if family.tool_format == "llama3_json":
+            two = [
+                {"id": f"call_{c}", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": c})}} for c in ("Paris", "London")
+            ]
+            with pytest.raises(openai.BadRequestError) as refused:
+                await in_thread(chat, client, messages=[*ASK2, {"role": "assistant", "content": None, "tool_calls": two}], tools=[WEATHER])
+            assert refused.value.body["param"] == "messages[1].tool_calls", refused.value.body  # type: ignore[index]
+        return
+    for completion in (await in_thread(chat, client, messages=ASK2, tools=[WEATHER]), await in_thread(streamed, client, messages=ASK2, tools=[WEATHER])):
+        choice = completion.choices[0]
+        assert choice.finish_reason == "tool_calls", choice
+        calls = choice.message.tool_calls
+        assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+            ("get_weather", {"city": "Paris"}),
+            ("get_weather", {"city": "London"}),
+        ], calls
+        assert len({c.id for c in calls}) == 2, calls
+    results = [{"role": "tool", "tool_call_id": c.id, "content": json.dumps({"temp": t})} for c, t in zip(calls, (21, 15), strict=True)]
+    turn = [*ASK2, {"role": "assistant", "content": None, "tool_calls": [c.model_dump() for c in calls]}, *results]
+    reply = await in_thread(chat, client, messages=turn, tools=[WEATHER])
+    assert reply.choices[0].message.content == ANSWER, reply
+    rendered = engine.runner.prompts[-1]
+    assert "London" in rendered and "15" in rendered and rendered.count("get_weather") >= 3  # the tool, both calls

@@ -56,7 +56,7 @@ class Pythonic(ToolFormat):
 
     def __init__(self, tokenizer: Any) -> None:
         super().__init__(tokenizer)
-        self.wrapped = OPEN in self.template
+        self.wrapped = OPEN in self.template or "<|tool_list_start|>" in self.template  # LFM2's template lists tools so; its calls are wrapped
 
     def render(self, messages: list[dict[str, Any]], toolset: ToolSet | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return render_for_template(self, messages, toolset, lambda calls: f"{OPEN}{call_text(calls)}{CLOSE}" if self.wrapped else call_text(calls))
