@@ -1,7 +1,7 @@
 """A GGUF checkpoint's quantized tensors as shipped, kept beside their dense conversion.
 
-Owns: reading the Q4_1 and Q8_0 tensors of a llama-architecture GGUF file block by block (no
-dequantization), under transformers' names and row order, and writing them into the model
+Owns: reading the Q4_0, Q4_1 and Q8_0 tensors of a llama-architecture GGUF file block by block
+(no dequantization; Q4_0 as the Q4_1 blocks of the same weights), under transformers' names and row order, and writing them into the model
 store as `shipped.safetensors` next to the dense `model.safetensors` the store already holds,
 after checking that they dequantize to exactly those dense weights.
 
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 SHIPPED_FILE = "shipped.safetensors"
+BLOCK_TYPES = {2, 3, 8}  # ggml's Q4_0, Q4_1, Q8_0: kept as shipped
 FORMAT = "switchyard-shipped/1"
 BLOCK = 32
 
@@ -62,6 +63,19 @@ def unpack_q4_1(blocks: Any) -> tuple[Any, Any, Any]:
     qs = b[..., 4:]
     q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # per block: q[0..15] low nibbles, q[16..31] high
     return q.reshape(n, -1), d, m
+
+
+def unpack_q4_0(blocks: Any) -> tuple[Any, Any, Any]:
+    """Q4_0 bytes `[N, K / 32 * 18]` (w = d * (q - 8)) -> Q4_1's q, d and m = -8 d: the same
+    weights exactly (8 d is exact in float16, and d * q - 8 d = d * (q - 8) in float32)."""
+    import numpy as np
+
+    n = blocks.shape[0]
+    b = np.ascontiguousarray(blocks).reshape(n, -1, 18)
+    d = b[..., 0:2].copy().view(np.float16)[..., 0]
+    qs = b[..., 2:]
+    q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+    return q.reshape(n, -1), d, (d * np.float16(-8)).astype(np.float16)
 
 
 def unpack_q8_0(blocks: Any) -> tuple[Any, Any]:
@@ -111,20 +125,20 @@ def _value(buf: memoryview, pos: int, kind: int) -> tuple[Any, int]:
     return None, pos
 
 
-def read_tensors(gguf_path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, Any]]]:
-    """A GGUF file's scalar metadata, and each tensor's (ggml type, raw bytes `[rows, row bytes]`).
+def _mapped(gguf_path: Path) -> memoryview:
+    import mmap
 
-    The `gguf` package's reader builds every metadata array (the vocabulary: ~100k strings),
-    which took 3-6 s of the conversion for nothing read here; this walks past them."""
+    with open(gguf_path, "rb") as f:
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))  # pages read as used
+
+
+def _header(buf: memoryview, name: str) -> tuple[dict[str, Any], list[tuple[str, Any, int, int]], int]:
+    """Scalar metadata, each tensor's (name, ggml shape, type, offset) and where tensor data starts."""
     import struct
 
-    import numpy as np
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
-    buf = memoryview(gguf_path.read_bytes())
     magic, version, n_tensors, n_kv = struct.unpack_from("<4sIQQ", buf, 0)
     if magic != b"GGUF" or version < 2:
-        raise ValueError(f"{gguf_path.name}: not a GGUF v2+ file")
+        raise ValueError(f"{name}: not a GGUF v2+ file")
     pos, meta = 24, {}
     for _ in range(n_kv):
         key, pos = _value(buf, pos, _STRING)
@@ -132,14 +146,38 @@ def read_tensors(gguf_path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, 
         meta[key], pos = _value(buf, pos, kind)
     infos = []
     for _ in range(n_tensors):
-        name, pos = _value(buf, pos, _STRING)
+        tensor, pos = _value(buf, pos, _STRING)
         (dims,) = struct.unpack_from("<I", buf, pos)
         shape = struct.unpack_from(f"<{dims}Q", buf, pos + 4)  # ggml order: the row length first
         kind, offset = struct.unpack_from("<IQ", buf, pos + 4 + 8 * dims)
-        infos.append((name, shape, kind, offset))
+        infos.append((tensor, shape, kind, offset))
         pos += 4 + 8 * dims + 12
     align = int(meta.get("general.alignment") or 32)
-    start = -(-pos // align) * align
+    return meta, infos, -(-pos // align) * align
+
+
+def metadata(gguf_path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+    """A GGUF file's scalar metadata and each tensor's ggml type, from its header alone
+    (ValueError naming the file when it is not one, or cut short)."""
+    import struct
+
+    try:
+        meta, infos, _ = _header(_mapped(gguf_path), gguf_path.name)
+    except (struct.error, KeyError, IndexError, UnicodeDecodeError):
+        raise ValueError(f"{gguf_path.name}: not a GGUF v2+ file (its header is cut short or malformed)") from None
+    return meta, {tensor: kind for tensor, _, kind, _ in infos}
+
+
+def read_tensors(gguf_path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, Any]]]:
+    """A GGUF file's scalar metadata, and each tensor's (ggml type, raw bytes `[rows, row bytes]`).
+
+    The `gguf` package's reader builds every metadata array (the vocabulary: ~100k strings),
+    which took 3-6 s of the conversion for nothing read here; this walks past them."""
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    buf = _mapped(gguf_path)
+    meta, infos, start = _header(buf, gguf_path.name)
     tensors = {}
     for name, shape, kind, offset in infos:
         block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
@@ -150,7 +188,7 @@ def read_tensors(gguf_path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, 
 
 
 def read_blocks(gguf_path: Path) -> dict[str, Any]:
-    """The file's Q4_1 and Q8_0 tensors as `shipped.safetensors` arrays (module docstring)."""
+    """The file's Q4_0, Q4_1 and Q8_0 tensors as `shipped.safetensors` arrays (module docstring)."""
     from gguf import GGMLQuantizationType
 
     meta, tensors = read_tensors(gguf_path)
@@ -163,10 +201,10 @@ def read_blocks(gguf_path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for gguf_name, (kind, data) in tensors.items():
         name = hf_name(gguf_name)
-        if name is None or kind not in (GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0):
+        if name is None or kind not in (GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0):
             continue
-        if kind == GGMLQuantizationType.Q4_1:
-            q, d, m = unpack_q4_1(data)
+        if kind in (GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1):
+            q, d, m = (unpack_q4_0 if kind == GGMLQuantizationType.Q4_0 else unpack_q4_1)(data)
             arrays = {"q4_1.qs": q, "q4_1.d": d, "q4_1.m": m}
         else:
             q8, d = unpack_q8_0(data)

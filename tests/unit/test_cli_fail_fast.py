@@ -72,3 +72,10 @@ def test_the_served_vision_families_pass_the_start_up_check(tmp_path: Path) -> N
         model.mkdir()
         (model / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": [f"{prefix or 'LlavaNext'}ForConditionalGeneration"]}))
         assert (architecture_error(str(model)) is None) == (prefix is not None), model_type
+
+
+def test_a_file_that_is_no_gguf_fails_at_once(tmp_path: Path) -> None:
+    junk = tmp_path / "model.gguf"
+    junk.write_bytes(b"GGUF" + bytes(10))
+    proc = run_cli("serve", "--model", str(junk), "--no-embeddings", tmp_path=tmp_path)
+    assert_one_line_usage_error(proc, "--model", "model.gguf", "not a GGUF v2+ file")

@@ -33,6 +33,7 @@ ENTRY_POINTS = [
     ("ops.bench.shared_prefill", "parse_args"),
     ("ops.bench.ray_serve", "main"),
     ("ops.bench.ray_cpu_split", "main"),
+    ("ops.bench.gguf_random", "main"),
     ("ops.gpu.preflight", "main"),
     ("ops.gpu.models", "main"),
     ("ops.gpu.bandwidth", "main"),

@@ -28,7 +28,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peers", action="store_true", help="also sweep transformers serve --continuous-batching")
     p.add_argument("--llama-server", default=None, help="path of a llama-server binary: also sweep it (see ops/bench/README.md for the build)")
     p.add_argument("--out", default=None, help="results JSON (default ops/results/<UTC time>.json)")
-    p.add_argument("--model", default=None, help="local HF model directory for every section (default: the embedded SmolLM2)")
+    p.add_argument("--model", default=None, help="local HF model directory or GGUF file (llama-server then serves the same file) for every section (default: the embedded SmolLM2)")
     p.add_argument("--served-name", default=None, help="the request's model field for Switchyard (default: smollm2-135m-instruct, or the --model directory's name)")
     p.add_argument("--server-args", default="", help="extra `switchyard serve` arguments, one shell-quoted string, e.g. '--dtype bfloat16 --num-threads 2'")
     p.add_argument("--requests-per-slot", type=int, default=2, help="requests per level = max(this * c, --min-requests)")
@@ -60,6 +60,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _model(args: argparse.Namespace) -> tuple[str, str]:
     """(model directory, the requests' model field) for every section."""
     _, served_name = model_server_args(args.model, args.served_name)
+    if args.model and args.model.endswith(".gguf"):  # converted into the store here, before any server starts
+        from runtime.model_store import resolve_model
+
+        return str(resolve_model(args.model)[1]), served_name
     return (str(Path(args.model).resolve()) if args.model else str(default_model_dir())), served_name
 
 
@@ -85,7 +89,8 @@ def _servers(result: dict[str, Any], args: argparse.Namespace, served_name: str,
         )  # fmt: skip
     if args.llama_server:
         settle("llama_server")
-        result["llama_server"] = run_llama_server(args.llama_server, prompts, args.levels, log_dir, startup_timeout=args.startup_timeout, **sweep_kwargs)
+        gguf = Path(args.model).resolve() if args.model and args.model.endswith(".gguf") else None  # the same file; else the embedded one
+        result["llama_server"] = run_llama_server(args.llama_server, prompts, args.levels, log_dir, startup_timeout=args.startup_timeout, gguf=gguf, **sweep_kwargs)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -62,14 +62,16 @@ def answer_for(family: Family):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(params=sorted(FAMILIES))
-async def family_server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Family, Server]]:
+async def family_server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Family, Server, openai.OpenAI]]:
     family = FAMILIES[request.param]
     tokenizer = await trio.to_thread.run_sync(family_tokenizer, family.name)
     eos = [tokenizer.convert_tokens_to_ids(t) for t in {family.eos, "<|return|>", "<|call|>"} if t in tokenizer.get_vocab()]
     engine = scripted_engine(tokenizer, answer_for(family), eos)
     async with trio.open_nursery() as nursery:
         server = await start_runtime_server(nursery, engine)
-        yield family, server
+        # the client's keep-alive connection would hold the server's stop up for hypercorn's graceful period
+        with openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60) as client:
+            yield family, server, client
         server.stop.set()
 
 
@@ -90,11 +92,10 @@ def the_call(completion: Any) -> Any:
     return call
 
 
-async def test_a_family_calls_in_its_own_format_and_reads_the_result(family_server: tuple[Family, Server]) -> None:
-    family, server = family_server
+async def test_a_family_calls_in_its_own_format_and_reads_the_result(family_server: tuple[Family, Server, openai.OpenAI]) -> None:
+    family, server, client = family_server
     engine: Any = server.runtime
     assert engine.tool_format == family.tool_format
-    client = openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60)
     card = await in_thread(client.models.retrieve, "family")
     assert card.model_extra["tool_call_parser"] == family.tool_format
     whole = the_call(await in_thread(chat, client, messages=ASK, tools=[WEATHER]))
@@ -123,9 +124,8 @@ RESPONSES_WEATHER = {"type": "function", "name": "get_weather", "description": "
 LARK_TOOL = {"type": "custom", "name": "shell", "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "ls" | "pwd"'}}
 
 
-async def test_the_responses_api_reads_each_familys_call_and_its_result(family_server: tuple[Family, Server]) -> None:
-    family, server = family_server
-    client = openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60)
+async def test_the_responses_api_reads_each_familys_call_and_its_result(family_server: tuple[Family, Server, openai.OpenAI]) -> None:
+    family, server, client = family_server
 
     def respond(**kwargs: Any) -> Any:
         with client.responses.stream(model="family", max_output_tokens=200, **kwargs) as stream:
@@ -152,10 +152,9 @@ async def test_the_responses_api_reads_each_familys_call_and_its_result(family_s
         assert refused is not None and refused["param"] == "tools[1].format", refused
 
 
-async def test_a_familys_two_calls_one_without_parallel_calls_and_none_under_none(family_server: tuple[Family, Server]) -> None:
-    family, server = family_server
+async def test_a_familys_two_calls_one_without_parallel_calls_and_none_under_none(family_server: tuple[Family, Server, openai.OpenAI]) -> None:
+    family, server, client = family_server
     engine: Any = server.runtime
-    client = openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60)
     none = (await in_thread(chat, client, messages=ASK, tools=[WEATHER], tool_choice="none")).choices[0]
     assert none.finish_reason == "stop" and not none.message.tool_calls and none.message.content == NO_TOOLS, none
     assert "get_weather" not in engine.runner.prompts[-1]

@@ -69,14 +69,16 @@ def script(thinker: Thinker) -> Callable[[str], str]:
 
 
 @pytest.fixture(params=sorted(THINKERS))
-async def thinker_server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Thinker, Server]]:
+async def thinker_server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Thinker, Server, openai.OpenAI]]:
     thinker = THINKERS[request.param]
     family = FAMILIES[thinker.family]
     tokenizer = await trio.to_thread.run_sync(family_tokenizer, family.name)
     engine = scripted_engine(tokenizer, script(thinker), [tokenizer.convert_tokens_to_ids(family.eos)])
     async with trio.open_nursery() as nursery:
         server = await start_runtime_server(nursery, engine)
-        yield thinker, server
+        # the client's keep-alive connection would hold the server's stop up for hypercorn's graceful period
+        with openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60) as client:
+            yield thinker, server, client
         server.stop.set()
 
 
@@ -101,9 +103,8 @@ def check(completion: Any, stream: tuple[str, str, Any], on: bool) -> None:
     assert stream[2].completion_tokens_details.reasoning_tokens == thought_tokens
 
 
-async def test_a_family_thinks_in_its_own_format_when_asked(thinker_server: tuple[Thinker, Server]) -> None:
-    thinker, server = thinker_server
-    client = openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60)
+async def test_a_family_thinks_in_its_own_format_when_asked(thinker_server: tuple[Thinker, Server, openai.OpenAI]) -> None:
+    thinker, server, client = thinker_server
     card = (await in_thread(client.models.retrieve, "family")).model_extra["reasoning"]
     assert (card["parser"], card["default_on"], card["can_disable"]) == (thinker.parser, thinker.default_on, thinker.switch is not None)
     assert server.runtime.thinking.special == (thinker.parser == "mistral")  # type: ignore[attr-defined]  # its text keeps [THINK]
@@ -122,9 +123,8 @@ async def test_a_family_thinks_in_its_own_format_when_asked(thinker_server: tupl
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 
-async def test_a_call_right_after_thinking_is_a_call(thinker_server: tuple[Thinker, Server]) -> None:
-    thinker, server = thinker_server
-    client = openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60)
+async def test_a_call_right_after_thinking_is_a_call(thinker_server: tuple[Thinker, Server, openai.OpenAI]) -> None:
+    thinker, server, client = thinker_server
     on = {} if thinker.default_on else {"reasoning_effort": "high"}
     whole = await in_thread(chat, client, tools=[WEATHER], **on)
 

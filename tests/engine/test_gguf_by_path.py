@@ -1,0 +1,115 @@
+"""`--model FILE.gguf`: a GGUF file as llama.cpp users have it, served by path (runtime/model_store.py).
+
+A tiny random Llama (the embedded SmolLM2's tokenizer and chat template, weights rounded to
+float16, an untied head: a tied one's greedy output repeats one token) goes through llama.cpp's own converter into f16 and q8_0 files, and from f16 into Q4_0
+with llama.cpp's reference rounding (tests/support/gguf_files.py). Each is converted once into
+the store (tokenizer and chat template from the file) and served: f16 in float32 gives the HF
+model's greedy tokens exactly; q8_0 and Q4_0 keep their blocks as shipped (Q4_0 as the Q4_1
+blocks of the same weights, checked against the dense conversion at conversion) and the
+default bf16 serving of those blocks stays within a stated KL of transformers' own float32
+loading of the file; a K-quant file (Q4_K) is served dense, converted once, with the
+greedy tokens of transformers' own loading of them. A GGUF of an architecture not served is refused in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from runtime.model_store import gguf_error, resolve_model
+from runtime.request import Prompt
+from tests.support.equivalence import NUM_NEW, greedy_concurrently, reference
+from tests.support.gguf_files import convert, requantize
+
+KL_BOUND = 1e-4  # nats a position: bf16 serving of the blocks against float32 on the same weights (2e-6 measured)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    root = tmp_path_factory.mktemp("gguf")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(None)[1])
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=1024, tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.half().float())  # float16 exactly: the f16 file holds these weights bit for bit
+    model.save_pretrained(root / "hf")
+    tokenizer.save_pretrained(root / "hf")
+    f16 = convert(root / "hf", root / "tiny-f16.gguf", "f16")
+    made = {kind: requantize(f16, root / f"tiny-{kind}.gguf", kind) for kind in ("q4_0", "q4_k")}
+    return {"hf": root / "hf", "f16": f16, "q8_0": convert(root / "hf", root / "tiny-q8_0.gguf", "q8_0"), **made}
+
+
+@pytest.fixture(autouse=True)
+def own_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    resolve_model(None)  # the embedded model converted where it is, before the store moves
+    monkeypatch.setenv("SWITCHYARD_MODEL_STORE", str(tmp_path / "store"))
+
+
+PROMPTS = [[1, 520, 3000, 17, 9, 4410], [2, 77, 15000, 301, 301, 88, 4, 6000, 12]]
+
+
+async def test_an_f16_file_serves_the_models_own_tokens(files: dict[str, Path]) -> None:
+    expected = reference(files["hf"], PROMPTS)
+    got, _ = await greedy_concurrently(files["f16"], [Prompt(token_ids=p) for p in PROMPTS], NUM_NEW, 0.0, model_impl="native")
+    assert got == expected and len({t for out in got for t in out}) > 4  # not one token repeated
+    name, stored = resolve_model(str(files["f16"]))
+    assert name == "tiny-f16" and (stored / "tokenizer.json").is_file() and "im_start" in (stored / "chat_template.jinja").read_text()
+
+
+@pytest.mark.parametrize("kind", ["q8_0", "q4_0"])
+def test_blocks_are_served_as_shipped_within_the_bound(files: dict[str, Path], kind: str) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from actors.runners.torch_runner import TorchRunner
+
+    _, stored = resolve_model(str(files[kind]))
+    assert (stored / "shipped.safetensors").is_file()
+    runner = TorchRunner(stored, device="cpu", compile=False, num_kv_blocks=16, block_size=16)
+    info = runner.load()
+    assert info.impl.startswith("native+q4_1" if kind == "q4_0" else "native+q8_0"), info.impl
+    own = AutoModelForCausalLM.from_pretrained(files[kind].parent, gguf_file=files[kind].name, dtype=torch.float32).eval()
+    worst = 0.0
+    for prompt in PROMPTS:
+        ids = torch.tensor(prompt)
+        with torch.inference_mode():
+            step, positions = runner.model.build_step([(0, len(prompt))], [[0]], 16, runner.k_cache, runner.v_cache)
+            served = torch.log_softmax(runner.model.forward(ids, positions, step, torch.arange(len(prompt)), runner.k_cache, runner.v_cache).float(), -1)
+            expected = torch.log_softmax(own(input_ids=ids[None]).logits[0], -1)
+        kl = (expected.exp() * (expected - served)).sum(-1)
+        worst = max(worst, float(kl.max()))
+    print(f"{kind}: {info.impl}, KL per position at most {worst:.2g} nats")
+    assert worst <= KL_BOUND
+
+
+@pytest.mark.parametrize("kind", ["q4_k"])
+async def test_k_quants_are_served_as_transformers_reads_them(files: dict[str, Path], kind: str) -> None:
+    from transformers import AutoModelForCausalLM
+
+    own = AutoModelForCausalLM.from_pretrained(files[kind].parent, gguf_file=files[kind].name, dtype=torch.float32).eval()
+    expected = []
+    for p in PROMPTS:
+        ids = torch.tensor([p])
+        expected.append(own.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NUM_NEW, min_new_tokens=NUM_NEW, do_sample=False)[0, len(p) :].tolist())
+    got, _ = await greedy_concurrently(files[kind], [Prompt(token_ids=p) for p in PROMPTS], NUM_NEW, 0.0, model_impl="native")
+    assert got == expected
+    assert not (resolve_model(str(files[kind]))[1] / "shipped.safetensors").exists()  # served dense, converted once
+
+
+def test_a_gguf_of_another_architecture_is_refused_in_one_line(tmp_path: Path) -> None:
+    from tests.support.family_assets import llama_cpp_file
+
+    vocab = llama_cpp_file("models/ggml-vocab-bert-bge.gguf")  # a vocabulary file: architecture bert
+    error = gguf_error(vocab)
+    assert error is not None and "'bert'" in error and "\n" not in error, error
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf at all")
+    assert "not a GGUF" in (gguf_error(junk) or "")
