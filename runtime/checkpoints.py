@@ -4,7 +4,8 @@ refused at start in one line instead (the command line exits 2 with it).
 
 Refused: quantized weights (`quantization_config`: FP8, GPTQ, AWQ, bitsandbytes, ...: both
 paths would read the stored integers or floats as plain weights), attention sinks (gpt-oss),
-logit softcapping (Gemma 2), and sliding-window attention past the window (Mistral v0.1,
+logit softcapping (Gemma 2), a rotary that changes with the length (longrope, dynamic NTK)
+past the length it changes at, and sliding-window attention past the window (Mistral v0.1,
 Gemma 2/3, Phi-3): the paged attention attends to every earlier position, which is the model
 only while the context fits in the window, so a window is served when `--max-model-len` is
 within it. A name that looks like a Hugging Face Hub id is answered with how to pass a local
@@ -41,7 +42,7 @@ def checkpoint_error(model: str | None, max_model_len: int | None = None, flag: 
     except (OSError, ValueError):
         return None
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    why = _quantized(config) or _sinks(config) or _softcap(text) or _window(text, max_model_len)
+    why = _quantized(config) or _sinks(config) or _softcap(text) or _window(text, max_model_len) or _length_rope(text, max_model_len)
     return f"{flag} {model!r}: {why}" if why else None
 
 
@@ -67,6 +68,27 @@ def _softcap(config: dict[str, Any]) -> str | None:
         if config.get(key) not in (None, 0, 0.0):
             return f"logit softcapping ({key} {config[key]}) is not served: its attention and logits would skip it"
     return None
+
+
+def _length_rope(config: dict[str, Any], max_model_len: int | None) -> str | None:
+    """A rotary that changes with the sequence's length (longrope past its original context,
+    dynamic NTK past the model's): transformers picks it from a step's longest position, so in
+    a step of several sequences every row would get the longest one's."""
+    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    params = params.get("full_attention", params) if isinstance(params, dict) else {}
+    kind = params.get("rope_type") or params.get("type")
+    if kind not in ("longrope", "dynamic"):
+        return None
+    positions = config.get("max_position_embeddings") or 0
+    original = params.get("original_max_position_embeddings") or config.get("original_max_position_embeddings") or positions
+    if kind == "dynamic":
+        original = positions
+    if (max_model_len if max_model_len is not None else positions) <= original:
+        return None
+    return (
+        f"rope_type {kind!r} changes its rotary with the sequence's length past {original} positions, which a step of several "
+        f"sequences cannot hold (every row would get the longest one's): give --max-model-len {original} or less"
+    )
 
 
 def _window(config: dict[str, Any], max_model_len: int | None) -> str | None:

@@ -94,14 +94,15 @@ def test_blocks_are_served_as_shipped_within_the_bound(files: dict[str, Path], k
 async def test_k_quants_are_served_as_transformers_reads_them(files: dict[str, Path], kind: str) -> None:
     from transformers import AutoModelForCausalLM
 
-    own = AutoModelForCausalLM.from_pretrained(files[kind].parent, gguf_file=files[kind].name, dtype=torch.float32).eval()
+    stored = resolve_model(str(files[kind]))[1]  # transformers' dequantization of the file, as stored
+    own = AutoModelForCausalLM.from_pretrained(stored, dtype=torch.float32).eval()
     expected = []
     for p in PROMPTS:
         ids = torch.tensor([p])
         expected.append(own.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NUM_NEW, min_new_tokens=NUM_NEW, do_sample=False)[0, len(p) :].tolist())
     got, _ = await greedy_concurrently(files[kind], [Prompt(token_ids=p) for p in PROMPTS], NUM_NEW, 0.0, model_impl="native")
     assert got == expected
-    assert not (resolve_model(str(files[kind]))[1] / "shipped.safetensors").exists()  # served dense, converted once
+    assert not (stored / "shipped.safetensors").exists()  # served dense, converted once
 
 
 def test_a_gguf_of_another_architecture_is_refused_in_one_line(tmp_path: Path) -> None:

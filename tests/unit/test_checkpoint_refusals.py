@@ -1,7 +1,8 @@
 """Checkpoints no model path serves right are refused at start in one line, exit 2
 (runtime/checkpoints.py): quantized weights (FP8 as Qwen3-FP8 ships it, GPTQ, AWQ), attention
-sinks (gpt-oss), logit softcapping (Gemma 2) and a sliding window shorter than the context
-(Mistral with a window, Gemma 3); a window is served once `--max-model-len` fits in it. The
+sinks (gpt-oss), logit softcapping (Gemma 2), a rotary that changes with the length past
+where it changes (Phi-3's longrope, dynamic NTK) and a sliding window shorter than the
+context (Mistral with a window, Gemma 3); a window is served once `--max-model-len` fits in it. The
 configs are the ones transformers itself writes for each family; the command-line cases run
 the real CLI in a subprocess, which must not import torch (nothing was loaded).
 """
@@ -17,6 +18,7 @@ import pytest
 from runtime.checkpoints import checkpoint_error, hub_id_error
 from tests.support.cli import assert_one_line_usage_error, run_cli
 
+LONGROPE = {"type": "longrope", "short_factor": [1.0] * 48, "long_factor": [4.0] * 48}
 FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
 
 
@@ -28,7 +30,7 @@ def config_dir(root: Path, name: str, config: Any, **extra: Any) -> Path:
 
 
 def test_each_kind_is_named(tmp_path: Path) -> None:
-    from transformers import Gemma2Config, Gemma3TextConfig, GptOssConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+    from transformers import Gemma2Config, Gemma3TextConfig, GptOssConfig, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
 
     refused = {
         "qwen3-fp8": (Qwen3Config(), {"quantization_config": FP8}, "quant_method 'fp8'"),
@@ -38,6 +40,8 @@ def test_each_kind_is_named(tmp_path: Path) -> None:
         "gemma2": (Gemma2Config(), {}, "attn_logit_softcapping 50.0"),
         "mistral-window": (MistralConfig(sliding_window=8), {}, "a 8-token window"),
         "gemma3": (Gemma3TextConfig(), {}, "a 4096-token window"),
+        # Phi-3-mini-128k's rotary: the long factors past 4,096 positions (its window off here)
+        "phi3-longrope": (Phi3Config(max_position_embeddings=131072, original_max_position_embeddings=4096, sliding_window=None, rope_scaling=LONGROPE), {}, "rope_type 'longrope'"),
     }
     for name, (config, extra, why) in refused.items():
         error = checkpoint_error(str(config_dir(tmp_path, name, config, **extra)))
@@ -47,6 +51,14 @@ def test_each_kind_is_named(tmp_path: Path) -> None:
         assert checkpoint_error(str(config_dir(tmp_path, name, config))) is None, name
     window = str(tmp_path / "mistral-window")
     assert checkpoint_error(window, max_model_len=8) is None and "--max-model-len 8 or less" in (checkpoint_error(window, max_model_len=9) or "")
+    longrope = str(tmp_path / "phi3-longrope")
+    assert checkpoint_error(longrope, max_model_len=4096) is None and "--max-model-len 4096 or less" in (checkpoint_error(longrope) or "")
+    # dynamic NTK rescales only past the model's own positions: a longer --max-model-len is refused
+    dynamic = str(config_dir(tmp_path, "llama-dynamic", LlamaConfig(rope_scaling={"rope_type": "dynamic", "factor": 2.0})))
+    assert checkpoint_error(dynamic) is None and "rope_type 'dynamic'" in (checkpoint_error(dynamic, max_model_len=4096) or "")
+    # a rope that holds one table for every length is served
+    yarn = config_dir(tmp_path, "qwen3-yarn", Qwen3Config(rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}))
+    assert checkpoint_error(str(yarn)) is None
 
 
 @pytest.mark.parametrize("case", ["fp8", "window", "hub"])
