@@ -222,11 +222,14 @@ def _convert_gguf(gguf_dir: Path, gguf_file: str, out: Path) -> None:
     loaded = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=torch.float32)
     config = loaded.config
     # A model loaded from GGUF refuses save_pretrained (it is marked quantized). The weights are
-    # already dequantized, so copy them into a plain model built from the same config.
+    # already dequantized, so they move into a plain model built from the same config (its
+    # tensors assigned, not copied: one copy in memory).
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(loaded.state_dict(), strict=True)
+    with torch.device("meta"):
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict(), strict=True, assign=True)
+    plain.tie_weights()
     plain.generation_config = loaded.generation_config
     plain.save_pretrained(out)
     tokenizer.save_pretrained(out)
