@@ -234,19 +234,57 @@ def stored_names(arrays: dict[str, Any]) -> list[str]:
     return sorted({key.rsplit(".", 2)[0] for key in arrays})
 
 
-def write_shipped(gguf_path: Path, out_dir: Path) -> None:
-    """`shipped.safetensors` in `out_dir`, whose `model.safetensors` (float32, transformers'
-    dequantization of the same file) every stored tensor must reproduce exactly."""
+def parameter_count(gguf_path: Path) -> int:
+    """How many weights the file holds, from its header."""
+    import math
+
+    _, infos, _ = _header(_mapped(gguf_path), gguf_path.name)
+    return sum(math.prod(shape) for _, shape, _, _ in infos)
+
+
+def _dense_tensors(path: Path) -> dict[str, Any]:
+    """A safetensors file's F32 tensors, and its BF16 ones as their uint16 bits (numpy has no
+    bf16), read from its header and mapped buffer."""
     import numpy as np
-    from safetensors import safe_open
+
+    raw = _mapped(path)
+    size = int.from_bytes(raw[:8], "little")
+    out = {}
+    for name, info in json.loads(bytes(raw[8 : 8 + size])).items():
+        if name == "__metadata__" or info["dtype"] not in ("F32", "BF16"):
+            continue
+        kind = np.dtype(np.float32 if info["dtype"] == "F32" else np.uint16)
+        start, end = info["data_offsets"]
+        out[name] = np.frombuffer(raw, dtype=kind, count=(end - start) // kind.itemsize, offset=8 + size + start).reshape(info["shape"])
+    return out
+
+
+def _reproduces(values: Any, stored: Any) -> bool:
+    """The store holds the blocks' values: exactly in float32, rounded to the nearest bf16 (ties
+    to even) in bf16; as numbers (a zero may be stored as -0)."""
+    import numpy as np
+
+    if stored.dtype == np.float32:
+        return bool(np.array_equal(values, stored))
+    bits = values.astype(np.float32).view(np.uint32)
+    nearest = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return bool(np.array_equal(nearest.view(np.float32), (stored.astype(np.uint32) << 16).view(np.float32)))
+
+
+def write_shipped(gguf_path: Path, out_dir: Path) -> None:
+    """`shipped.safetensors` in `out_dir`, whose `model.safetensors` (transformers'
+    dequantization of the same file, float32 or bf16) every stored tensor must reproduce
+    (`_reproduces`). The served rows read the blocks (and their own bf16 rounding for wide
+    calls, actors/runners/native/rowwise.py), not this dense copy."""
+    import numpy as np
     from safetensors.numpy import save_file
 
     arrays = read_blocks(gguf_path)
     types = {}
-    with safe_open(str(out_dir / "model.safetensors"), framework="numpy") as dense:
-        for name in stored_names(arrays):
-            if not np.array_equal(dequantize(arrays, name), dense.get_tensor(name)):
-                raise ValueError(f"{gguf_path.name}: {name} does not dequantize to the converted weights")
-            types[name] = "q4_1" if f"{name}.q4_1.qs" in arrays else "q8_0"
+    dense = _dense_tensors(out_dir / "model.safetensors")
+    for name in stored_names(arrays):
+        if name not in dense or not _reproduces(dequantize(arrays, name), dense[name]):
+            raise ValueError(f"{gguf_path.name}: {name} does not dequantize to the converted weights")
+        types[name] = "q4_1" if f"{name}.q4_1.qs" in arrays else "q8_0"
     metadata = {"format": FORMAT, "source": gguf_path.name, "types": json.dumps(types)}
     save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(out_dir / SHIPPED_FILE), metadata=metadata)

@@ -199,7 +199,7 @@ def _ensure_converted(gguf_path: Path, target: Path) -> Path:
     # that looks complete.
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
-        _convert_gguf(gguf_path.parent, gguf_path.name, tmp)
+        _convert_gguf(gguf_path.parent, gguf_path.name, tmp, store_dtype(gguf_blocks.parameter_count(gguf_path)))
         if blocks:
             gguf_blocks.write_shipped(gguf_path, tmp)  # checked against the dense weights
         if target.exists():
@@ -211,15 +211,27 @@ def _ensure_converted(gguf_path: Path, target: Path) -> Path:
     return target
 
 
-def _convert_gguf(gguf_dir: Path, gguf_file: str, out: Path) -> None:
+# A store entry keeps the dense weights in float32 while they take at most this share of the
+# host's memory, else in bf16 (converting holds them once: an 8B file would need 32 GB in
+# float32). The file's blocks are kept and served as shipped either way.
+FLOAT32_SHARE = 0.25
+
+
+def store_dtype(parameters: int) -> str:
+    from runtime.kv_budget import host_memory
+
+    return "float32" if 4 * parameters <= FLOAT32_SHARE * host_memory().total else "bfloat16"
+
+
+def _convert_gguf(gguf_dir: Path, gguf_file: str, out: Path, dtype: str = "float32") -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     # transformers dequantizes GGUF tensors with a tqdm progress bar ("Converting and
     # de-quantizing GGUF tensors"), which is the progress shown on first start.
-    print(f"switchyard: converting {gguf_file} into {out.parent} (once)", flush=True)
+    print(f"switchyard: converting {gguf_file} into {out.parent} ({dtype}, once)", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=torch.float32)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=getattr(torch, dtype))
     config = loaded.config
     # A model loaded from GGUF refuses save_pretrained (it is marked quantized). The weights are
     # already dequantized, so they move into a plain model built from the same config (its
@@ -227,7 +239,7 @@ def _convert_gguf(gguf_dir: Path, gguf_file: str, out: Path) -> None:
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     with torch.device("meta"):
-        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     plain.load_state_dict(loaded.state_dict(), strict=True, assign=True)
     plain.tie_weights()
     plain.generation_config = loaded.generation_config

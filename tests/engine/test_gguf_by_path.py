@@ -8,7 +8,8 @@ model's greedy tokens exactly; q8_0 and Q4_0 keep their blocks as shipped (Q4_0 
 blocks of the same weights, checked against the dense conversion at conversion) and the
 default bf16 serving of those blocks stays within a stated KL of transformers' own float32
 loading of the file; a K-quant file (Q4_K) is served dense, converted once, with the
-greedy tokens of transformers' own loading of them. A GGUF of an architecture not served is refused in one line.
+greedy tokens of transformers' own loading of them; a file too big for a float32 store is
+kept in bf16 and served the same bits as from a float32 store. A GGUF of an architecture not served is refused in one line.
 """
 
 from __future__ import annotations
@@ -88,6 +89,34 @@ def test_blocks_are_served_as_shipped_within_the_bound(files: dict[str, Path], k
         worst = max(worst, float(kl.max()))
     print(f"{kind}: {info.impl}, KL per position at most {worst:.2g} nats")
     assert worst <= KL_BOUND
+
+
+def _served(stored: Path, prompt: list[int]) -> torch.Tensor:
+    from actors.runners.torch_runner import TorchRunner
+
+    runner = TorchRunner(stored, device="cpu", compile=False, num_kv_blocks=16, block_size=16)
+    runner.load()
+    with torch.inference_mode():
+        step, positions = runner.model.build_step([(0, len(prompt))], [[0, 1]], 16, runner.k_cache, runner.v_cache)
+        logits = runner.model.forward(torch.tensor(prompt), positions, step, torch.arange(len(prompt)), runner.k_cache, runner.v_cache)
+    return torch.log_softmax(logits.float(), -1)
+
+
+def test_a_file_too_big_for_a_float32_store_is_kept_in_bf16(files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import shutil
+
+    from runtime import model_store
+
+    prompt = PROMPTS[1] + PROMPTS[0] + PROMPTS[1]  # 24 rows: the wide calls' dense copy serves them
+    whole = _served(resolve_model(str(files["q4_0"]))[1], prompt)
+    monkeypatch.setattr(model_store, "FLOAT32_SHARE", 0.0)  # as an 8B file would be on this machine
+    stored = resolve_model(str(shutil.copy(files["q4_0"], tmp_path / "big-q4_0.gguf")))[1]
+    raw = (stored / "model.safetensors").read_bytes()
+    header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
+    assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {"BF16"} and (stored / "shipped.safetensors").is_file()
+    # the matrices are the file's blocks either way, the embedding rows the same bf16 rounding
+    assert torch.equal(_served(stored, prompt), whole)
 
 
 @pytest.mark.parametrize("kind", ["q4_k"])
