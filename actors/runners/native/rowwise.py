@@ -46,18 +46,15 @@ def pack_weights(weights: ModelWeights, model_dir: Path, tied: bool, blocks: boo
             d = torch.cat([shipped_blocks[f"{n}.q4_1.d"] for n in names])
             m = torch.cat([shipped_blocks[f"{n}.q4_1.m"] for n in names])
             packed, kind = ops.pack_q4_1(q, d, m, bias), "q4_1"
-            values = (lambda: _per_block(d) * q.float() + _per_block(m)) if keep_dense else None
+            if keep_dense:  # wide calls: the blocks' own values (d q + m in float32), bf16 as the kernel rounds them
+                packed.dense = ops.pack_dense(_per_block(d) * q.float() + _per_block(m), bias)
         elif kinds == {"q8_0"} and len(names) == 1:
             q8, d = shipped_blocks[f"{names[0]}.q8_0.qs"], shipped_blocks[f"{names[0]}.q8_0.d"]
             packed, kind = ops.pack_q8_0(q8, d, bias), "q8_0"
-            values = (lambda: _per_block(d) * q8.float()) if keep_dense else None
+            if keep_dense:
+                packed.dense = ops.pack_dense(_per_block(d) * q8.float(), bias)
         else:
-            packed, kind, values = ops.pack_dense(dense, bias), "dense", None
-        if values is not None:
-            # The blocks' own values in float32 (d q + m, one rounding), rounded to bf16 by
-            # pack_dense as the kernel rounds them on the fly: a wide call's row gets the same
-            # bits as a narrow call's, whatever the store's dense copy holds.
-            packed.dense = ops.pack_dense(values(), bias)
+            packed, kind = ops.pack_dense(dense, bias), "dense"
         served[kind] += 1
         setattr(holder, attr, ops.as_swiglu(packed) if attr == "gate_up" and packed.n % 32 == 0 else packed)
 

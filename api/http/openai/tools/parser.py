@@ -49,7 +49,26 @@ _HERMES_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"argu
 _NAMED_HEAD = re.compile(r'\s+name\s*=\s*"([^"]*)"\s*$')
 
 
-class ToolCallParser:
+class StepParser:
+    """What every output parser shares: text fed in pieces is appended to `_buf` (`_fed` counts
+    it) and read by `_step` until it can go no further; each subclass's `_step` says how."""
+
+    _buf: str
+    _fed: int
+
+    def feed(self, text: str) -> list[Event]:
+        self._buf += text
+        self._fed += len(text)
+        events: list[Event] = []
+        while self._step(events):
+            pass
+        return events
+
+    def _step(self, events: list[Event]) -> bool:
+        raise NotImplementedError
+
+
+class ToolCallParser(StepParser):
     """Splits streamed output into text and tool calls, holding back only what might still
     turn out to be the start of a call (a partial `<tool_call`) or the end of one.
 
@@ -87,13 +106,6 @@ class ToolCallParser:
             "hermes": self._in_hermes, "args": self._args, "tail": self._in_tail,
         }
 
-    def feed(self, text: str) -> list[Event]:
-        self._buf += text
-        self._fed += len(text)
-        events: list[Event] = []
-        while self._step(events):
-            pass
-        return events
 
     def finish(self) -> list[Event]:
         """Flush at the end of output; a call cut off (e.g. by max tokens) stays incomplete."""

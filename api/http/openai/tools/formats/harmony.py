@@ -21,7 +21,7 @@ from typing import Any
 
 from api.http.openai.tools.formats.base import ToolFormat, arguments_text, inline_schema, tool_parameters
 from api.http.openai.tools.formats.render import render_for_template
-from api.http.openai.tools.parser import Event, ToolCall
+from api.http.openai.tools.parser import Event, StepParser, ToolCall
 from api.http.openai.tools.spec import ToolSet
 from runtime.sampling import Guide
 
@@ -56,7 +56,7 @@ class Harmony(ToolFormat):
         return Guide(kind="lark", definition="\n".join([f"start: ({analysis})? swy_call", *rules]) + "\n", param="tools")
 
 
-class HarmonyParser:
+class HarmonyParser(StepParser):
     def __init__(self, toolset: ToolSet | None, prefix: str, new_id: Any) -> None:
         self.toolset = toolset
         self.calls: list[ToolCall] = []
@@ -67,14 +67,6 @@ class HarmonyParser:
         self._fed = 0
         self._header: str | None = ""  # the message header being read; None while in its content
         self._channel, self._recipient = "", ""
-
-    def feed(self, text: str) -> list[Event]:
-        self._buf += text
-        self._fed += len(text)
-        events: list[Event] = []
-        while self._step(events):
-            pass
-        return events
 
     def finish(self) -> list[Event]:
         events = self.feed("")

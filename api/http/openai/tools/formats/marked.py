@@ -17,13 +17,13 @@ from dataclasses import replace
 from typing import Any
 
 from api.http.openai.tools.formats.base import arguments_text
-from api.http.openai.tools.parser import Event, ToolCall
+from api.http.openai.tools.parser import Event, StepParser, ToolCall
 from api.http.openai.tools.spec import ToolSet
 
 Read = Callable[[str], list[tuple[str, Any]] | None]
 
 
-class MarkedParser:
+class MarkedParser(StepParser):
     def __init__(
         self, toolset: ToolSet | None, prefix: str, new_id: Callable[[], str], read: Read, opens: tuple[str, ...] = (), leads: tuple[str, ...] = (),
         closes: str | None = None,
@@ -38,14 +38,6 @@ class MarkedParser:
         self._in_calls = False
         self._marker = ""  # the opening that started the calls (given back with them if they are text)
         self._started = bool(prefix.strip())  # past the output's start: leads no longer count
-
-    def feed(self, text: str) -> list[Event]:
-        self._buf += text
-        self._fed += len(text)
-        events: list[Event] = []
-        while self._step(events):
-            pass
-        return events
 
     def finish(self) -> list[Event]:
         events = self.feed("")
