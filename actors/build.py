@@ -73,11 +73,11 @@ def _draft_model(config: RuntimeConfig) -> Path | None:
     have been converted since)."""
     if config.drafter() != "draft":
         return None
-    from actors.runners.native.config import SUPPORTED
+    from actors.runners.native.families import ARCHITECTURES
     from runtime.draft_models import draft_error
     from runtime.model_store import resolve_model
 
-    error = draft_error(config, SUPPORTED)
+    error = draft_error(config, ARCHITECTURES)
     if error:
         raise ValueError(error)
     return resolve_model(config.draft_model)[1]

@@ -31,6 +31,7 @@ import torch
 from actors.runners import paged_attention
 from actors.runners.kv_alloc import lazy_zeros
 from actors.runners.native import config as native_config
+from actors.runners.native import families
 from actors.runners.native.path import NativePath
 from runtime.logging import get_logger
 from runtime.messages import DRAFT_TOKEN, ScheduledSeq
@@ -60,7 +61,7 @@ class DraftModel:
     def load(self, dtype: torch.dtype, device: torch.device, num_slots: int, block_size: int, vocab_size: int, max_len: int) -> None:
         """The weights, and a cache of `num_slots` slots (the target's) shaped for this model."""
         hf = native_config.load_hf_config(self.model_dir)
-        unsupported = native_config.check(hf)
+        unsupported = families.check(hf)
         if unsupported is not None:
             raise ValueError(f"--draft-model {self.model_dir}: the native path cannot run it ({unsupported})")
         started = time.perf_counter()

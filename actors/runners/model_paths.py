@@ -18,7 +18,7 @@ import torch
 from actors.runners import attention_check, paged_attention
 from actors.runners.invariant import module_fixed_block_linear
 from actors.runners.native import config as native_config
-from actors.runners.native import shipped
+from actors.runners.native import families, shipped
 from actors.runners.native.path import NativePath
 from actors.runners.vision.families import family_of
 from actors.runners.vision.path import VisionPath
@@ -149,7 +149,7 @@ def choose(
     reason = "forced by --model-impl transformers"
     if model_impl != "transformers":
         hf = native_config.load_hf_config(model_dir)
-        unsupported = native_config.check(hf, max_len)
+        unsupported = families.check(hf, max_len)
         if unsupported is None:
             scheme, dense_because = served_quantization(quantization, model_dir, dtype_explicit, device, batch_invariant)
             path: ModelPath = NativePath(

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 import trio
 
-from actors.runners.native.config import SUPPORTED as NATIVE_ARCHITECTURES
+from actors.runners.native.families import ARCHITECTURES as NATIVE_ARCHITECTURES
 from api.cluster.cli import serve_ray
 from api.http.platform import config as platform_config
 from api.process.config_file import model_configs, read_config_file

@@ -14,7 +14,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from actors.runners.native.config import check, load_hf_config
+from actors.runners.native.config import load_hf_config
+from actors.runners.native.families import check
 from actors.runners.torch_runner import TorchRunner
 from tests.support.device import on_gpu, suite_device
 from tests.support.equivalence import SHAPES, make_prompts, reference, run_engine

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.runners.native.config import SUPPORTED
+from actors.runners.native.families import ARCHITECTURES as SUPPORTED
 from runtime.config import RuntimeConfig
 from runtime.draft_models import draft_error
 from tests.support.cli import assert_one_line_usage_error, run_cli

@@ -28,10 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from actors.runners.native.attention import write_kv
-from actors.runners.native.llama import rms_norm
 from actors.runners.paged_attention import cache_rows, grouped_decode_attention, padding_bias, table_slots
 from runtime.logging import get_logger
 
@@ -104,15 +102,7 @@ def decode_step(
     write_rows = cache_rows(write_slots, kv_heads, num_slots)  # [KVH * B], head-major as the cache
     read_rows = cache_rows(table_slots(tables, block_size, length).reshape(-1), kv_heads, num_slots)  # [KVH * B * L]
     bias = padding_bias(lens, length)
-    h = F.embedding(input_ids, model.w.embed)
-    cos = model.cos[positions][:, None, :]
-    sin = model.sin[positions][:, None, :]
-    for i, layer in enumerate(model.w.layers):
-        q, k, v = model.pre_attention(h, layer, cos, sin)
-        o = attend_gathered(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, bias, model.scale)
-        h = model.post_attention(h, o, layer)
-    h = rms_norm(h, model.w.final_norm, model.cfg.rms_norm_eps)
-    return model.linear(h, model.w.lm_head, None)
+    return model.step(input_ids, positions, lambda i, q, k, v: attend_gathered(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, bias, model.scale))
 
 
 def attend_gathered(

@@ -1,8 +1,8 @@
 """Compiled graphs of the native model's whole step: one decode row, several, several beside
 one prompt chunk, or one sequence fed a few tokens.
 
-Owns: `DecodeGraph`, each such step (embedding, every layer with its paged attention, final
-norm, lm_head) as one `torch.compile(fullgraph=True)` graph, compiled on a background thread
+Owns: `DecodeGraph`, each such step (the family's one forward, `Model.step`, with the
+attention of graph_steps.py) as one `torch.compile(fullgraph=True)` graph, compiled on a background thread
 while the eager step serves and swapped in when ready; and where inductor keeps its on-disk
 cache (`use_disk_cache`), so a restart loads the graphs instead of compiling them again. What
 each graph computes and which steps it takes: graph_steps.py.
@@ -41,7 +41,6 @@ from actors.runners.native.graph_steps import (
     mixed_classes,
     width_classes,
 )
-from actors.runners.native.llama import rms_norm
 from runtime.logging import get_logger
 from runtime.memory import refreeze_heap
 
@@ -115,21 +114,6 @@ class DecodeGraph:
         """`method` bound to this graph, with a code object of its own, compiled whole."""
         return torch.compile(types.MethodType(_own_code(method), self), fullgraph=True, options={**OPTIONS, "guard_filter_fn": _skip_weight_guards})
 
-    def _whole_step(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Callable[..., torch.Tensor], keep: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Embedding, every layer (its attention `attend(layer index, q, k, v)`), final norm and
-        lm_head (of the rows `keep`, when given)."""
-        model = self.model
-        h = torch.nn.functional.embedding(input_ids, model.w.embed)
-        cos = model.cos[positions][:, None, :]
-        sin = model.sin[positions][:, None, :]
-        for i, layer in enumerate(model.w.layers):
-            q, k, v = model.pre_attention(h, layer, cos, sin)
-            h = model.post_attention(h, attend(i, q, k, v), layer)
-        h = rms_norm(h if keep is None else h[keep], model.w.final_norm, model.cfg.rms_norm_eps)
-        return model.linear(h, model.w.lm_head, None)
-
     # The one-row graph. The attention is traced into the graph, not hidden in an opaque custom
     # op: the op's Python dispatch cost ~100 us a layer and left the graph 1.02x the eager step.
     # The context length reaches the graph only as the size of the gather's row index, marked
@@ -142,7 +126,7 @@ class DecodeGraph:
         k_cache: list[torch.Tensor], v_cache: list[torch.Tensor],
     ) -> torch.Tensor:  # fmt: skip
         scale = self.model.scale
-        return self._whole_step(input_ids, positions, lambda i, q, k, v: attend_one(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, scale))
+        return self.model.step(input_ids, positions, lambda i, q, k, v: attend_one(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, scale))
 
     # Several decode rows: the same step with the eager step's grouped decode attention and the
     # row count dynamic too, 1.4-1.9x the eager step on the shipped Q4_1 weights at every width
@@ -155,7 +139,7 @@ class DecodeGraph:
         keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor],
     ) -> torch.Tensor:  # fmt: skip
         scale = self.model.scale
-        return self._whole_step(
+        return self.model.step(
             input_ids, positions, lambda i, q, k, v: attend_rows(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, bias, scale), keep
         )
 
@@ -171,7 +155,7 @@ class DecodeGraph:
         k_cache: list[torch.Tensor], v_cache: list[torch.Tensor],
     ) -> torch.Tensor:  # fmt: skip
         scale = self.model.scale
-        return self._whole_step(
+        return self.model.step(
             input_ids, positions,
             lambda i, q, k, v: attend_mixed(q, k, v, k_cache[i], v_cache[i], write_rows, decode_idx, read_rows, bias, chunk_idx, ctx_rows, mask, scale), keep,
         )  # fmt: skip
@@ -184,7 +168,7 @@ class DecodeGraph:
         k_cache: list[torch.Tensor], v_cache: list[torch.Tensor],
     ) -> torch.Tensor:  # fmt: skip
         scale = self.model.scale
-        return self._whole_step(input_ids, positions, lambda i, q, k, v: attend_few(q, k, v, k_cache[i], v_cache[i], write_rows, ctx_rows, mask, scale))
+        return self.model.step(input_ids, positions, lambda i, q, k, v: attend_few(q, k, v, k_cache[i], v_cache[i], write_rows, ctx_rows, mask, scale))
 
     def few(self, input_ids: torch.Tensor, positions: torch.Tensor, step: Any, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]) -> torch.Tensor:
         """Logits `[T, V]` of every fed token of a step `applies_few` accepts (once `few_ready`)."""

@@ -1,8 +1,10 @@
-"""The Llama-family decoder, written for our packed, paged steps (Llama, Mistral, Qwen2, Qwen3).
+"""The Llama family (Llama, Mistral, Qwen2, Qwen3), as families.py registers it.
 
-Owns: the forward pass over a packed step: token embedding, per layer RMSNorm → fused qkv
-(optional biases, optional Qwen3 per-head q/k RMSNorm) → rotary → paged attention → o_proj →
-RMSNorm → fused gate/up → SwiGLU → down, then the final norm and lm_head on the kept rows only.
+Owns: what of a config it cannot run (`refusal`), its checkpoint's names for a layer
+(`layer_weights`), and its forward (`Model.step`, the one every step runs: eager, compiled,
+CUDA graphs, differing only in the attention they pass): token embedding, per layer RMSNorm →
+fused qkv (optional biases, optional Qwen3 per-head q/k RMSNorm) → rotary → attention → o_proj
+→ RMSNorm → fused gate/up → SwiGLU → down, then the final norm and lm_head on the kept rows.
 
 Plain functions over plain tensors (no nn.Module tree, no hooks): the whole step is a few
 hundred aten calls, against ~6,200 for transformers' modules. Numerics follow transformers
@@ -12,12 +14,28 @@ cast to the activations' dtype), so float32 greedy output matches `generate` tok
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
 from actors.runners.native.attention import NativeStep, attend
 from actors.runners.native.config import NativeConfig, rope_parameters
-from actors.runners.native.loader import LayerWeights, ModelWeights
+from actors.runners.native.loader import LayerWeights, ModelWeights, Take
+
+ROWWISE = True  # the row-invariant CPU kernels (rowwise.py) compute this family's forward
+# A layer's attention as a step runs it: (layer index, q [T, H, d], k and v [T, KVH, d]) → [T, H, d].
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def refusal(hf: Any) -> str | None:
+    """What of this config the family's forward does not compute (None: it runs it exactly)."""
+    if getattr(hf, "hidden_act", "silu") != "silu":
+        return f"hidden_act {hf.hidden_act!r} (native: silu)"
+    if getattr(hf, "mlp_bias", False):
+        return "mlp_bias"
+    return None
 
 
 def rope_tables(cfg: NativeConfig, length: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,31 +91,24 @@ class LlamaModel:
         k_cache: list[torch.Tensor],
         v_cache: list[torch.Tensor],
     ) -> torch.Tensor:
-        """input_ids, positions `[T]` → logits `[len(keep), V]` for the packed step's rows `keep`."""
+        """The eager step: input_ids, positions `[T]` → logits `[len(keep), V]` for the packed
+        step's rows `keep`, its attention over the paged cache (attention.py)."""
+        return self.step(input_ids, positions, lambda i, q, k, v: attend(q, k, v, k_cache[i], v_cache[i], step, self.scale), keep)
+
+    def step(self, input_ids: torch.Tensor, positions: torch.Tensor, attention: Attend, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """The forward: embedding, every layer with `attention`, the final norm and lm_head of the
+        rows `keep` (every row when None). The compiled graphs (decode_graph.py) and the CUDA
+        graphs (cuda_graphs.py) trace this same function with attentions of their own."""
         h = F.embedding(input_ids, self.w.embed)
         cos = self.cos[positions][:, None, :]  # [T, 1, d]
         sin = self.sin[positions][:, None, :]
         for i, layer in enumerate(self.w.layers):
-            h = self._layer(h, layer, cos, sin, step, k_cache[i], v_cache[i])
-        h = rms_norm(h[keep], self.w.final_norm, self.cfg.rms_norm_eps)
+            q, k, v = self.pre_attention(h, layer, cos, sin)
+            h = self.post_attention(h, attention(i, q, k, v), layer)
+        h = rms_norm(h if keep is None else h[keep], self.w.final_norm, self.cfg.rms_norm_eps)
         return self.linear(h, self.w.lm_head, None)
 
-    def _layer(
-        self,
-        h: torch.Tensor,
-        w: LayerWeights,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        step: NativeStep,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-    ) -> torch.Tensor:
-        q, k, v = self.pre_attention(h, w, cos, sin)
-        o = attend(q, k, v, k_cache, v_cache, step, self.scale)
-        return self.post_attention(h, o, w)
-
-    # The dense parts of a layer, on either side of the paged attention (also traced into the
-    # one-row decode graph, native/decode_graph.py).
+    # The dense parts of a layer, on either side of its attention.
 
     def pre_attention(
         self, h: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.Tensor
@@ -125,3 +136,34 @@ class LlamaModel:
 
 def _plain_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return F.linear(x, weight, bias)
+
+
+Model = LlamaModel
+
+
+def layer_weights(take: Take, i: int) -> LayerWeights:
+    """Layer `i` of a transformers Llama-family checkpoint, fused as `Model` runs it."""
+    p = f"layers.{i}."
+    q, k, v = (take(p + f"self_attn.{n}_proj.weight") for n in "qkv")
+    biases = [take(p + f"self_attn.{n}_proj.bias", required=False) for n in "qkv"]
+    return LayerWeights(
+        input_norm=take(p + "input_layernorm.weight"),
+        qkv=torch.cat([q, k, v]),
+        qkv_bias=_fused_bias(biases, i),
+        q_norm=take(p + "self_attn.q_norm.weight", required=False),
+        k_norm=take(p + "self_attn.k_norm.weight", required=False),
+        o_proj=take(p + "self_attn.o_proj.weight"),
+        o_bias=take(p + "self_attn.o_proj.bias", required=False),
+        post_norm=take(p + "post_attention_layernorm.weight"),
+        gate_up=torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]),
+        down=take(p + "mlp.down_proj.weight"),
+    )
+
+
+def _fused_bias(biases: list[torch.Tensor | None], layer: int) -> torch.Tensor | None:
+    present = [b is not None for b in biases]
+    if not any(present):
+        return None
+    if not all(present):
+        raise ValueError(f"layer {layer}: q/k/v biases must be all present or all absent, found {present}")
+    return torch.cat(biases)

@@ -1,14 +1,16 @@
 """Hugging Face safetensors → the native model's fused weights.
 
 Owns: reading a checkpoint's tensors (one file or an index of shards), casting them to the
-serving dtype, and mapping transformers' names onto the fused layout the native model runs:
-q/k/v as one `[(H + 2 KVH) * d, D]` matrix (and bias), gate/up as one `[2 I, D]` matrix, the
-lm_head tied to the embedding when the checkpoint says so or ships none.
+serving dtype, and the fused layout the native model runs (`LayerWeights`: q/k/v as one
+`[(H + 2 KVH) * d, D]` matrix and bias, gate/up as one `[2 I, D]` matrix), the embedding,
+final norm and lm_head (tied to the embedding when the checkpoint says so or ships none).
+Each layer's names are its family's (`layer_weights` in the family module, families.py).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +63,15 @@ def read_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def load_weights(model_dir: Path, cfg: NativeConfig, dtype: torch.dtype, device: torch.device) -> ModelWeights:
+# A family's reading of one layer: `take(name, required=True)` pops a tensor by its name under
+# the checkpoint's prefix, cast and on the device (None when absent and not required).
+Take = Callable[..., torch.Tensor | None]
+
+
+def load_weights(
+    model_dir: Path, cfg: NativeConfig, dtype: torch.dtype, device: torch.device, layer_weights: Callable[[Take, int], LayerWeights]
+) -> ModelWeights:  # fmt: skip
+    """The checkpoint's weights, each layer read by its family's `layer_weights`."""
     raw = read_tensors(model_dir)
     prefix = "model." if "model.embed_tokens.weight" in raw else ""
 
@@ -73,37 +83,10 @@ def load_weights(model_dir: Path, cfg: NativeConfig, dtype: torch.dtype, device:
             return None
         return tensor.to(device=device, dtype=dtype).contiguous()
 
-    layers = [_layer(take, i) for i in range(cfg.num_layers)]
+    layers = [layer_weights(take, i) for i in range(cfg.num_layers)]
     embed = take("embed_tokens.weight")
     final_norm = take("norm.weight")
     head = raw.pop("lm_head.weight", None)
     lm_head = embed if cfg.tie_word_embeddings or head is None else head.to(device=device, dtype=dtype).contiguous()
     assert embed is not None and final_norm is not None and lm_head is not None
     return ModelWeights(embed=embed, layers=layers, final_norm=final_norm, lm_head=lm_head)
-
-
-def _layer(take, i: int) -> LayerWeights:
-    p = f"layers.{i}."
-    q, k, v = (take(p + f"self_attn.{n}_proj.weight") for n in "qkv")
-    biases = [take(p + f"self_attn.{n}_proj.bias", required=False) for n in "qkv"]
-    return LayerWeights(
-        input_norm=take(p + "input_layernorm.weight"),
-        qkv=torch.cat([q, k, v]),
-        qkv_bias=_fused_bias(biases, i),
-        q_norm=take(p + "self_attn.q_norm.weight", required=False),
-        k_norm=take(p + "self_attn.k_norm.weight", required=False),
-        o_proj=take(p + "self_attn.o_proj.weight"),
-        o_bias=take(p + "self_attn.o_proj.bias", required=False),
-        post_norm=take(p + "post_attention_layernorm.weight"),
-        gate_up=torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]),
-        down=take(p + "mlp.down_proj.weight"),
-    )
-
-
-def _fused_bias(biases: list[torch.Tensor | None], layer: int) -> torch.Tensor | None:
-    present = [b is not None for b in biases]
-    if not any(present):
-        return None
-    if not all(present):
-        raise ValueError(f"layer {layer}: q/k/v biases must be all present or all absent, found {present}")
-    return torch.cat(biases)

@@ -1,7 +1,7 @@
 """The native model path as the runner sees it: load, step metadata, forward.
 
 Owns: `NativePath`, which reads the checkpoint (actors/runners/native/loader.py), builds the
-Llama-family model and answers the runner's `ModelPath` interface, and which step runs where.
+model of its family (families.py) and answers the runner's `ModelPath` interface, and which step runs where.
 On a CPU in bf16 with dense or shipped weights, every step runs on the row-invariant kernels
 (rowwise.py; `rowwise_applies` says when). Otherwise llama.py's model: on a GPU steps of up
 to the token budget as CUDA graphs, a row per token (cuda_graphs.py); with `--compile` decode
@@ -19,12 +19,11 @@ from typing import Any
 import torch
 
 from actors.runners.invariant import fixed_block_linear
-from actors.runners.native import attention, decode_graph, graph_steps, quant, shipped, smoothing
-from actors.runners.native.config import NativeConfig, native_config
+from actors.runners.native import attention, decode_graph, families, graph_steps, quant, shipped, smoothing
+from actors.runners.native.config import NativeConfig
 from actors.runners.native.cuda_graphs import BucketedDecode, DecodeBatch
 from actors.runners.native.kernels import ops as kernels
 from actors.runners.native.kernels.build import KernelsUnavailable, library
-from actors.runners.native.llama import LlamaModel
 from actors.runners.native.loader import load_weights
 from actors.runners.native.rowwise import RowwiseModel, pack_weights
 from runtime.logging import get_logger
@@ -35,11 +34,18 @@ log = get_logger("runner")
 _NO_POSITIONS = torch.empty(0, dtype=torch.long)  # a bucketed decode step computes its own
 
 
-def rowwise_applies(cfg: NativeConfig, device: torch.device, dtype: torch.dtype, quantization: str | None, batch_invariant: bool | None) -> bool:
-    """Whether steps run on the row-invariant kernels: on a CPU, in bf16, dense or shipped
-    weights (not int8/int4), shapes the kernels take, unless --no-batch-invariant; and the
-    kernels build here (else False by default, an error when --batch-invariant asks for them)."""
+def rowwise_applies(
+    cfg: NativeConfig, family: Any, device: torch.device, dtype: torch.dtype, quantization: str | None, batch_invariant: bool | None
+) -> bool:  # fmt: skip
+    """Whether steps run on the row-invariant kernels: a family they compute (its `ROWWISE`), on
+    a CPU, in bf16, dense or shipped weights (not int8/int4), shapes the kernels take, unless
+    --no-batch-invariant; and the kernels build here (else False by default, an error when
+    --batch-invariant asks for them)."""
     if device.type != "cpu" or dtype != torch.bfloat16 or quantization not in (None, shipped.SCHEME) or batch_invariant is False:
+        return False
+    if not getattr(family, "ROWWISE", False):
+        if batch_invariant:
+            raise ValueError(f"--batch-invariant: the row-invariant kernels do not compute the {cfg.family} family")
         return False
     try:
         shapes = kernels.unsupported(cfg.hidden_size, cfg.intermediate_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads)
@@ -73,28 +79,29 @@ class NativePath:
         max_num_seqs: int = 256,
         max_step_tokens: int = 0,
     ) -> None:
-        cfg = native_config(hf)
+        cfg = families.native_config(hf)
+        family = families.family(hf)
         self.cfg = cfg
         self.batch_invariant = batch_invariant
         self.num_layers = cfg.num_layers
         self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = cfg.head_dim
         self.max_position_embeddings = cfg.max_position_embeddings
-        weights = load_weights(model_dir, cfg, dtype, device)
+        weights = load_weights(model_dir, cfg, dtype, device, family.layer_weights)
         self.vocab_size = weights.lm_head.shape[0]
         self.bucketed: BucketedDecode | None = None
         self.decode_graph: decode_graph.DecodeGraph | None = None
-        self.rowwise = rowwise_applies(cfg, device, dtype, quantization, batch_invariant)
+        self.rowwise = rowwise_applies(cfg, family, device, dtype, quantization, batch_invariant)
         if self.rowwise:
             started = time.perf_counter()
             served = pack_weights(weights, model_dir, cfg.tie_word_embeddings, blocks=quantization == shipped.SCHEME)
-            self.model: LlamaModel | RowwiseModel = RowwiseModel(cfg, weights, max_len or cfg.max_position_embeddings)
+            self.model: Any = RowwiseModel(cfg, weights, max_len or cfg.max_position_embeddings)
             self.impl = f"native+{shipped.describe(served) if quantization == shipped.SCHEME else 'bf16'}+rowwise"
             log.info("rowwise_weights", matrices=dict(served), seconds=round(time.perf_counter() - started, 2))
             if compile:
                 log.warning("compile_skipped", reason="the row-invariant kernels run every step; --compile's graphs would change its rounding")
             return
-        self.model = LlamaModel(cfg, weights, max_len or cfg.max_position_embeddings)
+        self.model = family.Model(cfg, weights, max_len or cfg.max_position_embeddings)
         if batch_invariant:
             self.model.linear = fixed_block_linear
         if quantization:
@@ -119,7 +126,7 @@ class NativePath:
 
     def _quantize(self, weights, model_dir: Path, quantization: str) -> str:
         """Quantized linears in place of the dense ones; what is served ("int8", "q4_1", ...)."""
-        assert isinstance(self.model, LlamaModel)
+        assert not isinstance(self.model, RowwiseModel)
         bits = 4 if quantization == shipped.SCHEME else {"int8": 8, "int4": 4}[quantization]
         started = time.perf_counter()
         smooth = smoothing.prepare(self.model, model_dir, bits)
