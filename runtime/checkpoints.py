@@ -2,8 +2,9 @@
 config.json alone before anything loads, so a model that would be served silently wrong is
 refused at start in one line instead (the command line exits 2 with it).
 
-Refused: quantized weights (`quantization_config`: FP8, GPTQ, AWQ, bitsandbytes, ...: both
-paths would read the stored integers or floats as plain weights), attention sinks (gpt-oss),
+Refused: quantized weights (`quantization_config`: GPTQ, AWQ, bitsandbytes, compressed-tensors
+...: both paths would read the stored integers or floats as plain weights; FP8 in transformers'
+format is dequantized by the native path's loader and refused on the other, model_paths.py), attention sinks (gpt-oss),
 logit softcapping (Gemma 2), a rotary that changes with the length (longrope, dynamic NTK)
 past the length it changes at, and sliding-window attention past the window (Mistral v0.1,
 Gemma 2/3, Phi-3): the paged attention attends to every earlier position, which is the model
@@ -16,9 +17,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+FP8_METHOD = "fp8"  # transformers' fine-grained FP8: float8 weights with `weight_scale_inv` (Qwen3-FP8, DeepSeek)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -32,9 +35,10 @@ def hub_id_error(model: str, flag: str = "--model") -> str | None:
     )
 
 
-def checkpoint_error(model: str | None, max_model_len: int | None = None, flag: str = "--model") -> str | None:
+def checkpoint_error(model: str | None, max_model_len: int | None = None, flag: str = "--model", native: Collection[str] = ()) -> str | None:
     """Why this model directory would be served wrong, from its config.json; None when it is
-    fine (or has no config.json to read: other checks say so)."""
+    fine (or has no config.json to read: other checks say so). `native`: the architectures the
+    native path runs (actors/runners/native/families.py), the ones whose FP8 weights it serves."""
     if model is None:
         return None
     try:
@@ -42,15 +46,29 @@ def checkpoint_error(model: str | None, max_model_len: int | None = None, flag: 
     except (OSError, ValueError):
         return None
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    why = _quantized(config) or _sinks(config) or _softcap(text) or _window(text, max_model_len) or _length_rope(text, max_model_len)
+    why = _quantized(config, native) or _sinks(config) or _softcap(text) or _window(text, max_model_len) or _length_rope(text, max_model_len)
     return f"{flag} {model!r}: {why}" if why else None
 
 
-def _quantized(config: dict[str, Any]) -> str | None:
+def fp8(model: str | Path) -> bool:
+    """Whether this model directory's weights are FP8 in transformers' format."""
+    try:
+        quant = json.loads((Path(model).expanduser() / "config.json").read_text()).get("quantization_config")
+    except (OSError, ValueError):
+        return False
+    return isinstance(quant, dict) and quant.get("quant_method") == FP8_METHOD
+
+
+def _quantized(config: dict[str, Any], native: Collection[str]) -> str | None:
     quant = config.get("quantization_config")
     if not quant:
         return None
     method = quant.get("quant_method", "?") if isinstance(quant, dict) else "?"
+    if method == FP8_METHOD:  # dequantized by the native path's loader; transformers' modules on a GPU would run their own FP8 kernels
+        archs = config.get("architectures") or []
+        if len(archs) == 1 and archs[0] in native:
+            return None
+        return f"its weights are FP8 (quantization_config.quant_method 'fp8'), served on the native path only ({', '.join(sorted(native))}), not {archs}"
     return (
         f"its weights are quantized (quantization_config.quant_method {method!r}), which is not served: "
         "give the checkpoint in bf16, fp16 or fp32 (the CPU's default serves int4 blocks of those, --quantization)"

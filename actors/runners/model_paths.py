@@ -22,7 +22,8 @@ from actors.runners.native import families, shipped
 from actors.runners.native.path import NativePath
 from actors.runners.vision.families import family_of
 from actors.runners.vision.path import VisionPath
-from runtime.checkpoints import checkpoint_error
+from runtime.checkpoints import checkpoint_error, fp8
+from runtime.errors import ModelRefused
 from runtime.logging import get_logger
 
 log = get_logger("runner")
@@ -135,7 +136,7 @@ def choose(
     if model_impl not in ("auto", "native", "transformers"):
         raise ValueError(f"model_impl must be auto, native or transformers, not {model_impl!r}")
     _check_quantization(quantization, model_dir, model_impl, device, batch_invariant)
-    wrong = checkpoint_error(str(model_dir), max_len)  # the command line said so already; any other start too
+    wrong = checkpoint_error(str(model_dir), max_len, native=families.ARCHITECTURES)  # the command line said so already; any other start too
     if wrong:
         raise ValueError(wrong)
     started = time.perf_counter()
@@ -162,6 +163,8 @@ def choose(
         if model_impl == "native" or quantization not in (None, "none"):
             raise ValueError(f"{'--quantization' if quantization not in (None, 'none') else '--model-impl native'} needs the native path, which cannot run {model_dir}: {unsupported}")
         reason = unsupported
+    if fp8(model_dir):
+        raise ModelRefused(f"{model_dir}: its weights are FP8, served on the native path only, which cannot run it: {reason}")
     path = TransformersPath(model_dir, dtype, device, batch_invariant)
     log.info("model_path", impl=path.impl, model=str(model_dir), reason=reason, load_s=round(time.perf_counter() - started, 2))
     return path

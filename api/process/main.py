@@ -52,7 +52,7 @@ def load(argv: list[str] | None = None) -> Launch:
     configs = model_configs(command.config, file, not command.args.no_embeddings)
     for i, config in enumerate(configs):
         model, task, generates = config.model, config.task, config.task != "embeddings"
-        key, error = "model", model_error(model) or architecture_error(model, task) or (checkpoint_error(model, config.max_model_len) if generates else None)
+        key, error = "model", model_error(model) or architecture_error(model, task) or (checkpoint_error(model, config.max_model_len, native=NATIVE_ARCHITECTURES) if generates else None)
         if not error and generates:
             key, error = "chat_template", template_error(config.chat_template, "chat_template" if file and file.models else "--chat-template")
         if error:  # checked now: loading the other models first would take a while

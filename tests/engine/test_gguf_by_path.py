@@ -22,7 +22,7 @@ import torch
 from runtime.model_store import gguf_error, resolve_model
 from runtime.request import Prompt
 from tests.support.equivalence import NUM_NEW, greedy_concurrently, reference
-from tests.support.gguf_files import convert, requantize
+from tests.support.gguf_files import convert, quantize, requantize
 
 KL_BOUND = 1e-4  # nats a position: bf16 serving of the blocks against float32 on the same weights (2e-6 measured)
 
@@ -119,10 +119,17 @@ def test_a_file_too_big_for_a_float32_store_is_kept_in_bf16(files: dict[str, Pat
     assert torch.equal(_served(stored, prompt), whole)
 
 
-@pytest.mark.parametrize("kind", ["q4_k"])
-async def test_k_quants_are_served_as_transformers_reads_them(files: dict[str, Path], kind: str) -> None:
+@pytest.mark.parametrize("kind", ["q4_k", "Q4_K_M"])
+async def test_k_quants_are_served_as_transformers_reads_them(files: dict[str, Path], kind: str, tmp_path: Path) -> None:
+    """q4_k: random valid blocks (every CI); Q4_K_M: llama.cpp's own `llama-quantize` (Q4_K,
+    Q6_K, and Q5_0 where a row is not a multiple of 256), where ops/harness/llama_cpp.py built it."""
     from transformers import AutoModelForCausalLM
 
+    if kind not in files:
+        made = quantize(files["f16"], tmp_path / f"tiny-{kind}.gguf", kind)
+        if made is None:
+            pytest.skip("llama-quantize not built here (python -m ops.harness.llama_cpp; CI builds none)")
+        files = {**files, kind: made}
     stored = resolve_model(str(files[kind]))[1]  # transformers' dequantization of the file, as stored
     own = AutoModelForCausalLM.from_pretrained(stored, dtype=torch.float32).eval()
     expected = []

@@ -1,9 +1,10 @@
 """Hugging Face safetensors → the native model's fused weights.
 
-Owns: reading a checkpoint's tensors (one file or an index of shards), casting them to the
-serving dtype, and the fused layout the native model runs (`LayerWeights`: q/k/v as one
-`[(H + 2 KVH) * d, D]` matrix and bias, gate/up as one `[2 I, D]` matrix), the embedding,
-final norm and lm_head (tied to the embedding when the checkpoint says so or ships none).
+Owns: reading a checkpoint's tensors (one file or an index of shards; an FP8 checkpoint's
+blocks dequantized, `dequantize_fp8`), casting them to the serving dtype, and the fused layout
+the native model runs (`LayerWeights`: q/k/v as one `[(H + 2 KVH) * d, D]` matrix and bias,
+gate/up as one `[2 I, D]` matrix), the embedding, final norm and lm_head (tied to the
+embedding when the checkpoint says so or ships none).
 Each layer's names are its family's (`layer_weights` in the family module, families.py).
 """
 
@@ -60,6 +61,32 @@ def read_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for path in checkpoint_files(model_dir):
         tensors.update(load_file(str(path)))
+    return dequantize_fp8(tensors)
+
+
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def dequantize_fp8(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each float8 `X.weight` times its `X.weight_scale_inv` (a grid of blocks, as Qwen3-FP8 and
+    DeepSeek ship them, or one scale for the tensor) in float32, as transformers dequantizes an
+    FP8 checkpoint (`Fp8Dequantize`); activation scales dropped, as there. A float8 tensor with
+    no scale, or a grid that does not divide it, is an error: nothing is read as plain weights."""
+    for name in [n for n in tensors if n.endswith(".weight_scale_inv")]:
+        scales = tensors.pop(name).float()
+        weight = name.removesuffix("_scale_inv")
+        quantized = tensors[weight].float()
+        rows, cols = quantized.shape
+        grid_rows, grid_cols = scales.shape if scales.ndim == 2 else (1, 1)
+        if rows % grid_rows or cols % grid_cols:
+            raise ValueError(f"{weight}: shape {(rows, cols)} is not a whole number of its scale grid {(grid_rows, grid_cols)}")
+        blocks = quantized.reshape(grid_rows, rows // grid_rows, grid_cols, cols // grid_cols)
+        tensors[weight] = (blocks * scales.reshape(grid_rows, 1, grid_cols, 1)).reshape(rows, cols)
+    for name in [n for n in tensors if n.endswith((".activation_scale", ".input_scale"))]:
+        del tensors[name]
+    left = [n for n, t in tensors.items() if t.dtype in FP8]
+    if left:
+        raise ValueError(f"float8 tensors without a weight_scale_inv: {left[:3]}")
     return tensors
 
 
