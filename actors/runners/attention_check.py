@@ -49,13 +49,19 @@ class Unpaged(Exception):
     """The model's modules run their own attention, not the one transformers' interface names."""
 
 
-def eager_logprobs(model: Any, tokens: list[int], device: torch.device) -> torch.Tensor:
-    """The probe through the model's own eager attention (its masks, windows, scales and all)."""
+def eager_logprobs(path: Any, tokens: list[int], device: torch.device) -> torch.Tensor:
+    """The probe through the model's own eager attention (its masks, windows, scales and all):
+    the whole model, or a vision-language model's text tower and head (`path.text`), whose
+    switch leaves the vision tower's attention as it was."""
+    text = getattr(path, "text", None)
+    model = text if text is not None else path.model
     served = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
         ids = torch.tensor([tokens], dtype=torch.long, device=device)
-        return torch.log_softmax(model(input_ids=ids, use_cache=False).logits[0].float(), dim=-1)
+        if text is None:
+            return torch.log_softmax(model(input_ids=ids, use_cache=False).logits[0].float(), dim=-1)
+        return torch.log_softmax(path.lm_head(model(input_ids=ids, use_cache=False).last_hidden_state[0]).float(), dim=-1)
     finally:
         model.set_attn_implementation(served)
 
@@ -67,7 +73,7 @@ def check_attention(path: Any, k_cache: list[torch.Tensor], v_cache: list[torch.
     with torch.inference_mode():
         try:
             served = paged_logprobs(path, k_cache, v_cache, block_size, tokens)
-            own = eager_logprobs(path.model, tokens, k_cache[0].device)
+            own = eager_logprobs(path, tokens, k_cache[0].device)
         except Exception as exc:  # an architecture whose modules do not take the paged attention
             raise refused(name, exc) from exc
     worst = float((served - own).abs().max())

@@ -22,6 +22,7 @@ from actors.runners.grammar_masks import GrammarMasks, consume
 from actors.runners.kv_alloc import kv_blocks, lazy_zeros
 from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, TransformersPath, choose
+from actors.runners.vision.path import VisionPath
 from actors.runners.native.decode_graph import DecodeGraph
 from actors.runners.native.graph_steps import SCRATCH_TOKENS
 from actors.runners.native.path import NativePath
@@ -176,7 +177,7 @@ class TorchRunner:
         self.k_cache = [lazy_zeros(shape, self.dtype, self.device) for _ in range(model.num_layers)]
         self.v_cache = [lazy_zeros(shape, self.dtype, self.device) for _ in range(model.num_layers)]
         self.vocab_size = model.vocab_size
-        if isinstance(model, TransformersPath):  # its attention against the model's own, before serving
+        if isinstance(model, TransformersPath | VisionPath):  # transformers' modules: their attention against the model's own, before serving
             worst = check_attention(model, self.k_cache, self.v_cache, self.block_size, str(self.model_dir))
             log.info("attention_checked", model=str(self.model_dir), max_logprob_diff=round(worst, 6))
         self.masks = GrammarMasks(self.vocab_size)

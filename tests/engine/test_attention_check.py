@@ -1,5 +1,6 @@
 """The transformers path is checked at start against the model's own eager attention
-(actors/runners/attention_check.py): models it serves right pass within the dtype's bound;
+(actors/runners/attention_check.py): models it serves right pass within the dtype's bound,
+vision-language models' text towers too;
 gpt-oss (attention sinks) is refused on the numbers; Bloom (ALiBi, its own attention, which
 never called the paged one: it was served with no context past each step) and Falcon (no
 attention interface: a KeyError at load) are refused naming why; the command line says so in
@@ -15,14 +16,15 @@ import torch
 from actors.runners.attention_check import BOUNDS, check_attention
 from actors.runners.kv_alloc import lazy_zeros
 from actors.runners.model_paths import TransformersPath
+from actors.runners.vision.path import VisionPath
 from runtime.errors import ModelRefused
 from tests.support.tiny_model import build_tiny_decoder, build_tokenizer
 
 CPU = torch.device("cpu")
 
 
-def _check(model: Path, dtype: torch.dtype) -> float:
-    path = TransformersPath(model, dtype, CPU, None)
+def _check(model: Path, dtype: torch.dtype, family: str | None = None) -> float:
+    path = TransformersPath(model, dtype, CPU, None) if family is None else VisionPath(model, family, dtype, CPU)
     shape = (path.num_kv_heads, 16 * 16, path.head_dim)
     k = [lazy_zeros(shape, dtype, CPU) for _ in range(path.num_layers)]
     v = [lazy_zeros(shape, dtype, CPU) for _ in range(path.num_layers)]
@@ -43,6 +45,15 @@ def test_models_served_right_pass_within_the_bound(tmp_path: Path) -> None:
     for model in (qwen2, gpt2):
         assert _check(model, torch.float32) < 1e-4
         assert _check(model, torch.bfloat16) < BOUNDS[torch.bfloat16] / 3  # the bound's margin over the noise
+
+
+@pytest.mark.parametrize("family", ["llava", "qwen2_vl", "qwen2_5_vl", "idefics3"])
+def test_vision_language_text_towers_are_checked_too(tmp_path: Path, family: str) -> None:
+    from tests.support import tiny_vlm
+
+    model = getattr(tiny_vlm, f"build_tiny_{family}")(tmp_path / family)
+    assert _check(model, torch.float32, family) < 1e-4
+    assert _check(model, torch.bfloat16, family) < BOUNDS[torch.bfloat16] / 3
 
 
 def test_attention_the_paged_one_lacks_is_refused(tmp_path: Path) -> None:
