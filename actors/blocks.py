@@ -4,7 +4,8 @@ Owns: which physical KV blocks are free, who holds each block (reference counts)
 content hash of every full block so that a later request with the same prompt prefix reuses it.
 
 A block's hash chains the hash of the block before it with its own token ids, so a hit on block
-i means the whole prefix up to block i matches. A freed block keeps its hash while it sits in
+i means the whole prefix up to block i matches; a LoRA adapter's chain starts from its own root,
+so no two adapters (nor an adapter and the base) share a block. A freed block keeps its hash while it sits in
 the free queue; it is only forgotten when the allocator hands it out again, oldest first (LRU).
 That makes an idle server a warm prefix cache without any extra memory.
 """
@@ -46,6 +47,9 @@ class HashedSeq(Protocol):
     @property
     def all_token_ids(self) -> list[int]: ...
 
+    @property
+    def prefix_root(self) -> int | None: ...
+
 
 @dataclass(slots=True)
 class BlockManager:
@@ -79,15 +83,16 @@ class BlockManager:
     def block_ref(self, block_id: int) -> tuple[int, int]:
         return (block_id, self.blocks[block_id].generation)
 
-    def match_prefix(self, token_ids: list[int], max_tokens: int) -> tuple[list[int], int | None]:
+    def match_prefix(self, token_ids: list[int], max_tokens: int, root: int | None = None) -> tuple[list[int], int | None]:
         """Take a reference on the longest cached run of full blocks that prefixes `token_ids`.
 
         Only blocks lying wholly within the first `max_tokens` tokens are considered (the caller
-        keeps at least one token to compute, since a step must produce logits). Returns the
-        block ids and the chain hash of the last one.
+        keeps at least one token to compute, since a step must produce logits). `root`: what
+        the chain starts from (a LoRA adapter's salt: its KV is its own; None for the base).
+        Returns the block ids and the chain hash of the last one.
         """
         hits: list[int] = []
-        prev: int | None = None
+        prev: int | None = root
         bs = self.block_size
         for start in range(0, max_tokens - bs + 1, bs):
             chunk = tuple(token_ids[start : start + bs])
@@ -97,7 +102,7 @@ class BlockManager:
             if block_id is None:
                 break
             block = self.blocks[block_id]
-            expected_parent = (hits[-1], self.blocks[hits[-1]].generation) if hits else None
+            expected_parent = (hits[-1], self.blocks[hits[-1]].generation) if hits else _root_parent(root)
             if block.token_ids != chunk or block.parent != expected_parent:
                 break
             hits.append(block_id)
@@ -117,9 +122,9 @@ class BlockManager:
         token_ids = seq.all_token_ids
         for i in range(seq.num_hashed_blocks, num_computed // bs):
             chunk = tuple(token_ids[i * bs : (i + 1) * bs])
-            h = chain_hash(seq.last_block_hash, chunk)
+            h = chain_hash(seq.last_block_hash if i > 0 else seq.prefix_root, chunk)
             block = self.blocks[seq.block_table[i]]
-            parent = seq.last_block_ref if i > 0 else None
+            parent = seq.last_block_ref if i > 0 else _root_parent(seq.prefix_root)
             published = self.hash_to_block.get(h)
             if published is None:
                 block.hash = h
@@ -180,3 +185,9 @@ class BlockManager:
         if block.ref_count == 0:
             del self.free[block_id]
         block.ref_count += 1
+
+
+def _root_parent(root: int | None) -> tuple[int, int] | None:
+    """A first block's parent: none for the base model, its chain's root for an adapter (a hash
+    collision between two adapters' first blocks still never aliases)."""
+    return None if root is None else (-1, root)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from actors.engine import Engine
 from actors.runners.base import Runner
+from runtime.adapters import read_adapter
 from runtime.chat_templates import apply_template
 from runtime.config import RuntimeConfig
 from runtime.generation_defaults import read_defaults
@@ -62,6 +63,7 @@ def build_engine(config: RuntimeConfig) -> Engine:
         num_threads=config.num_threads, max_model_len=config.max_model_len, batch_invariant=config.batch_invariant, model_impl=config.model_impl,
         compile=config.compile, quantization=config.quantization, cuda_graphs=config.cuda_graphs, max_num_seqs=config.max_num_seqs,
         max_step_tokens=config.max_num_batched_tokens, draft_model=_draft_model(config),
+        adapters=tuple(read_adapter(name, where, config.max_lora_rank) for name, where in config.lora_modules.items()) if config.enable_lora else (),
     )
     defaults = read_defaults(path, config.generation_config)
     return Engine(config, runner, tokenizer, config.served_name or name, frozenset(eos), images=images, sampling_defaults=defaults)

@@ -326,7 +326,7 @@ class SchedulerCore:
     def _attach_cached_prefix(self, seq: Sequence) -> None:
         if seq.sampling.prompt_logprobs is not None and len(seq.prompt_logprobs) < seq.num_prompt_tokens - 1:
             return  # prompt logprobs need every prompt position computed, not served from cache
-        hits, last_hash = self.blocks.match_prefix(seq.all_token_ids, seq.cache_limit())
+        hits, last_hash = self.blocks.match_prefix(seq.all_token_ids, seq.cache_limit(), seq.prefix_root)
         seq.block_table = hits
         seq.num_computed_tokens = len(hits) * self.config.block_size
         seq.num_hashed_blocks = len(hits)

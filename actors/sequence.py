@@ -19,6 +19,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.adapters import salt
 from runtime.messages import FinishReason, Logprob, RegisterRequest, ScheduledSeq, TokenizedRequest
 from runtime.prefix_hash import keyed_token_ids
 from runtime.reasoning import ThinkingTracker
@@ -76,6 +77,11 @@ class Sequence:
     # (runtime/prefix_hash.py), what its KV blocks are hashed by; None: the token ids themselves.
     prompt_keys: list[int] | None = None
     mm: Any = None  # runtime.messages.MultiModalPrompt until handed to the runner (NewRequest), then None
+
+    @property
+    def prefix_root(self) -> int | None:
+        """Where its prefix-cache chain starts: its LoRA adapter's salt (None: the base model)."""
+        return salt(self.sampling.adapter)
 
     @classmethod
     def of(cls, request: TokenizedRequest) -> Sequence:

@@ -96,6 +96,12 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     spec_decoding: str = "auto"
     num_spec_tokens: int = 4
     draft_model: str | None = None  # a local HF directory or a built-in name, as `model`
+    # LoRA adapters (runtime/adapters.py, vLLM's flags): PEFT directories by the name requests
+    # send as `model`, each applied per row on the native path; all held in memory from start.
+    enable_lora: bool = False
+    lora_modules: dict[str, str] = {}
+    max_loras: int = 4
+    max_lora_rank: int = 16
     # A vision-language model: images one prompt may carry (more is a 400 naming the part).
     limit_images_per_prompt: int = 8
     # A stream's tokens go to its client in chunks of at least this many, past the first token

@@ -80,6 +80,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     prompt_logprobs: int | None = None  # the same for every prompt token after the first
     n: int = 1  # sequences generated from the prompt (best_of when more are generated than returned)
     thinking: Thinking | None = None  # a reasoning model's request that thinks (None: it does not)
+    adapter: str | None = None  # the LoRA adapter the request's `model` named (runtime/adapters.py); None: the base
 
     @property
     def has_penalties(self) -> bool:

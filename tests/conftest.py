@@ -77,3 +77,11 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from tests.support.tiny_model import build_tokenizer
 
     return build_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+@pytest.fixture(scope="session")
+def lora_adapters(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny PEFT adapters on the tiny Llama, by name (tests/support/adapters.py)."""
+    from tests.support.adapters import make_adapters
+
+    return make_adapters(tiny_model_dir, tmp_path_factory.mktemp("adapters"))

@@ -22,13 +22,13 @@ from actors.runners.grammar_masks import GrammarMasks, consume
 from actors.runners.kv_alloc import kv_blocks, lazy_zeros
 from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, TransformersPath, choose
-from actors.runners.vision.path import VisionPath
 from actors.runners.native.decode_graph import DecodeGraph
 from actors.runners.native.graph_steps import SCRATCH_TOKENS
 from actors.runners.native.path import NativePath
 from actors.runners.request_state import RequestStates
 from actors.runners.sampler import SamplingBatch, apply_penalties, sample
 from actors.runners.vision.path import VisionPath
+from runtime.adapters import AdapterConfig
 from runtime.kv_budget import GIB
 from runtime.logging import get_logger
 from runtime.messages import NewRequest, ScheduledSeq, StepPlan, StepResult
@@ -119,8 +119,10 @@ class TorchRunner:
         max_num_seqs: int = 256,
         max_step_tokens: int = 512,
         draft_model: Path | None = None,
+        adapters: tuple[AdapterConfig, ...] = (),
     ) -> None:
         self.model_dir = Path(model_dir)
+        self._adapters = adapters  # LoRA (runtime/adapters.py), on the native path
         self._requested_device = device
         self.device_key = device_key(device)
         self._requested_dtype = dtype
@@ -158,7 +160,7 @@ class TorchRunner:
         model = choose(
             self.model_dir, self._model_impl, self.dtype, self.device, self._batch_invariant, self._max_model_len, self._compile, self._quantization,
             self._cuda_graphs, self.block_size, self._max_num_seqs, dtype_explicit=self._requested_dtype not in (None, "auto"),
-            max_step_tokens=self._max_step_tokens,
+            max_step_tokens=self._max_step_tokens, adapters=self._adapters,
         )  # fmt: skip
         self.model = model
         bytes_per_slot = 2 * model.num_layers * model.num_kv_heads * model.head_dim * torch.finfo(self.dtype).bits // 8
@@ -290,6 +292,8 @@ class TorchRunner:
         assert self.masks is not None
         masks = self.masks.start(rows.draws)
         keep = torch.tensor(rows.index or [input_ids.shape[0] - 1], dtype=torch.long, device=self.device)
+        if isinstance(self.model, NativePath) and self.model.adapters is not None:  # each row's adapter (native/lora.py)
+            self.model.adapter_rows(seqs, fed, self.device)
         logits = self.model.forward(input_ids, positions, step, keep, self.k_cache, self.v_cache)
         if not rows.index:
             return StepResult(step_id=plan.step_id, sampled={}, elapsed=time.perf_counter() - started)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from api.http.platform import config as platform_config
+from runtime.adapters import parse_module
 from runtime.config import IMAGE_STEP_STRETCH, SPEC_DECODING_MODES, TEXT_STEP_STRETCH, RuntimeConfig, stretch_value
 from runtime.generation_defaults import MODES as GENERATION_MODES
 from runtime.reasoning import PARSERS as REASONING_PARSERS
@@ -111,6 +112,10 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
         "quantized activations past that (the one setting that quantizes activations) (default: shipped where the checkpoint ships quantized "
         "weights and --dtype is not given, else none)",
     )  # fmt: skip
+    p.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters (PEFT directories) beside the base model, each chosen by the request's `model` and applied per row, so requests for several adapters and the base share a step (native path; default off)")
+    p.add_argument("--lora-modules", nargs="+", action="extend", type=parse_module, default=[], metavar="NAME=DIR", help="with --enable-lora: adapters to serve, each as the name requests send as `model` and its PEFT directory (default: no adapters)")
+    p.add_argument("--max-loras", type=_positive_int, default=DEFAULTS.max_loras, help="adapters held in memory at once, every one named at start (default %(default)s)")
+    p.add_argument("--max-lora-rank", type=_positive_int, default=DEFAULTS.max_lora_rank, help="the largest adapter rank served (default %(default)s)")
     _add_output_arguments(p)
     platform_config.add_arguments(p)
 
@@ -207,4 +212,6 @@ def _budgets(text: str) -> dict[str, int]:
 
 def _runtime_config(args: argparse.Namespace) -> RuntimeConfig:
     # Every per-model flag is named as its RuntimeConfig field (task comes from the config file).
-    return RuntimeConfig(**{name: getattr(args, name) for name in RuntimeConfig.__struct_fields__ if hasattr(args, name)})
+    values = {name: getattr(args, name) for name in RuntimeConfig.__struct_fields__ if hasattr(args, name)}
+    values["lora_modules"] = dict(values.get("lora_modules") or [])  # NAME=DIR pairs
+    return RuntimeConfig(**values)

@@ -23,6 +23,7 @@ from api.http.platform import config as platform_config
 from api.process.config_file import model_configs, read_config_file
 from api.process.flags import CommandLine, parse_args
 from api.process.server import BindError, listen, serve_runtime
+from runtime.adapters import lora_error
 from runtime.chat_templates import template_error
 from runtime.checkpoints import checkpoint_error
 from runtime.config import RuntimeConfig
@@ -58,7 +59,10 @@ def load(argv: list[str] | None = None) -> Launch:
         if error:  # checked now: loading the other models first would take a while
             raise SystemExit(f"{file.path}: models[{i}].{key}: {error}" if file and file.models else f"switchyard: {error}")
     for i, config in enumerate(configs):
-        error = draft_error(config, NATIVE_ARCHITECTURES)
+        error = draft_error(config, NATIVE_ARCHITECTURES) or lora_error(
+            config.lora_modules, config.enable_lora, config.max_loras, config.max_lora_rank, config.served_name or "",
+            config.spec_decoding if config.spec_decoding in ("ngram", "draft") else "off",  # auto drafts nothing beside adapters
+        )
         if error:
             raise SystemExit(f"{file.path}: models[{i}]: {error}" if file and file.models else f"switchyard: {error}")
     try:

@@ -121,8 +121,8 @@ def test_a_file_too_big_for_a_float32_store_is_kept_in_bf16(files: dict[str, Pat
 
 @pytest.mark.parametrize("kind", ["q4_k", "Q4_K_M"])
 async def test_k_quants_are_served_as_transformers_reads_them(files: dict[str, Path], kind: str, tmp_path: Path) -> None:
-    """q4_k: random valid blocks (every CI); Q4_K_M: llama.cpp's own `llama-quantize` (Q4_K,
-    Q6_K, and Q5_0 where a row is not a multiple of 256), where ops/harness/llama_cpp.py built it."""
+    """q4_k: random valid blocks (every CI); Q4_K_M: llama.cpp's own `llama-quantize`, where
+    ops/harness/llama_cpp.py built it (greedy = transformers' own loading of the file)."""
     from transformers import AutoModelForCausalLM
 
     if kind not in files:
@@ -138,7 +138,10 @@ async def test_k_quants_are_served_as_transformers_reads_them(files: dict[str, P
         expected.append(own.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NUM_NEW, min_new_tokens=NUM_NEW, do_sample=False)[0, len(p) :].tolist())
     got, _ = await greedy_concurrently(files[kind], [Prompt(token_ids=p) for p in PROMPTS], NUM_NEW, 0.0, model_impl="native")
     assert got == expected
-    assert not (stored / "shipped.safetensors").exists()  # served dense, converted once
+    # q4_k: served dense, converted once. Q4_K_M on this model's 128-wide rows is mostly
+    # llama-quantize's Q5_0 fallback, Q4_K / Q6_K on ffn_down, Q8_0 on the head and one attn_v
+    # (those kept as shipped blocks, as a Q8_0 file's are)
+    assert (stored / "shipped.safetensors").exists() is (kind == "Q4_K_M")
 
 
 def test_a_gguf_of_another_architecture_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -54,15 +54,19 @@ async def run_engine(model_dir: Path, prompts: list[list[int]], **overrides: obj
     return await greedy_concurrently(model_dir, [Prompt(token_ids=p) for p in prompts], NUM_NEW, 0.004, **overrides)
 
 
-async def greedy_concurrently(model_dir: Path, prompts: list[Prompt], num_new: int, stagger: float, **overrides: object) -> tuple[list[list[int]], dict]:
+async def greedy_concurrently(
+    model_dir: Path, prompts: list[Prompt], num_new: int, stagger: float, adapters: list[str | None] | None = None, **overrides: object
+) -> tuple[list[list[int]], dict]:  # fmt: skip
     """Greedy tokens of each prompt on the tiny engine, submitted concurrently and staggered (later
-    ones join a running batch), and the engine's statistics after."""
+    ones join a running batch), each for its LoRA adapter in `adapters` if given, and the
+    engine's statistics after."""
     runtime = build_engine(tiny_config(model_dir, **overrides))
     results: list[list[int]] = [[] for _ in prompts]
 
     async def one(i: int) -> None:
         await trio.sleep(stagger * i)
-        async with runtime.submit(prompts[i], SamplingParams(temperature=0.0, max_tokens=num_new, ignore_eos=True)) as stream:
+        adapter = adapters[i] if adapters else None
+        async with runtime.submit(prompts[i], SamplingParams(temperature=0.0, max_tokens=num_new, ignore_eos=True, adapter=adapter)) as stream:
             async for delta in stream:
                 results[i] += delta.token_ids
 

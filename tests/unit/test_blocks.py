@@ -18,6 +18,7 @@ class Seq:
     block_table: list[int] = field(default_factory=list)
     num_hashed_blocks: int = 0
     last_block_hash: int | None = None
+    prefix_root: int | None = None  # a LoRA adapter's salt (runtime/adapters.py)
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -36,9 +37,9 @@ def _check_accounting(bm: BlockManager) -> None:
     assert bm.num_free_blocks + bm.num_used_blocks == bm.num_blocks
 
 
-def _computed_seq(bm: BlockManager, tokens: list[int]) -> Seq:
+def _computed_seq(bm: BlockManager, tokens: list[int], root: int | None = None) -> Seq:
     """A sequence whose every token has computed KV, with its full blocks published."""
-    seq = Seq(list(tokens))
+    seq = Seq(list(tokens), prefix_root=root)
     seq.block_table = bm.allocate(bm.blocks_needed(len(tokens)))
     bm.commit_full_blocks(seq, len(tokens))
     return seq
@@ -288,3 +289,17 @@ def test_blocks_published_after_a_private_duplicate_stay_reachable() -> None:
     # And once everything is idle (cached in the free queue), the same holds.
     hits, _ = bm.match_prefix([1, 2, 5, 6, 7], 4)
     assert len(hits) == 2
+
+
+def test_an_adapters_prefix_is_its_own() -> None:
+    from runtime.adapters import salt
+
+    bm = BlockManager(num_blocks=16, block_size=4)
+    tokens = list(range(1, 10))
+    _computed_seq(bm, tokens, salt("a"))
+    assert bm.match_prefix(tokens, 8)[0] == []  # the base finds nothing the adapter computed
+    assert bm.match_prefix(tokens, 8, salt("b"))[0] == []  # nor does another adapter
+    assert len(bm.match_prefix(tokens, 8, salt("a"))[0]) == 2  # the same adapter does
+    _computed_seq(bm, tokens)
+    assert len(bm.match_prefix(tokens, 8)[0]) == 2 and len(bm.match_prefix(tokens, 8, salt("b"))[0]) == 0
+    _check_accounting(bm)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from actors.runners.native.attention import NativeStep, attend
 from actors.runners.native.config import NativeConfig, rope_parameters
 from actors.runners.native.loader import LayerWeights, ModelWeights, Take
+from actors.runners.native.lora import Adapters
 
 ROWWISE = True  # the row-invariant CPU kernels (rowwise.py) compute this family's forward
 # A layer's attention as a step runs it: (layer index, q [T, H, d], k and v [T, KVH, d]) → [T, H, d].
@@ -81,6 +82,7 @@ class LlamaModel:
         # Linear layers, swappable at load time (quantized or fixed-block variants take
         # (x, layer weights, name) and return x @ W^T).
         self.linear = _plain_linear
+        self.adapters: Adapters | None = None  # LoRA adapters, each on its requests' rows (lora.py)
 
     def forward(
         self,
@@ -117,7 +119,7 @@ class LlamaModel:
         cfg = self.cfg
         tokens = h.shape[0]
         x = rms_norm(h, w.input_norm, cfg.rms_norm_eps)
-        qkv = self.linear(x, w.qkv, w.qkv_bias)
+        qkv = self._adapted(self.linear(x, w.qkv, w.qkv_bias), x, w, "qkv")
         q = qkv[:, : self.q_size].view(tokens, cfg.num_heads, cfg.head_dim)
         k = qkv[:, self.q_size : self.q_size + self.kv_size].view(tokens, cfg.num_kv_heads, cfg.head_dim)
         v = qkv[:, self.q_size + self.kv_size :].view(tokens, cfg.num_kv_heads, cfg.head_dim)
@@ -128,10 +130,15 @@ class LlamaModel:
 
     def post_attention(self, h: torch.Tensor, o: torch.Tensor, w: LayerWeights) -> torch.Tensor:
         """Attention output `[T, H, d]` → the layer's new residual stream `[T, D]`."""
-        h = h + self.linear(o.reshape(h.shape[0], self.q_size), w.o_proj, w.o_bias)
+        o = o.reshape(h.shape[0], self.q_size)
+        h = h + self._adapted(self.linear(o, w.o_proj, w.o_bias), o, w, "o_proj")
         x = rms_norm(h, w.post_norm, self.cfg.rms_norm_eps)
-        gate, up = self.linear(x, w.gate_up, None).chunk(2, dim=-1)
-        return h + self.linear(F.silu(gate) * up, w.down, None)
+        gate, up = self._adapted(self.linear(x, w.gate_up, None), x, w, "gate_up").chunk(2, dim=-1)
+        act = F.silu(gate) * up
+        return h + self._adapted(self.linear(act, w.down, None), act, w, "down")
+
+    def _adapted(self, y: torch.Tensor, x: torch.Tensor, w: LayerWeights, module: str) -> torch.Tensor:
+        return y if self.adapters is None else self.adapters.apply(y, x, w.index, module)
 
 
 def _plain_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -157,6 +164,7 @@ def layer_weights(take: Take, i: int) -> LayerWeights:
         post_norm=take(p + "post_attention_layernorm.weight"),
         gate_up=torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]),
         down=take(p + "mlp.down_proj.weight"),
+        index=i,
     )
 
 

@@ -33,6 +33,7 @@ class LayerWeights:
     post_norm: torch.Tensor  # [D]
     gate_up: torch.Tensor  # [2 I, D]
     down: torch.Tensor  # [D, I]
+    index: int = 0  # its place in the stack (LoRA adapters key on it: native/lora.py)
 
 
 @dataclass(slots=True)

@@ -25,7 +25,9 @@ from actors.runners.native.cuda_graphs import BucketedDecode, DecodeBatch
 from actors.runners.native.kernels import ops as kernels
 from actors.runners.native.kernels.build import KernelsUnavailable, library
 from actors.runners.native.loader import load_weights
+from actors.runners.native.lora import Adapters
 from actors.runners.native.rowwise import RowwiseModel, pack_weights
+from runtime.adapters import AdapterConfig
 from runtime.logging import get_logger
 
 log = get_logger("runner")
@@ -78,6 +80,7 @@ class NativePath:
         block_size: int = 16,
         max_num_seqs: int = 256,
         max_step_tokens: int = 0,
+        adapters: tuple[AdapterConfig, ...] = (),
     ) -> None:
         cfg = families.native_config(hf)
         family = families.family(hf)
@@ -91,7 +94,8 @@ class NativePath:
         self.vocab_size = weights.lm_head.shape[0]
         self.bucketed: BucketedDecode | None = None
         self.decode_graph: decode_graph.DecodeGraph | None = None
-        self.rowwise = rowwise_applies(cfg, family, device, dtype, quantization, batch_invariant)
+        self.adapters: Adapters | None = None
+        self.rowwise = not adapters and rowwise_applies(cfg, family, device, dtype, quantization, batch_invariant)
         if self.rowwise:
             started = time.perf_counter()
             served = pack_weights(weights, model_dir, cfg.tie_word_embeddings, blocks=quantization == shipped.SCHEME)
@@ -106,13 +110,24 @@ class NativePath:
             self.model.linear = fixed_block_linear
         if quantization:
             self.impl = f"native+{self._quantize(weights, model_dir, quantization)}"
-        # CUDA graphs: on by default on a GPU (None), off when asked (False). True on a CPU runs
-        # the same bucketed steps without capture, which is how the CPU suite checks them.
+        if adapters:  # applied per row on the eager forward: no graphs, whose shapes hold no segments
+            self.adapters = self.model.adapters = Adapters(list(adapters), _projection_sizes(cfg), cfg.num_layers, dtype, device)
+            self.impl += "+lora"
+            cuda_graphs, compile = False, False
+        self._graphs(cuda_graphs, compile, batch_invariant, device, max_len or cfg.max_position_embeddings, block_size, max_num_seqs, max_step_tokens)
+
+    def _graphs(
+        self, cuda_graphs: bool | None, compile: bool | None, batch_invariant: bool | None, device: torch.device, max_len: int, block_size: int,
+        max_num_seqs: int, max_step_tokens: int,
+    ) -> None:  # fmt: skip
+        """The steps' graphs: CUDA graphs on by default on a GPU (None), off when asked (False);
+        True on a CPU runs the same bucketed steps without capture, which is how the CPU suite
+        checks them. --compile's decode graphs (default: on a CPU off the buckets)."""
         if cuda_graphs is None:
             cuda_graphs = device.type == "cuda"
         if cuda_graphs and not batch_invariant:  # batch invariance groups decodes by its own buckets
             capture = device.type == "cuda"
-            self.bucketed = BucketedDecode(self.model, self.vocab_size, max_len or cfg.max_position_embeddings, block_size, device, capture, max_num_seqs, max_step_tokens)
+            self.bucketed = BucketedDecode(self.model, self.vocab_size, max_len, block_size, device, capture, max_num_seqs, max_step_tokens)
             self.impl += "+cudagraphs" if capture else "+buckets"
         if compile is None:  # the default: on a CPU, where one stream's step is Python-bound (docs/models.md)
             compile = device.type == "cpu" and self.bucketed is None and not batch_invariant
@@ -182,6 +197,12 @@ class NativePath:
     def with_images(self, seqs, requests, positions):
         return positions
 
+    def adapter_rows(self, seqs: Any, fed: list[list[int]], device: torch.device) -> None:
+        """This step's rows' adapters (each request's `sampling.adapter`), before its forward."""
+        if self.adapters is not None:
+            slots = self.adapters.slots
+            self.adapters.rows([slots.get(s.sampling.adapter, 0) for s, tokens in zip(seqs, fed) for _ in tokens], device)
+
     def forward(self, input_ids, positions, step, keep, k_cache, v_cache):
         if isinstance(self.model, RowwiseModel):
             return self.model.forward(input_ids, step, keep, k_cache, v_cache)
@@ -198,3 +219,9 @@ class NativePath:
         if graph is not None and graph.few_ready and graph_steps.applies_few(input_ids, step):
             return graph.few(input_ids, positions, step, k_cache, v_cache)[keep]  # one sequence: its tokens are the step's rows
         return self.model.forward(input_ids, positions, step, keep, k_cache, v_cache)
+
+
+def _projection_sizes(cfg: NativeConfig) -> dict[str, tuple[int, int]]:
+    """Each projection's (input, output) widths, as PEFT names them."""
+    q, kv, d, i = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.hidden_size, cfg.intermediate_size
+    return {"q_proj": (d, q), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (q, d), "gate_proj": (d, i), "up_proj": (d, i), "down_proj": (i, d)}

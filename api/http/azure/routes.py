@@ -65,7 +65,7 @@ def _pick(models: ModelRegistry, name: str | None) -> Runtime:
     deployment = request.headers.get("azureml-model-deployment") or name
     if deployment is None:
         return models.resolve(None)
-    for runtime in models:
+    for runtime in models.served():
         if runtime.served_name == deployment:
             if runtime.task != "generate":
                 raise AzureRequestError(404, f"Model deployment {deployment!r} does not support the chat/completions route (it serves {runtime.task}).")

@@ -161,7 +161,7 @@ def build_served(config: EndpointConfigInput | None, models: ModelRegistry) -> t
         raise _invalid("An endpoint needs at least one served entity.", "config.served_entities")
     if len(inputs) > MAX_SERVED:
         raise _invalid(f"An endpoint serves at most {MAX_SERVED} entities.", f"config.{field}")
-    by_name = {runtime.served_name: runtime for runtime in models}
+    by_name = {runtime.served_name: runtime for runtime in models.served()}
     entities: list[ServedEntity] = []
     tasks = set()
     for i, item in enumerate(inputs):
@@ -223,7 +223,7 @@ class ServingEndpoints:
         """Take every definition from the store's snapshot (name -> JSON) in one swap: at start,
         and on a cluster replica whenever the shared store changes (api/cluster/config_store.py)."""
         decoder = msgspec.json.Decoder(Endpoint)
-        served = {runtime.served_name for runtime in self.models}
+        served = {runtime.served_name for runtime in self.models.served()}
         defined: dict[str, Endpoint] = {}
         for name, text in stored.items():
             try:
@@ -238,7 +238,7 @@ class ServingEndpoints:
     # -- reads: synchronous, on the current snapshot ------------------------------------------
 
     def _builtin(self, name: str) -> Endpoint | None:
-        for runtime in self.models:
+        for runtime in self.models.served():
             if runtime.served_name == name:
                 entity = ServedEntity(name=name, model=name, traffic_percentage=100)
                 stamp = runtime.created * 1000
@@ -252,26 +252,26 @@ class ServingEndpoints:
         return endpoint
 
     def all(self) -> list[Endpoint]:
-        builtin = [e for r in self.models if r.served_name not in self._defined and (e := self._builtin(r.served_name))]
+        builtin = [e for r in self.models.served() if r.served_name not in self._defined and (e := self._builtin(r.served_name))]
         return builtin + sorted(self._defined.values(), key=lambda e: e.name)
 
     def task(self, endpoint: Endpoint) -> str | None:
         """The endpoint's task ("generate" or "embed"), or None when none of its models is served."""
-        by_name = {runtime.served_name: runtime for runtime in self.models}
+        by_name = {runtime.served_name: runtime for runtime in self.models.served()}
         for entity in endpoint.served:
             if entity.model in by_name:
                 return by_name[entity.model].task
         return None
 
     def ready(self, endpoint: Endpoint) -> bool:
-        names = {runtime.served_name for runtime in self.models}
+        names = {runtime.served_name for runtime in self.models.served()}
         return all(entity.model in names for entity in endpoint.served)
 
     def route(self, name: str) -> ServedEntity:
         """The served entity this request goes to, drawn by the endpoint's traffic split."""
         endpoint = self.get(name)
         entity = endpoint.choose(self.rng)
-        if entity.model not in {runtime.served_name for runtime in self.models}:
+        if entity.model not in {runtime.served_name for runtime in self.models.served()}:
             raise EndpointUnavailable(f"Served entity {entity.name!r} of endpoint {name!r} runs {entity.model!r}, which this server does not serve.")
         return entity
 

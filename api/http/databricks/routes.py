@@ -94,7 +94,7 @@ def _endpoint_named(schema: type) -> type:
 
 
 def _task_of(models: ModelRegistry, name: str) -> str:
-    for runtime in models:
+    for runtime in models.served():
         if runtime.served_name == name:
             return runtime.task
     raise ModelNotFound(name)

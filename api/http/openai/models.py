@@ -34,6 +34,8 @@ class ModelCard(msgspec.Struct, kw_only=True):
     sampling_defaults: dict[str, Any] | UnsetType = UNSET
     # Tokens the paged KV cache holds (the context window is at most this); absent for an embedder.
     kv_cache_tokens: int | UnsetType = UNSET
+    # A LoRA adapter's base model (vLLM's `parent`); absent for a base model.
+    parent: str | UnsetType = UNSET
 
 
 class ModelList(msgspec.Struct, kw_only=True):
@@ -51,16 +53,16 @@ def model_card(runtime: Runtime) -> ModelCard:
     tokens = info.num_kv_blocks * info.block_size if info is not None and info.num_kv_blocks else UNSET
     return ModelCard(
         id=runtime.served_name, created=runtime.created, max_model_len=runtime.max_model_len, model_impl=impl, reasoning=reasoning, tool_call_parser=tool_format,
-        sampling_defaults=defaults or UNSET, kv_cache_tokens=tokens,
+        sampling_defaults=defaults or UNSET, kv_cache_tokens=tokens, parent=getattr(runtime, "parent", None) or UNSET,
     )
 
 
 def register(app: Quart, models: ModelRegistry) -> None:
     async def list_models() -> Response:
-        return json_response(ModelList(data=[model_card(r) for r in models]))
+        return json_response(ModelList(data=[model_card(r) for r in models.served()]))
 
     async def get_model(model_id: str) -> Response:
-        for runtime in models:
+        for runtime in models.served():
             if runtime.served_name == model_id:
                 return json_response(model_card(runtime))
         raise ModelNotFound(model_id)

@@ -1,0 +1,114 @@
+"""LoRA adapters on the native path (actors/runners/native/lora.py, runtime/adapters.py): tiny
+adapters made with PEFT on two target sets and two ranks (one rsLoRA), served beside their base:
+greedy output of each equal to PEFT's own (`PeftModel`, float32), alone and with both adapters
+and the base mixed in one batch; on the shipped-style int4 base within a stated KL of PEFT on
+the dense weights; and what an adapter holds that is not served is refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from actors.runners.native.lora import Adapters
+from runtime.adapters import lora_error, read_adapter
+from runtime.request import Prompt
+from tests.support.adapters import ADAPTERS, peft_greedy
+from tests.support.cli import assert_one_line_usage_error, run_cli
+from tests.support.equivalence import NUM_NEW, greedy_concurrently, make_prompts
+
+
+def _served(tiny_model_dir: Path, lora_adapters: dict[str, Path], **overrides: object) -> dict[str, object]:
+    return dict(enable_lora=True, lora_modules={n: str(p) for n, p in lora_adapters.items()}, spec_decoding="off", model_impl="native", **overrides)
+
+
+async def test_each_adapter_serves_peft_s_tokens_alone_and_mixed_in_one_batch(tiny_model_dir: Path, lora_adapters: dict[str, Path]) -> None:
+    prompts = make_prompts(100)[2:6]
+    expected = {name: peft_greedy(tiny_model_dir, lora_adapters.get(name) if name else None, prompts) for name in [None, *ADAPTERS]}
+    assert expected["qv-r4"] != expected[None] != expected["all-r8"]  # each adapter changes the answer
+    for name in ADAPTERS:  # alone
+        got, _ = await greedy_concurrently(tiny_model_dir, [Prompt(token_ids=p) for p in prompts], NUM_NEW, 0.0, [name] * len(prompts), **_served(tiny_model_dir, lora_adapters))
+        assert got == expected[name], name
+    # every prompt for the base and each adapter at once: steps carry rows of all three
+    names = [None, *ADAPTERS] * len(prompts)
+    mixed = [p for p in prompts for _ in range(3)]
+    seen: list[int] = []
+    rows = Adapters.rows
+
+    def spy(self: Adapters, slots: list[int], device: torch.device) -> None:
+        seen.append(len(set(slots)))
+        rows(self, slots, device)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Adapters, "rows", spy)
+        got, _ = await greedy_concurrently(tiny_model_dir, [Prompt(token_ids=p) for p in mixed], NUM_NEW, 0.0, names, **_served(tiny_model_dir, lora_adapters))
+    assert got == [expected[name][i // 3] for i, name in enumerate(names)] and max(seen) == 3
+
+
+async def test_an_adapters_prefix_cache_is_its_own(tiny_model_dir: Path, lora_adapters: dict[str, Path]) -> None:
+    """One prompt for an adapter, another adapter, the base, then the first adapter again, each
+    after the one before has cached its blocks: only the last finds any, its own adapter's."""
+    prompt = make_prompts(100)[5]
+    names: list[str | None] = ["qv-r4", "all-r8", None, "qv-r4"]
+    got, stats = await greedy_concurrently(tiny_model_dir, [Prompt(token_ids=prompt)] * 4, NUM_NEW, 0.3, names, **_served(tiny_model_dir, lora_adapters))
+    assert got[0] == got[3] and len({tuple(g) for g in got}) == 3
+    assert stats["prefix_hits"] == len(prompt) // 4  # the repeat's full blocks (block size 4), and nothing else
+
+
+async def test_an_int4_base_takes_adapters_within_the_bound(tiny_model_dir: Path, lora_adapters: dict[str, Path]) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from actors.runners.torch_runner import TorchRunner
+
+    configs = tuple(read_adapter(n, str(p), 16) for n, p in lora_adapters.items())
+    runner = TorchRunner(tiny_model_dir, device="cpu", dtype="float32", compile=False, num_kv_blocks=16, block_size=16, model_impl="native", quantization="int4", adapters=configs)
+    runner.load()
+    assert runner.model is not None and runner.model.impl.endswith("+lora"), runner.model.impl
+    prompt = make_prompts(100)[6]
+    own = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32), lora_adapters["all-r8"]).eval()
+    with torch.inference_mode():
+        expected = torch.log_softmax(own(input_ids=torch.tensor([prompt])).logits[0], -1)
+        step, positions = runner.model.build_step([(0, len(prompt))], [[0, 1, 2]], 16, runner.k_cache, runner.v_cache)
+        runner.model.adapters.rows([2] * len(prompt), runner.device)  # slot 2: all-r8
+        served = torch.log_softmax(runner.model.forward(torch.tensor(prompt), positions, step, torch.arange(len(prompt)), runner.k_cache, runner.v_cache).float(), -1)
+    kl = float((expected.exp() * (expected - served)).sum(-1).max())
+    print(f"int4 base + all-r8: KL per position at most {kl:.3g} nats")
+    assert kl <= 0.05
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"use_dora": True}, "DoRA"),
+        ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
+        ({"r": 64}, "over --max-lora-rank 16"),
+        ({"target_modules": ["q_proj", "embed_tokens"]}, "target_modules"),
+        ({"bias": "lora_only"}, "bias"),
+    ],
+)
+def test_what_an_adapter_holds_that_is_not_served_is_refused_in_one_line(lora_adapters: dict[str, Path], tmp_path: Path, change: dict, expected: str) -> None:
+    import shutil
+
+    copy = Path(shutil.copytree(lora_adapters["qv-r4"], tmp_path / "copy"))
+    config = json.loads((copy / "adapter_config.json").read_text())
+    (copy / "adapter_config.json").write_text(json.dumps({**config, **change}))
+    error = lora_error({"x": str(copy)}, True, 4, 16, "tiny")
+    assert error is not None and expected in error and "\n" not in error, error
+    assert lora_error({"x": str(lora_adapters["qv-r4"])}, True, 4, 16, "tiny") is None
+    assert "--enable-lora" in (lora_error({"x": str(copy)}, False, 4, 16, "tiny") or "")
+    assert "--max-loras 1" in (lora_error({"x": "a", "y": "b"}, True, 1, 16, "tiny") or "")
+    assert "drafting" in (lora_error({}, True, 4, 16, "tiny", "ngram") or "")
+
+
+def test_the_command_line_refuses_an_adapter_it_cannot_serve_in_one_line(tiny_model_dir: Path, lora_adapters: dict[str, Path], tmp_path: Path) -> None:
+    import shutil
+
+    dora = Path(shutil.copytree(lora_adapters["qv-r4"], tmp_path / "dora"))
+    config = json.loads((dora / "adapter_config.json").read_text())
+    (dora / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
+    flags = ("serve", "--model", str(tiny_model_dir), "--no-embeddings", "--enable-lora", "--spec-decoding", "off")
+    assert_one_line_usage_error(run_cli(*flags, "--lora-modules", f"d={dora}", tmp_path=tmp_path), "--lora-modules d=", "DoRA")
+    assert_one_line_usage_error(run_cli(*flags[:-1], "ngram", "--lora-modules", f"a={lora_adapters['qv-r4']}", tmp_path=tmp_path), "--enable-lora", "drafting")

@@ -1,0 +1,58 @@
+"""LoRA adapters through the `openai` SDK (runtime/registry.py AdapterView, runtime/adapters.py):
+each adapter is listed in /v1/models with its base as `parent` and chosen by `model` on
+Completions (whole and streamed: PEFT's own greedy text), Chat, Responses, Azure's deployment
+header and a Databricks serving endpoint of the adapter's name, beside the base;
+an adapter not served is a 404 naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import trio
+
+from tests.support.adapters import ADAPTERS, peft_greedy
+from tests.support.servers import start_server, tiny_config
+from tests.support.waiting import in_thread
+
+PROMPT = [5, 17, 23, 9, 41, 2, 60]
+
+
+async def test_adapters_are_listed_and_chosen_by_model_on_every_surface(tiny_model_dir: Path, lora_adapters: dict[str, Path]) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    expected = {name: tokenizer.decode(peft_greedy(tiny_model_dir, lora_adapters[name], [PROMPT])[0][:8]) for name in ADAPTERS}
+    config = tiny_config(tiny_model_dir, enable_lora=True, lora_modules={n: str(p) for n, p in lora_adapters.items()}, spec_decoding="off")
+    async with trio.open_nursery() as nursery:
+        server = await start_server(nursery, config)
+        with openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60) as client:
+            cards = {m.id: m for m in (await in_thread(client.models.list)).data}
+            assert set(cards) == {"tiny", *ADAPTERS} and all(cards[n].model_extra["parent"] == "tiny" for n in ADAPTERS)
+            assert "parent" not in (cards["tiny"].model_extra or {})
+            for name in ADAPTERS:
+                body = dict(model=name, prompt=PROMPT, max_tokens=8, temperature=0, extra_body={"ignore_eos": True})
+                whole = await in_thread(client.completions.create, **body)
+                assert whole.model == name and whole.choices[0].text == expected[name]
+
+                def streamed(body: dict = body) -> str:
+                    return "".join(c.choices[0].text for c in client.completions.create(stream=True, **body) if c.choices)
+
+                assert await in_thread(streamed) == expected[name]
+                chat = await in_thread(client.chat.completions.create, model=name, messages=[{"role": "user", "content": "hi"}], max_tokens=6)
+                assert chat.model == name and chat.choices[0].message.content is not None
+                response = await in_thread(client.responses.create, model=name, input="hi", max_output_tokens=6)
+                assert response.model == name and response.status in ("completed", "incomplete")
+            base = await in_thread(client.completions.create, model="tiny", prompt=PROMPT, max_tokens=8, temperature=0, extra_body={"ignore_eos": True})
+            assert base.choices[0].text not in expected.values()
+            with pytest.raises(openai.NotFoundError, match="nope"):
+                await in_thread(client.completions.create, model="nope", prompt=PROMPT, max_tokens=2)
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as http:
+            chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+            azure = await http.post("/chat/completions?api-version=2024-05-01-preview", json=chat, headers={"azureml-model-deployment": "qv-r4"})
+            assert azure.status_code == 200 and azure.json()["model"] == "qv-r4", azure.text
+            databricks = await http.post("/serving-endpoints/all-r8/invocations", json=chat)
+            assert databricks.status_code == 200 and databricks.json()["model"] == "all-r8", databricks.text
+        server.stop.set()
