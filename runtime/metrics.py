@@ -88,6 +88,7 @@ class ServerMetrics:
         self.http_duration.labels(route).observe(seconds)
 
     def _on_finish(self, model: str, state: DecodeState, finish: FinishReason, now: float) -> None:
+        model = state.start.sampling.adapter or model  # a LoRA adapter's requests and tokens under its own name
         arrival = state.start.arrival_time
         if state.first_token_time is not None:
             self.ttft.labels(model).observe(state.first_token_time - arrival)

@@ -1,7 +1,8 @@
 """LoRA adapters through the `openai` SDK (runtime/registry.py AdapterView, runtime/adapters.py):
 each adapter is listed in /v1/models with its base as `parent` and chosen by `model` on
 Completions (whole and streamed: PEFT's own greedy text), Chat, Responses, Azure's deployment
-header and a Databricks serving endpoint of the adapter's name, beside the base;
+header and a Databricks serving endpoint of the adapter's name, beside the base, its requests
+and tokens counted in /metrics under its name;
 an adapter not served is a 404 naming it."""
 
 from __future__ import annotations
@@ -55,4 +56,6 @@ async def test_adapters_are_listed_and_chosen_by_model_on_every_surface(tiny_mod
             assert azure.status_code == 200 and azure.json()["model"] == "qv-r4", azure.text
             databricks = await http.post("/serving-endpoints/all-r8/invocations", json=chat)
             assert databricks.status_code == 200 and databricks.json()["model"] == "all-r8", databricks.text
+            metrics = (await http.get("/metrics")).text  # each adapter's requests and tokens under its name
+            assert all(f'switchyard_generation_tokens_total{{model="{n}"}}' in metrics for n in ["tiny", *ADAPTERS]), metrics[:2000]
         server.stop.set()
