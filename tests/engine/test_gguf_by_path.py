@@ -14,6 +14,7 @@ kept in bf16 and served the same bits as from a float32 store. A GGUF of an arch
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,10 +50,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"hf": root / "hf", "f16": f16, "q8_0": convert(root / "hf", root / "tiny-q8_0.gguf", "q8_0"), **made}
 
 
-@pytest.fixture(autouse=True)
-def own_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, scope="module")
+def own_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One store for the module: a file is converted once, whichever test serves it first."""
     resolve_model(None)  # the embedded model converted where it is, before the store moves
-    monkeypatch.setenv("SWITCHYARD_MODEL_STORE", str(tmp_path / "store"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SWITCHYARD_MODEL_STORE", str(tmp_path_factory.mktemp("store")))
+        yield
 
 
 PROMPTS = [[1, 520, 3000, 17, 9, 4410], [2, 77, 15000, 301, 301, 88, 4, 6000, 12]]

@@ -111,7 +111,9 @@ class NativePath:
         if quantization:
             self.impl = f"native+{self._quantize(weights, model_dir, quantization)}"
         if adapters:  # applied per row on the eager forward: no graphs, whose shapes hold no segments
+            started = time.perf_counter()
             self.adapters = self.model.adapters = Adapters(list(adapters), _projection_sizes(cfg), cfg.num_layers, dtype, device)
+            log.info("lora_adapters_loaded", adapters=[a.name for a in adapters], seconds=round(time.perf_counter() - started, 3))
             self.impl += "+lora"
             cuda_graphs, compile = False, False
         self._graphs(cuda_graphs, compile, batch_invariant, device, max_len or cfg.max_position_embeddings, block_size, max_num_seqs, max_step_tokens)
