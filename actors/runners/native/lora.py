@@ -4,10 +4,12 @@ Owns `Adapters`: every adapter named at start (runtime/adapters.py read its conf
 PEFT's safetensors into a slot (0 is the base model: no adapter), each projection's A and B
 (scaling folded into B) fused as the family fuses its weights: q/k/v as one product (their A
 stacked, their B block-diagonal), gate/up likewise, so a layer adds at most four low-rank
-products. `rows(slots)` cuts a step's per-row slots into (slot, rows) segments once a step;
-`apply` adds each segment's (x A^T) B^T to the rows of that adapter only, one grouped product
-per adapter in the step, as Punica's segmented GEMM groups them. Requests for several adapters
-and the base share one step.
+products, each adapter's padded to the module's largest rank and stacked. `rows(slots)` groups
+a step's rows by adapter once a step ([adapters, most rows of one] places); `apply` gathers
+them, runs two batched products over every adapter at once (as Punica's BGMV batches them) and
+adds each row's result to that row only, a handful of ops a module whatever the adapters in
+the step (one adapter on every row: two plain products). Requests for several adapters and
+the base share one step.
 """
 
 from __future__ import annotations
@@ -29,35 +31,50 @@ class Adapters:
     def __init__(self, configs: list[AdapterConfig], out_sizes: dict[str, tuple[int, int]], num_layers: int, dtype: torch.dtype, device: torch.device) -> None:
         """`out_sizes`: each PEFT projection's (input, output) widths in the base model."""
         self.slots = {config.name: slot for slot, config in enumerate(configs, start=1)}
-        # [slot][layer][fused module] → (A, B); slot 0 (the base) has none.
-        self.weights: list[list[dict[str, Pair]]] = [[{} for _ in range(num_layers)]]
-        for config in configs:
-            self.weights.append(_load(config, out_sizes, num_layers, dtype, device))
-        self.segments: list[tuple[int, torch.Tensor | None]] = []
+        loaded = [_load(config, out_sizes, num_layers) for config in configs]
+        # [layer][fused module] → A [S, in, R], B [S, R, out] over the S adapters (slot s at
+        # s - 1), ranks padded with zeros to the module's largest: one batched product serves
+        # every adapter of a step.
+        self.stacks: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] = [
+            {module: _stack([adapter[i].get(module) for adapter in loaded], module, out_sizes, dtype, device) for module in FUSED} for i in range(num_layers)
+        ]
+        self.group: tuple[torch.Tensor, torch.Tensor, int] | None = None  # this step's (row per slot place, valid, places)
+        self.only: int | None = None  # this step's one adapter, when every row has it
 
     def rows(self, slots: list[int], device: torch.device) -> None:
-        """This step's segments from its rows' slots: (slot, row indices, or None for all rows)."""
-        present = sorted(set(slots) - {0})
-        if len(present) == 1 and 0 not in slots:
-            self.segments = [(present[0], None)]
+        """This step's grouping from its rows' slots: each adapter's rows at its place in a
+        [S, most rows of one adapter] grid (padding rows point at row 0 and add nothing)."""
+        present = set(slots)
+        self.only = next(iter(present)) if len(present) == 1 and 0 not in present else None
+        self.group = None
+        if self.only is not None or present == {0}:
             return
-        self.segments = [(slot, torch.tensor([i for i, s in enumerate(slots) if s == slot], dtype=torch.long, device=device)) for slot in present]
+        per_slot: list[list[int]] = [[] for _ in self.slots]
+        for row, slot in enumerate(slots):
+            if slot:
+                per_slot[slot - 1].append(row)
+        places = max(len(rows) for rows in per_slot)
+        index = [rows[k] if k < len(rows) else 0 for rows in per_slot for k in range(places)]
+        valid = [1.0 if k < len(rows) else 0.0 for rows in per_slot for k in range(places)]
+        self.group = (torch.tensor(index, dtype=torch.long, device=device), torch.tensor(valid, device=device)[:, None], places)
 
     def apply(self, y: torch.Tensor, x: torch.Tensor, layer: int, module: str) -> torch.Tensor:
         """`y` = x W^T of the fused `module` of `layer`, plus each row's adapter's x A^T B^T."""
-        for slot, index in self.segments:
-            pair = self.weights[slot][layer].get(module)
-            if pair is None:
-                continue
-            a, b = pair
-            if index is None:
-                y = y + (x @ a.T) @ b.T
-            else:
-                y = y.index_add(0, index, (x.index_select(0, index) @ a.T) @ b.T)
-        return y
+        stack = self.stacks[layer][module]
+        if self.only is not None:
+            a, b = stack[0][self.only - 1], stack[1][self.only - 1]
+            return y + (x @ a) @ b
+        if self.group is None:
+            return y
+        index, valid, places = self.group
+        a, b = stack
+        grouped = x.index_select(0, index).view(a.shape[0], places, -1)  # [S, places, in]
+        delta = torch.bmm(torch.bmm(grouped, a), b).view(-1, b.shape[-1]) * valid.to(y.dtype)
+        return y.index_add(0, index, delta)
 
 
-def _load(config: AdapterConfig, out_sizes: dict[str, tuple[int, int]], num_layers: int, dtype: torch.dtype, device: torch.device) -> list[dict[str, Pair]]:
+def _load(config: AdapterConfig, out_sizes: dict[str, tuple[int, int]], num_layers: int) -> list[dict[str, Pair]]:
+    """Each layer's fused modules the adapter changes: (A [R, in], B [out, R] scaled), float32."""
     from safetensors.torch import load_file
 
     from runtime.adapters import WEIGHTS
@@ -77,7 +94,7 @@ def _load(config: AdapterConfig, out_sizes: dict[str, tuple[int, int]], num_laye
                 if a is not None and b is not None:
                     parts[name] = (a.float(), b.float() * config.scaling)
             if parts:
-                fused[module] = _fuse(parts, projections, out_sizes, dtype, device)
+                fused[module] = _fuse(parts, projections, out_sizes)
         layers.append(fused)
     if raw:
         raise ValueError(f"{config.path}: weights the native forward would not apply: {sorted(raw)[:3]}")
@@ -90,7 +107,7 @@ def _prefix(raw: dict[str, Any]) -> str:
     return name[: name.index("layers.")] if "layers." in name else ""
 
 
-def _fuse(parts: dict[str, Pair], projections: tuple[str, ...], out_sizes: dict[str, tuple[int, int]], dtype: torch.dtype, device: torch.device) -> Pair:
+def _fuse(parts: dict[str, Pair], projections: tuple[str, ...], out_sizes: dict[str, tuple[int, int]]) -> Pair:
     """One (A, B) for a fused module: the projections' A stacked, their B block-diagonal over
     the fused output (zeros for a projection the adapter leaves alone)."""
     a = torch.cat([parts[p][0] for p in projections if p in parts])
@@ -104,4 +121,19 @@ def _fuse(parts: dict[str, Pair], projections: tuple[str, ...], out_sizes: dict[
             b[row : row + block.shape[0], col : col + block.shape[1]] = block
             col += block.shape[1]
         row += out_sizes[p][1]
+    return a, b
+
+
+def _stack(pairs: list[Pair | None], module: str, out_sizes: dict[str, tuple[int, int]], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The adapters' (A, B) of one fused module as A^T [S, in, R] and B^T [S, R, out], zeros
+    where an adapter leaves the module alone or has a smaller rank."""
+    projections = FUSED[module]
+    width, out = out_sizes[projections[0]][0], sum(out_sizes[p][1] for p in projections)
+    rank = max((pair[0].shape[0] for pair in pairs if pair is not None), default=1)
+    a = torch.zeros(len(pairs), width, rank)
+    b = torch.zeros(len(pairs), rank, out)
+    for s, pair in enumerate(pairs):
+        if pair is not None:
+            a[s, :, : pair[0].shape[0]] = pair[0].T
+            b[s, : pair[1].shape[1], :] = pair[1].T
     return a.to(device=device, dtype=dtype).contiguous(), b.to(device=device, dtype=dtype).contiguous()
