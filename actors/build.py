@@ -13,7 +13,7 @@ from pathlib import Path
 
 from actors.engine import Engine
 from actors.runners.base import Runner
-from runtime.adapters import read_adapter
+from runtime.adapters import LoraSettings, read_adapter
 from runtime.chat_templates import apply_template
 from runtime.config import RuntimeConfig
 from runtime.generation_defaults import read_defaults
@@ -63,7 +63,7 @@ def build_engine(config: RuntimeConfig) -> Engine:
         num_threads=config.num_threads, max_model_len=config.max_model_len, batch_invariant=config.batch_invariant, model_impl=config.model_impl,
         compile=config.compile, quantization=config.quantization, cuda_graphs=config.cuda_graphs, max_num_seqs=config.max_num_seqs,
         max_step_tokens=config.max_num_batched_tokens, draft_model=_draft_model(config),
-        adapters=tuple(read_adapter(name, where, config.max_lora_rank) for name, where in config.lora_modules.items()) if config.enable_lora else (),
+        lora=_lora(config),
     )
     defaults = read_defaults(path, config.generation_config)
     return Engine(config, runner, tokenizer, config.served_name or name, frozenset(eos), images=images, sampling_defaults=defaults)
@@ -83,3 +83,11 @@ def _draft_model(config: RuntimeConfig) -> Path | None:
     if error:
         raise ValueError(error)
     return resolve_model(config.draft_model)[1]
+
+
+def _lora(config: RuntimeConfig) -> LoraSettings | None:
+    """--enable-lora: the adapters named at start, read, and the slots' limits."""
+    if not config.enable_lora:
+        return None
+    adapters = tuple(read_adapter(name, where, config.max_lora_rank) for name, where in config.lora_modules.items())
+    return LoraSettings(adapters, config.max_loras, config.max_lora_rank)

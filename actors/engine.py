@@ -8,8 +8,7 @@ API (`encode`, `decode`: served by the tokenizer actor, off the event loop).
                                                 │
                      mailbox ◀── detokenizer ◀──┘
 
-The engine's wiring: it sits above the actors, and the layers above it see it only as
-`runtime.protocol.Runtime` (built by `actors/build.py`).
+The engine's wiring: it sits above the actors, and the layers above it see it only as `runtime.protocol.Runtime` (built by `actors/build.py`).
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from actors.drafting import AUTO_MAX_ROWS
 from actors.embed_core import EmbeddingSchedulerCore
 from actors.executor import ExecutorActor
 from actors.guidance import GuideCompiler
+from actors.lora_control import AdapterMethods
 from actors.multimodal import ImagePrompts
 from actors.runners.base import Runner
 from actors.sched_core import SchedulerConfig, SchedulerCore
@@ -58,7 +58,7 @@ except importlib.metadata.PackageNotFoundError:  # running from a source tree
     _ENGINE_VERSION = "dev"
 
 
-class Engine:
+class Engine(AdapterMethods):
     """One served model's actor pipeline; implements `runtime.protocol.Runtime`."""
 
     def __init__(

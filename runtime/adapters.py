@@ -31,6 +31,16 @@ class AdapterConfig:
     targets: frozenset[str]  # of TARGETS
 
 
+@dataclass(frozen=True, slots=True)
+class LoraSettings:
+    """What --enable-lora gives the runner: the adapters named at start, and the slots' limits
+    (--max-loras adapters of rank up to --max-lora-rank held at once)."""
+
+    adapters: tuple[AdapterConfig, ...]
+    max_loras: int
+    max_rank: int
+
+
 def parse_module(text: str) -> tuple[str, str]:
     """`NAME=DIR` → (name, dir); ValueError naming the form."""
     name, sep, path = text.partition("=")
@@ -92,12 +102,16 @@ def salt(adapter: str | None) -> int | None:
     return int.from_bytes(hashlib.blake2b(adapter.encode(), digest_size=8).digest(), "little")
 
 
-def lora_error(modules: dict[str, str], enabled: bool, max_loras: int, max_rank: int, served_name: str, drafter: str = "off") -> str | None:
+def lora_error(
+    modules: dict[str, str], enabled: bool, max_loras: int, max_rank: int, served_name: str, drafter: str = "off", lora_dir: str | None = None
+) -> str | None:  # fmt: skip
     """Why these flags cannot serve, in one line naming the flag; None when they can.
     `drafter`: what --spec-decoding drafts with (its n-gram pool and draft model are not
     keyed by adapter yet)."""
-    if modules and not enabled:
-        return "--lora-modules needs --enable-lora"
+    if (modules or lora_dir) and not enabled:
+        return f"{'--lora-modules' if modules else '--lora-dir'} needs --enable-lora"
+    if lora_dir and not Path(lora_dir).expanduser().is_dir():
+        return f"--lora-dir {lora_dir!r}: not a directory"
     if enabled and drafter != "off":
         return f"--enable-lora: drafting ({drafter}) is not served beside adapters yet; give --spec-decoding off (auto drafts nothing with them)"
     if len(modules) > max_loras:

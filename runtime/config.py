@@ -102,6 +102,7 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     lora_modules: dict[str, str] = {}
     max_loras: int = 4
     max_lora_rank: int = 16
+    lora_dir: str | None = None  # adapters may be loaded at run time from under it (/v1/load_lora_adapter); None: not at all
     # A vision-language model: images one prompt may carry (more is a 400 naming the part).
     limit_images_per_prompt: int = 8
     # A stream's tokens go to its client in chunks of at least this many, past the first token

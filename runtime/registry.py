@@ -59,6 +59,21 @@ class ModelRegistry:
             for name in names[1:]:
                 self._adapters[name] = AdapterView(runtime, name)
 
+    def lora_base(self) -> Runtime | None:
+        """The model adapters load onto at run time: the first started with --enable-lora."""
+        return next((r for r in self._by_name.values() if getattr(getattr(r, "config", None), "enable_lora", False)), None)
+
+    def add_adapter(self, base: Runtime, name: str) -> None:
+        if name in self._by_name or name in self._adapters:
+            raise ValueError(f"{name!r} is served already")
+        self._adapters[name] = AdapterView(base, name)
+
+    def remove_adapter(self, name: str) -> Runtime:
+        """Take the adapter's name away (KeyError if none); its base model."""
+        view = self._adapters.pop(name)
+        assert isinstance(view, AdapterView)
+        return view.base
+
     def served(self) -> Iterator[Runtime]:
         """Every name a request may send: each model, then its adapters."""
         yield from self._by_name.values()

@@ -22,7 +22,7 @@ from actors.runners.native import families, shipped
 from actors.runners.native.path import NativePath
 from actors.runners.vision.families import family_of
 from actors.runners.vision.path import VisionPath
-from runtime.adapters import AdapterConfig
+from runtime.adapters import LoraSettings
 from runtime.checkpoints import checkpoint_error, fp8
 from runtime.errors import ModelRefused
 from runtime.logging import get_logger
@@ -127,7 +127,7 @@ def served_quantization(quantization: str | None, model_dir: Path, dtype_explici
 def choose(
     model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool | None, max_len: int | None, compile: bool | None = False,
     quantization: str | None = None, cuda_graphs: bool | None = None, block_size: int = 16, max_num_seqs: int = 256, dtype_explicit: bool = False,
-    max_step_tokens: int = 0, adapters: tuple[AdapterConfig, ...] = (),
+    max_step_tokens: int = 0, lora: LoraSettings | None = None,
 ) -> ModelPath:  # fmt: skip
     """The native path when asked for or (auto) when it supports the model; else transformers.
     `compile`, `quantization` and `cuda_graphs` apply to the native path only (transformers'
@@ -143,7 +143,7 @@ def choose(
     started = time.perf_counter()
     family = family_of(model_dir)
     if family is not None:  # a vision-language model: transformers' modules, the text tower paged
-        if model_impl == "native" or quantization not in (None, "none") or adapters:
+        if model_impl == "native" or quantization not in (None, "none") or lora is not None:
             raise ValueError(f"{model_dir} is a {family} vision-language model: it runs on transformers' modules, without --model-impl native, --quantization or LoRA adapters")
         vision = VisionPath(model_dir, family, dtype, device)
         log.info("model_path", impl=vision.impl, model=str(model_dir), family=family, load_s=round(time.perf_counter() - started, 2))
@@ -156,7 +156,7 @@ def choose(
             scheme, dense_because = served_quantization(quantization, model_dir, dtype_explicit, device, batch_invariant)
             path: ModelPath = NativePath(
                 model_dir, hf, dtype, device, batch_invariant, max_len, compile=compile, quantization=scheme, cuda_graphs=cuda_graphs, block_size=block_size,
-                max_num_seqs=max_num_seqs, max_step_tokens=max_step_tokens, adapters=adapters,
+                max_num_seqs=max_num_seqs, max_step_tokens=max_step_tokens, lora=lora,
             )
             extra = {"shipped_weights_served_dense": dense_because} if dense_because else {}
             log.info("model_path", impl=path.impl, model=str(model_dir), load_s=round(time.perf_counter() - started, 2), **extra)
@@ -164,7 +164,7 @@ def choose(
         if model_impl == "native" or quantization not in (None, "none"):
             raise ValueError(f"{'--quantization' if quantization not in (None, 'none') else '--model-impl native'} needs the native path, which cannot run {model_dir}: {unsupported}")
         reason = unsupported
-    if adapters:
+    if lora is not None:
         raise ModelRefused(f"{model_dir}: LoRA adapters are served on the native path only, which cannot run it: {reason}")
     if fp8(model_dir):
         raise ModelRefused(f"{model_dir}: its weights are FP8, served on the native path only, which cannot run it: {reason}")

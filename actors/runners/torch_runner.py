@@ -24,11 +24,12 @@ from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, TransformersPath, choose
 from actors.runners.native.decode_graph import DecodeGraph
 from actors.runners.native.graph_steps import SCRATCH_TOKENS
+from actors.runners.native.lora import Adapters
 from actors.runners.native.path import NativePath
 from actors.runners.request_state import RequestStates
 from actors.runners.sampler import SamplingBatch, apply_penalties, sample
 from actors.runners.vision.path import VisionPath
-from runtime.adapters import AdapterConfig
+from runtime.adapters import LoraSettings
 from runtime.kv_budget import GIB
 from runtime.logging import get_logger
 from runtime.messages import NewRequest, ScheduledSeq, StepPlan, StepResult
@@ -119,10 +120,10 @@ class TorchRunner:
         max_num_seqs: int = 256,
         max_step_tokens: int = 512,
         draft_model: Path | None = None,
-        adapters: tuple[AdapterConfig, ...] = (),
+        lora: LoraSettings | None = None,
     ) -> None:
         self.model_dir = Path(model_dir)
-        self._adapters = adapters  # LoRA (runtime/adapters.py), on the native path
+        self._lora = lora  # LoRA adapters (runtime/adapters.py), on the native path
         self._requested_device = device
         self.device_key = device_key(device)
         self._requested_dtype = dtype
@@ -160,7 +161,7 @@ class TorchRunner:
         model = choose(
             self.model_dir, self._model_impl, self.dtype, self.device, self._batch_invariant, self._max_model_len, self._compile, self._quantization,
             self._cuda_graphs, self.block_size, self._max_num_seqs, dtype_explicit=self._requested_dtype not in (None, "auto"),
-            max_step_tokens=self._max_step_tokens, adapters=self._adapters,
+            max_step_tokens=self._max_step_tokens, lora=self._lora,
         )  # fmt: skip
         self.model = model
         bytes_per_slot = 2 * model.num_layers * model.num_kv_heads * model.head_dim * torch.finfo(self.dtype).bits // 8
@@ -249,6 +250,12 @@ class TorchRunner:
 
     def _decode_graph(self) -> DecodeGraph | None:
         return self.model.decode_graph if isinstance(self.model, NativePath) else None
+
+    def adapters(self) -> Adapters:
+        """The LoRA adapters' slots (--enable-lora; actors/lora_control.py loads and unloads)."""
+        if not isinstance(self.model, NativePath) or self.model.adapters is None:
+            raise ValueError("this model serves no LoRA adapters (start it with --enable-lora)")
+        return self.model.adapters
 
     def close(self) -> None:
         if self.masks is not None:

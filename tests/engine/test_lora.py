@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from actors.runners.native.lora import Adapters
-from runtime.adapters import lora_error, read_adapter
+from runtime.adapters import LoraSettings, lora_error, read_adapter
 from runtime.request import Prompt
 from tests.support.adapters import ADAPTERS, peft_greedy
 from tests.support.cli import assert_one_line_usage_error, run_cli
@@ -64,7 +64,8 @@ async def test_an_int4_base_takes_adapters_within_the_bound(tiny_model_dir: Path
     from actors.runners.torch_runner import TorchRunner
 
     configs = tuple(read_adapter(n, str(p), 16) for n, p in lora_adapters.items())
-    runner = TorchRunner(tiny_model_dir, device="cpu", dtype="float32", compile=False, num_kv_blocks=16, block_size=16, model_impl="native", quantization="int4", adapters=configs)
+    lora = LoraSettings(configs, 4, 16)
+    runner = TorchRunner(tiny_model_dir, device="cpu", dtype="float32", compile=False, num_kv_blocks=16, block_size=16, model_impl="native", quantization="int4", lora=lora)
     runner.load()
     assert runner.model is not None and runner.model.impl.endswith("+lora"), runner.model.impl
     prompt = make_prompts(100)[6]

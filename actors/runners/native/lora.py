@@ -28,18 +28,50 @@ Pair = tuple[torch.Tensor, torch.Tensor]  # A [R, in], B [out, R] (scaled)
 
 
 class Adapters:
-    def __init__(self, configs: list[AdapterConfig], out_sizes: dict[str, tuple[int, int]], num_layers: int, dtype: torch.dtype, device: torch.device) -> None:
-        """`out_sizes`: each PEFT projection's (input, output) widths in the base model."""
-        self.slots = {config.name: slot for slot, config in enumerate(configs, start=1)}
-        loaded = [_load(config, out_sizes, num_layers) for config in configs]
-        # [layer][fused module] → A [S, in, R], B [S, R, out] over the S adapters (slot s at
-        # s - 1), ranks padded with zeros to the module's largest: one batched product serves
-        # every adapter of a step.
-        self.stacks: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] = [
-            {module: _stack([adapter[i].get(module) for adapter in loaded], module, out_sizes, dtype, device) for module in FUSED} for i in range(num_layers)
-        ]
+    def __init__(
+        self, configs: list[AdapterConfig], out_sizes: dict[str, tuple[int, int]], num_layers: int, dtype: torch.dtype, device: torch.device,
+        capacity: int, max_rank: int,
+    ) -> None:  # fmt: skip
+        """`out_sizes`: each PEFT projection's (input, output) widths in the base model;
+        `capacity` adapters (--max-loras) of rank up to `max_rank` held at once."""
+        self.out_sizes, self.num_layers = out_sizes, num_layers
+        self.slots: dict[str, int] = {}  # name → slot, 1..capacity (0: the base)
+        self.capacity = max(capacity, len(configs))
+        # [layer][fused module] → A [S, in, R], B [S, R, out] over the S = capacity slots (slot
+        # s at s - 1), R the module's projections times max_rank, zeros where unused: one
+        # batched product serves every adapter of a step.
+        self.stacks = [{module: _empty(module, out_sizes, self.capacity, max_rank, dtype, device) for module in FUSED} for _ in range(num_layers)]
+        for config in configs:
+            self.install(config.name, read(config, out_sizes, num_layers))
         self.group: tuple[torch.Tensor, torch.Tensor, int] | None = None  # this step's (row per slot place, valid, places)
         self.only: int | None = None  # this step's one adapter, when every row has it
+
+    def read(self, config: AdapterConfig) -> list[dict[str, Pair]]:
+        """The adapter's weights fitted to this base (any thread): `install` takes them."""
+        return read(config, self.out_sizes, self.num_layers)
+
+    def install(self, name: str, layers: list[dict[str, Pair]]) -> None:
+        """`read`'s weights into a free slot (on the device thread, between steps); ValueError
+        when every slot is taken."""
+        free = sorted(set(range(1, self.capacity + 1)) - set(self.slots.values()))
+        if not free:
+            raise ValueError(f"all {self.capacity} adapter slots (--max-loras) are in use: unload one first")
+        self._write(free[0], layers)
+        self.slots[name] = free[0]
+
+    def remove(self, name: str) -> None:
+        """Free `name`'s slot (its requests have ended: actors/lora_control.py)."""
+        self._write(self.slots.pop(name), [{} for _ in range(self.num_layers)])
+
+    def _write(self, slot: int, layers: list[dict[str, Pair]]) -> None:
+        for stacks, fused in zip(self.stacks, layers, strict=True):
+            for module, (a, b) in stacks.items():
+                a[slot - 1].zero_()
+                b[slot - 1].zero_()
+                if module in fused:
+                    pa, pb = fused[module]
+                    a[slot - 1, :, : pa.shape[0]] = pa.T
+                    b[slot - 1, : pb.shape[1], :] = pb.T
 
     def rows(self, slots: list[int], device: torch.device) -> None:
         """This step's grouping from its rows' slots: each adapter's rows at its place in a
@@ -49,7 +81,7 @@ class Adapters:
         self.group = None
         if self.only is not None or present == {0}:
             return
-        per_slot: list[list[int]] = [[] for _ in self.slots]
+        per_slot: list[list[int]] = [[] for _ in range(self.capacity)]
         for row, slot in enumerate(slots):
             if slot:
                 per_slot[slot - 1].append(row)
@@ -73,8 +105,9 @@ class Adapters:
         return y.index_add(0, index, delta)
 
 
-def _load(config: AdapterConfig, out_sizes: dict[str, tuple[int, int]], num_layers: int) -> list[dict[str, Pair]]:
-    """Each layer's fused modules the adapter changes: (A [R, in], B [out, R] scaled), float32."""
+def read(config: AdapterConfig, out_sizes: dict[str, tuple[int, int]], num_layers: int) -> list[dict[str, Pair]]:
+    """Each layer's fused modules the adapter changes: (A [R, in], B [out, R] scaled), float32,
+    read on any thread; ValueError when its weights do not fit the base model."""
     from safetensors.torch import load_file
 
     from runtime.adapters import WEIGHTS
@@ -124,16 +157,8 @@ def _fuse(parts: dict[str, Pair], projections: tuple[str, ...], out_sizes: dict[
     return a, b
 
 
-def _stack(pairs: list[Pair | None], module: str, out_sizes: dict[str, tuple[int, int]], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The adapters' (A, B) of one fused module as A^T [S, in, R] and B^T [S, R, out], zeros
-    where an adapter leaves the module alone or has a smaller rank."""
+def _empty(module: str, out_sizes: dict[str, tuple[int, int]], capacity: int, max_rank: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fused module's zeroed A^T [S, in, R] and B^T [S, R, out] for `capacity` adapters."""
     projections = FUSED[module]
-    width, out = out_sizes[projections[0]][0], sum(out_sizes[p][1] for p in projections)
-    rank = max((pair[0].shape[0] for pair in pairs if pair is not None), default=1)
-    a = torch.zeros(len(pairs), width, rank)
-    b = torch.zeros(len(pairs), rank, out)
-    for s, pair in enumerate(pairs):
-        if pair is not None:
-            a[s, :, : pair[0].shape[0]] = pair[0].T
-            b[s, : pair[1].shape[1], :] = pair[1].T
-    return a.to(device=device, dtype=dtype).contiguous(), b.to(device=device, dtype=dtype).contiguous()
+    width, out, rank = out_sizes[projections[0]][0], sum(out_sizes[p][1] for p in projections), max_rank * len(projections)
+    return torch.zeros(capacity, width, rank, dtype=dtype, device=device), torch.zeros(capacity, rank, out, dtype=dtype, device=device)

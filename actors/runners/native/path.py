@@ -27,7 +27,7 @@ from actors.runners.native.kernels.build import KernelsUnavailable, library
 from actors.runners.native.loader import load_weights
 from actors.runners.native.lora import Adapters
 from actors.runners.native.rowwise import RowwiseModel, pack_weights
-from runtime.adapters import AdapterConfig
+from runtime.adapters import LoraSettings
 from runtime.logging import get_logger
 
 log = get_logger("runner")
@@ -80,7 +80,7 @@ class NativePath:
         block_size: int = 16,
         max_num_seqs: int = 256,
         max_step_tokens: int = 0,
-        adapters: tuple[AdapterConfig, ...] = (),
+        lora: LoraSettings | None = None,
     ) -> None:
         cfg = families.native_config(hf)
         family = families.family(hf)
@@ -95,7 +95,7 @@ class NativePath:
         self.bucketed: BucketedDecode | None = None
         self.decode_graph: decode_graph.DecodeGraph | None = None
         self.adapters: Adapters | None = None
-        self.rowwise = not adapters and rowwise_applies(cfg, family, device, dtype, quantization, batch_invariant)
+        self.rowwise = lora is None and rowwise_applies(cfg, family, device, dtype, quantization, batch_invariant)
         if self.rowwise:
             started = time.perf_counter()
             served = pack_weights(weights, model_dir, cfg.tie_word_embeddings, blocks=quantization == shipped.SCHEME)
@@ -110,10 +110,10 @@ class NativePath:
             self.model.linear = fixed_block_linear
         if quantization:
             self.impl = f"native+{self._quantize(weights, model_dir, quantization)}"
-        if adapters:  # applied per row on the eager forward: no graphs, whose shapes hold no segments
+        if lora is not None:  # applied per row on the eager forward: no graphs, whose shapes hold no segments
             started = time.perf_counter()
-            self.adapters = self.model.adapters = Adapters(list(adapters), _projection_sizes(cfg), cfg.num_layers, dtype, device)
-            log.info("lora_adapters_loaded", adapters=[a.name for a in adapters], seconds=round(time.perf_counter() - started, 3))
+            self.adapters = self.model.adapters = Adapters(list(lora.adapters), _projection_sizes(cfg), cfg.num_layers, dtype, device, lora.max_loras, lora.max_rank)
+            log.info("lora_adapters_loaded", adapters=[a.name for a in lora.adapters], seconds=round(time.perf_counter() - started, 3))
             self.impl += "+lora"
             cuda_graphs, compile = False, False
         self._graphs(cuda_graphs, compile, batch_invariant, device, max_len or cfg.max_position_embeddings, block_size, max_num_seqs, max_step_tokens)

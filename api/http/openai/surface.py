@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from quart import Quart
 
-from api.http.openai import embeddings, models
+from api.http.openai import embeddings, lora, models
 from api.http.openai.chat import view as chat
 from api.http.openai.chat.request import ChatCompletionRequest
 from api.http.openai.common.errors import OpenAIErrors
@@ -32,5 +32,5 @@ HANDLERS = {
 
 
 def register(app: Quart, registry: ModelRegistry) -> None:
-    for module in (chat, completions, embeddings, responses, models):
+    for module in (chat, completions, embeddings, responses, models, lora):
         module.register(app, registry)

@@ -48,6 +48,8 @@ ROUTES: tuple[Route, ...] = (
     Route("embeddings", "POST", "/v1/embeddings", "openai", runs="embed"),
     Route("list_models", "GET", "/v1/models", "openai"),
     Route("get_model", "GET", "/v1/models/<path:model_id>", "openai"),
+    Route("load_lora_adapter", "POST", "/v1/load_lora_adapter", "openai"),
+    Route("unload_lora_adapter", "POST", "/v1/unload_lora_adapter", "openai"),
     Route(
         "azure_chat_completions", "POST", "/chat/completions", "azure", runs="generate",
         model_header="azureml-model-deployment", query=("api-version", AZURE_API_VERSIONS),

@@ -1,6 +1,6 @@
 """Fuzz every route with bodies generated (hypothesis) from the server's own /openapi.json.
 
-At least 1,400 bodies (of 2,000 sent) that get past each route's first check, spread over every route with a
+At least 1,400 bodies (of 2,000 sent; 40 a route at least) that get past each route's first check, spread over every route with a
 body (OpenAI, Azure ML, Databricks invocations and endpoint management, POST and PUT): schema-
 valid bodies, valid bodies with one field broken, arbitrary JSON, and raw bytes. "Past the
 first check" means what a route looks at before it reads the body is right, so the body is
@@ -375,7 +375,7 @@ async def test_fuzz_every_route_from_the_openapi_document(tiny_model_dir: Path, 
             body_routes = {(m.upper(), p) for p, ops in doc["paths"].items() for m, op in ops.items() if "requestBody" in op}
             per_route = Counter((r.method, route_of(r.path)) for r in counted)
             assert set(per_route) == body_routes, body_routes ^ set(per_route)
-            assert min(per_route.values()) >= 70, per_route  # spread over all of them
+            assert min(per_route.values()) >= 40, per_route  # spread over all of them
             assert {route_of(r.path) for r in requests} == set(doc["paths"])
             random.Random(0).shuffle(requests)
             failures: list[str] = []

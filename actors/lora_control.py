@@ -1,0 +1,51 @@
+"""LoRA adapters loaded and unloaded while the server runs (vLLM's /v1/load_lora_adapter and
+/v1/unload_lora_adapter; the routes are api/http/openai/lora.py, which name it in the registry).
+
+Owns `AdapterMethods`, the engine's `load_adapter` and `unload_adapter`. Loading checks the adapter as the command line does
+(runtime/adapters.py), reads and fits its weights to the base on a worker thread, then writes
+them into a free slot on the device thread, between two steps, so no step sees half of it;
+the route names it only after that. Unloading comes after the route took the name away (new
+requests: 404): the requests still running with it end with a 404 naming it, then its slot is
+freed on the device thread, behind every step already sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from runtime.adapters import read_adapter
+from runtime.errors import ModelNotFound
+from runtime.messages import AbortReason
+
+
+class AdapterMethods:
+    """Mixed into actors/engine.py's Engine (its runner, executor, requests and config)."""
+
+    runner: Any
+    executor: Any
+    requests: dict[str, Any]
+    config: Any
+    abort: Callable[[str, AbortReason], None]
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        """Load the PEFT adapter at `path` as `name`; ValueError in one line when it cannot be."""
+        adapters = self.runner.adapters()
+        if name in adapters.slots:
+            raise ValueError(f"an adapter named {name!r} is loaded already")
+        config = read_adapter(name, path, self.config.max_lora_rank)
+        layers = await trio.to_thread.run_sync(adapters.read, config)
+        await self.executor.thread.run(adapters.install, name, layers)
+
+    async def unload_adapter(self, name: str) -> None:
+        """End `name`'s running requests (a 404 naming it) and free its slot; KeyError if not loaded."""
+        adapters = self.runner.adapters()
+        if name not in adapters.slots:
+            raise KeyError(name)
+        for request_id, ctx in list(self.requests.items()):
+            if ctx.sampling.adapter == name:
+                self.abort(request_id, AbortReason.FAILED)
+                ctx.mailbox.fail(ModelNotFound(name))
+        await self.executor.thread.run(adapters.remove, name)
