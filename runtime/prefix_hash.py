@@ -43,10 +43,11 @@ def keyed_token_ids(token_ids: Sequence[int], mm: Any) -> list[int]:
     return keyed
 
 
-def block_hashes(token_ids: Sequence[int], block_size: int, max_blocks: int | None = None) -> list[int]:
-    """The chain hashes of the full blocks of `token_ids` (at most `max_blocks` of them)."""
+def block_hashes(token_ids: Sequence[int], block_size: int, max_blocks: int | None = None, root: int | None = None) -> list[int]:
+    """The chain hashes of the full blocks of `token_ids` (at most `max_blocks` of them), the
+    chain started from `root` (a LoRA adapter's: runtime/adapters.py `salt`)."""
     out: list[int] = []
-    prev: int | None = None
+    prev: int | None = root
     count = len(token_ids) // block_size
     if max_blocks is not None:
         count = min(count, max_blocks)

@@ -41,6 +41,7 @@ from api.http.openai.tools.parser import output_prefix
 from api.http.platform.media import MediaPolicy
 from api.http.shared.media.load import decode_data_uri
 from api.http.shared.routes import match
+from runtime.adapters import salt
 from runtime.chat_templates import apply_template
 from runtime.images import ImageInput, ImageRef
 from runtime.logging import configure_logging, get_logger
@@ -99,6 +100,8 @@ class PromptHasher:
             fmt = FORMATS[detect_tool_format(tokenizer, config.tool_call_parser)](tokenizer)
             entry = _Model(tokenizer, config.block_size, images, thinking, fmt)
             self._models[config.served_name or name] = entry
+            for adapter in config.lora_modules if config.enable_lora else ():  # its own chain (runtime/adapters.py salt)
+                self._models[adapter] = msgspec.structs.replace(entry, root=salt(adapter))
             self._default = self._default or entry
 
     def hint(self, scope: dict[str, Any], body: bytes) -> RoutingHint | None:
@@ -122,11 +125,11 @@ class PromptHasher:
             return ()
         prompt, prefix, refs = found
         if not refs or entry.images is None:
-            return tuple(block_hashes(encode_prompt(entry.tokenizer, prompt, prefix), entry.block_size, MAX_HASHED_BLOCKS))
+            return tuple(block_hashes(encode_prompt(entry.tokenizer, prompt, prefix), entry.block_size, MAX_HASHED_BLOCKS, entry.root))
         ids, mm = entry.images.encode(msgspec.structs.replace(prompt, images=tuple(_routing_image(ref) for ref in refs)), prefix)
         keyed = keyed_token_ids(ids, mm)
         unfetched = [image.runs[0][0] for image, ref in zip(mm.images, refs) if not _inline(ref) and image.runs]
-        return tuple(block_hashes(keyed[: min(unfetched)] if unfetched else keyed, entry.block_size, MAX_HASHED_BLOCKS))
+        return tuple(block_hashes(keyed[: min(unfetched)] if unfetched else keyed, entry.block_size, MAX_HASHED_BLOCKS, entry.root))
 
 
 class _Model(msgspec.Struct, frozen=True):
@@ -135,6 +138,7 @@ class _Model(msgspec.Struct, frozen=True):
     images: Any = None  # actors.multimodal.ImagePrompts for a vision-language model
     thinking: Any = None  # runtime.reasoning.ThinkingFormat for a reasoning model (its effort changes the prompt)
     tool_format: Any = None  # its tool-call format (api/http/openai/tools/formats/): how tools and calls are rendered
+    root: int | None = None  # a LoRA adapter's: where its prefix chain starts, as the replica's cache starts it
 
 
 _STAND_IN = ImageInput(width=28, height=28, pixels=bytes(28 * 28 * 3), hash="0" * 64)

@@ -117,3 +117,15 @@ def test_a_reasoning_models_prompt_is_hashed_as_its_effort_renders_it(tmp_path: 
     assert hasher.hashes({"messages": messages, "reasoning_effort": "none"}) == off
     assert hasher.hashes({"messages": messages, "reasoning_effort": "low"}) == hasher.hashes({"messages": messages}) == on
     assert hasher.hashes({"input": messages, "reasoning": {"effort": "minimal"}}, responses=True) == off
+
+
+def test_an_adapters_routing_hash_is_its_own_chain(tiny_model_dir: Path, lora_adapters: dict[str, Path], tmp_path: Path) -> None:
+    """A LoRA adapter's request hashes as the replica's cache chains it (from the adapter's root),
+    so the router sends it where that adapter's blocks are, never where the base's same prompt is."""
+    config = tiny_config(tiny_model_dir, max_num_batched_tokens=512, enable_lora=True, lora_modules={n: str(p) for n, p in lora_adapters.items()}, spec_decoding="off")
+    body = {"model": "qv-r4", "messages": [MESSAGES[0], {"role": "user", "content": " ".join([MESSAGES[1]["content"]] * 4)}], "max_tokens": 2}
+    hasher = PromptHasher([config])
+    hashes = hasher.hashes(body)
+    _, cached = serve_once(config, tmp_path, "/v1/chat/completions", body)
+    assert len(hashes) > 4 and set(hashes) <= cached
+    assert not set(hashes) & set(hasher.hashes({**body, "model": "tiny"}))
