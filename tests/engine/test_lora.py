@@ -17,6 +17,7 @@ from runtime.adapters import LoraSettings, lora_error, read_adapter
 from runtime.request import Prompt
 from tests.support.adapters import ADAPTERS, peft_greedy
 from tests.support.cli import assert_one_line_usage_error, run_cli
+from tests.support.device import needs_kernels
 from tests.support.equivalence import NUM_NEW, greedy_concurrently, make_prompts
 
 
@@ -113,3 +114,48 @@ def test_the_command_line_refuses_an_adapter_it_cannot_serve_in_one_line(tiny_mo
     flags = ("serve", "--model", str(tiny_model_dir), "--no-embeddings", "--enable-lora", "--spec-decoding", "off")
     assert_one_line_usage_error(run_cli(*flags, "--lora-modules", f"d={dora}", tmp_path=tmp_path), "--lora-modules d=", "DoRA")
     assert_one_line_usage_error(run_cli(*flags[:-1], "ngram", "--lora-modules", f"a={lora_adapters['qv-r4']}", tmp_path=tmp_path), "--enable-lora", "drafting")
+
+
+@needs_kernels()
+def test_the_row_invariant_kernels_take_adapters_and_keep_the_bases_rows_invariant(tiny_model_dir: Path, lora_adapters: dict[str, Path]) -> None:
+    """The CPU's default (bf16, the row-invariant kernels) with adapters: an adapter's rows within
+    a stated KL of PEFT in float32; a base request's logits the same bits alone and beside an
+    adapter's request in one step."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from actors.runners.torch_runner import TorchRunner
+
+    lora = LoraSettings(tuple(read_adapter(n, str(p), 16) for n, p in lora_adapters.items()), 4, 16)
+    runner = TorchRunner(tiny_model_dir, device="cpu", dtype="bfloat16", compile=False, num_kv_blocks=16, block_size=16, model_impl="native", lora=lora)
+    runner.load()
+    assert runner.model is not None and runner.model.impl == "native+bf16+rowwise+lora", runner.model.impl
+    base, tuned = make_prompts(100)[6], make_prompts(100)[7]
+
+    def logits(seqs: list[list[int]], slots: list[int]) -> torch.Tensor:
+        assert runner.model is not None
+        with torch.inference_mode():
+            step, positions = runner.model.build_step([(0, len(s)) for s in seqs], [[4 * i + j for j in range(4)] for i in range(len(seqs))], 16, runner.k_cache, runner.v_cache)
+            runner.model.adapters.rows([slot for s, slot in zip(seqs, slots) for _ in s], runner.device)
+            ids = torch.tensor([t for s in seqs for t in s])
+            return runner.model.forward(ids, positions, step, torch.arange(ids.shape[0]), runner.k_cache, runner.v_cache).float()
+
+    alone = logits([base], [0])
+    mixed = logits([base, tuned], [0, 2])
+    assert torch.equal(mixed[: len(base)], alone)  # the base's rows: the same bits beside an adapter's
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        base_kl = _kl(plain(input_ids=torch.tensor([base])).logits[0], alone)
+        own = PeftModel.from_pretrained(plain, lora_adapters["all-r8"]).eval()
+        expected = own(input_ids=torch.tensor([tuned])).logits[0]
+        kl = _kl(expected, mixed[len(base) :])
+        peft_bf16 = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16), lora_adapters["all-r8"]).eval()
+        bf16_kl = _kl(expected, peft_bf16(input_ids=torch.tensor([tuned])).logits[0])  # PEFT's own bf16, against its float32
+    print(f"bf16 row-invariant kernels, KL per position at most: base {base_kl:.3g}, all-r8 {kl:.3g} (PEFT's own bf16: {bf16_kl:.3g}) nats")
+    assert base_kl <= 1e-3 and kl <= bf16_kl  # the adapter's rows: within what bf16 costs PEFT itself
+
+
+def _kl(reference: torch.Tensor, served: torch.Tensor) -> float:
+    """The largest KL(reference || served) of a position, in nats."""
+    expected, got = torch.log_softmax(reference.float(), -1), torch.log_softmax(served.float(), -1)
+    return float((expected.exp() * (expected - got)).sum(-1).max())

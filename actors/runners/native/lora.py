@@ -92,17 +92,21 @@ class Adapters:
 
     def apply(self, y: torch.Tensor, x: torch.Tensor, layer: int, module: str) -> torch.Tensor:
         """`y` = x W^T of the fused `module` of `layer`, plus each row's adapter's x A^T B^T."""
-        stack = self.stacks[layer][module]
+        delta = self.delta(x, layer, module)
+        return y if delta is None else y + delta
+
+    def delta(self, x: torch.Tensor, layer: int, module: str) -> torch.Tensor | None:
+        """Each row's adapter's x A^T B^T for the fused `module` of `layer` (zero on the base's
+        rows), or None when no row of the step has an adapter."""
+        a, b = self.stacks[layer][module]
         if self.only is not None:
-            a, b = stack[0][self.only - 1], stack[1][self.only - 1]
-            return y + (x @ a) @ b
+            return (x @ a[self.only - 1]) @ b[self.only - 1]
         if self.group is None:
-            return y
+            return None
         index, valid, places = self.group
-        a, b = stack
         grouped = x.index_select(0, index).view(a.shape[0], places, -1)  # [S, places, in]
-        delta = torch.bmm(torch.bmm(grouped, a), b).view(-1, b.shape[-1]) * valid.to(y.dtype)
-        return y.index_add(0, index, delta)
+        products = torch.bmm(torch.bmm(grouped, a), b).view(-1, b.shape[-1]) * valid.to(x.dtype)
+        return torch.zeros(x.shape[0], b.shape[-1], dtype=products.dtype, device=x.device).index_add_(0, index, products)
 
 
 def read(config: AdapterConfig, out_sizes: dict[str, tuple[int, int]], num_layers: int) -> list[dict[str, Pair]]:

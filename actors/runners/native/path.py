@@ -95,12 +95,13 @@ class NativePath:
         self.bucketed: BucketedDecode | None = None
         self.decode_graph: decode_graph.DecodeGraph | None = None
         self.adapters: Adapters | None = None
-        self.rowwise = lora is None and rowwise_applies(cfg, family, device, dtype, quantization, batch_invariant)
+        self.rowwise = rowwise_applies(cfg, family, device, dtype, quantization, batch_invariant)
         if self.rowwise:
             started = time.perf_counter()
-            served = pack_weights(weights, model_dir, cfg.tie_word_embeddings, blocks=quantization == shipped.SCHEME)
+            served = pack_weights(weights, model_dir, cfg.tie_word_embeddings, blocks=quantization == shipped.SCHEME, swiglu=lora is None)
             self.model: Any = RowwiseModel(cfg, weights, max_len or cfg.max_position_embeddings)
             self.impl = f"native+{shipped.describe(served) if quantization == shipped.SCHEME else 'bf16'}+rowwise"
+            self._adapt(lora, cfg, dtype, device)
             log.info("rowwise_weights", matrices=dict(served), seconds=round(time.perf_counter() - started, 2))
             if compile:
                 log.warning("compile_skipped", reason="the row-invariant kernels run every step; --compile's graphs would change its rounding")
@@ -110,13 +111,19 @@ class NativePath:
             self.model.linear = fixed_block_linear
         if quantization:
             self.impl = f"native+{self._quantize(weights, model_dir, quantization)}"
-        if lora is not None:  # applied per row on the eager forward: no graphs, whose shapes hold no segments
-            started = time.perf_counter()
-            self.adapters = self.model.adapters = Adapters(list(lora.adapters), _projection_sizes(cfg), cfg.num_layers, dtype, device, lora.max_loras, lora.max_rank)
-            log.info("lora_adapters_loaded", adapters=[a.name for a in lora.adapters], seconds=round(time.perf_counter() - started, 3))
-            self.impl += "+lora"
+        if lora is not None:  # applied per row on the eager forward: no graphs, whose shapes hold no groups
+            self._adapt(lora, cfg, dtype, device)
             cuda_graphs, compile = False, False
         self._graphs(cuda_graphs, compile, batch_invariant, device, max_len or cfg.max_position_embeddings, block_size, max_num_seqs, max_step_tokens)
+
+    def _adapt(self, lora: LoraSettings | None, cfg: NativeConfig, dtype: torch.dtype, device: torch.device) -> None:
+        """--enable-lora: the adapters' slots on the model, the ones named at start loaded."""
+        if lora is None:
+            return
+        started = time.perf_counter()
+        self.adapters = self.model.adapters = Adapters(list(lora.adapters), _projection_sizes(cfg), cfg.num_layers, dtype, device, lora.max_loras, lora.max_rank)
+        log.info("lora_adapters_loaded", adapters=[a.name for a in lora.adapters], seconds=round(time.perf_counter() - started, 3))
+        self.impl += "+lora"
 
     def _graphs(
         self, cuda_graphs: bool | None, compile: bool | None, batch_invariant: bool | None, device: torch.device, max_len: int, block_size: int,

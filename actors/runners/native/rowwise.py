@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -24,16 +25,18 @@ from actors.runners.native.config import NativeConfig
 from actors.runners.native.kernels import ops
 from actors.runners.native.llama import rope_tables
 from actors.runners.native.loader import ModelWeights
+from actors.runners.native.lora import Adapters
 
 _LINEARS = ("qkv", "o_proj", "gate_up", "down")
 _BIASES = {"qkv": "qkv_bias", "o_proj": "o_bias"}
 
 
-def pack_weights(weights: ModelWeights, model_dir: Path, tied: bool, blocks: bool, keep_dense: bool = True) -> Counter[str]:
+def pack_weights(weights: ModelWeights, model_dir: Path, tied: bool, blocks: bool, keep_dense: bool = True, swiglu: bool = True) -> Counter[str]:
     """Each linear matrix (and the lm_head) of `weights` replaced, in place, by its packed form:
     the checkpoint's own blocks where `blocks` and it ships them (with their bf16 upcast beside
-    them for wide calls, `keep_dense`), else the dense matrix in bf16. How many matrices each
-    format serves."""
+    them for wide calls, `keep_dense`), else the dense matrix in bf16; gate/up with SwiGLU
+    fused into the product unless not `swiglu` (LoRA adds to gate and up first). How many
+    matrices each format serves."""
     shipped_blocks, types = shipped.read_blocks(model_dir) if blocks else ({}, {})
     prefix = "model." if any(name.startswith("model.") for name in types) else ""
     served: Counter[str] = Counter()
@@ -56,7 +59,7 @@ def pack_weights(weights: ModelWeights, model_dir: Path, tied: bool, blocks: boo
         else:
             packed, kind = ops.pack_dense(dense, bias), "dense"
         served[kind] += 1
-        setattr(holder, attr, ops.as_swiglu(packed) if attr == "gate_up" and packed.n % 32 == 0 else packed)
+        setattr(holder, attr, ops.as_swiglu(packed) if swiglu and attr == "gate_up" and packed.n % 32 == 0 else packed)
 
     for i, layer in enumerate(weights.layers):
         for attr in _LINEARS:
@@ -83,6 +86,7 @@ class RowwiseModel:
         self.cos, self.sin = rope_tables(cfg, max_len, torch.float32, torch.device("cpu"))
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
+        self.adapters: Adapters | None = None  # LoRA (lora.py): each layer through `_adapted`
 
     def forward(
         self, input_ids: torch.Tensor, step: ops.RowStep, keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]
@@ -92,6 +96,9 @@ class RowwiseModel:
         eps = cfg.rms_norm_eps
         h = F.embedding(input_ids, self.w.embed)  # the residual stream, updated in place
         for i, layer in enumerate(self.w.layers):
+            if self.adapters is not None:
+                self._adapted(h, i, layer, step, k_cache[i], v_cache[i], self.adapters)
+                continue
             qkv = ops.linear(h, layer.qkv, norm=layer.input_norm, eps=eps)
             if layer.q_norm is not None and layer.k_norm is not None:
                 qkv = self._qk_norm(qkv, layer.q_norm, layer.k_norm)
@@ -104,9 +111,35 @@ class RowwiseModel:
             ops.linear(mlp, layer.down, residual=h)
         return ops.linear(h[keep], self.w.lm_head, out_f32=True, norm=self.w.final_norm, eps=eps)
 
+    def _adapted(self, h: torch.Tensor, i: int, layer: Any, step: ops.RowStep, k_cache: torch.Tensor, v_cache: torch.Tensor, lora: Adapters) -> None:
+        """Layer `i` with each row's LoRA adapter added to its products (the norms apart from the
+        products, SwiGLU after the adapter's gate and up): the base's rows stay row-invariant,
+        an adapter's rows take lora.py's batched products. Updates `h` in place."""
+        cfg, eps = self.cfg, self.cfg.rms_norm_eps
+        x = ops.rmsnorm(h, layer.input_norm, eps)
+        qkv = _plus(ops.linear(x, layer.qkv), lora.delta(x, i, "qkv"))
+        if layer.q_norm is not None and layer.k_norm is not None:
+            qkv = self._qk_norm(qkv, layer.q_norm, layer.k_norm)
+        o = ops.rope_attention(qkv, cfg.num_heads, cfg.num_kv_heads, self.cos, self.sin, step, k_cache, v_cache, self.scale, self.window).view(-1, self.q_size)
+        ops.linear(o, layer.o_proj, residual=h)
+        _add(h, lora.delta(o, i, "o_proj"))
+        x = ops.rmsnorm(h, layer.post_norm, eps)
+        mlp = ops.silu_mul(_plus(ops.linear(x, layer.gate_up), lora.delta(x, i, "gate_up")))
+        ops.linear(mlp, layer.down, residual=h)
+        _add(h, lora.delta(mlp, i, "down"))
+
     def _qk_norm(self, qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor) -> torch.Tensor:
         """Qwen3: RMSNorm over each head of q and k, before rotary."""
         d, eps = self.cfg.head_dim, self.cfg.rms_norm_eps
         q = ops.rmsnorm(qkv[:, : self.q_size].reshape(-1, d), q_norm, eps).view(-1, self.q_size)
         k = ops.rmsnorm(qkv[:, self.q_size : self.q_size + self.kv_size].reshape(-1, d), k_norm, eps).view(-1, self.kv_size)
         return torch.cat([q, k, qkv[:, self.q_size + self.kv_size :]], dim=1)
+
+
+def _plus(y: torch.Tensor, delta: torch.Tensor | None) -> torch.Tensor:
+    return y if delta is None else y + delta
+
+
+def _add(h: torch.Tensor, delta: torch.Tensor | None) -> None:
+    if delta is not None:
+        h.add_(delta)
