@@ -117,10 +117,10 @@ def test_the_command_line_refuses_an_adapter_it_cannot_serve_in_one_line(tiny_mo
 
 
 @needs_kernels()
-def test_the_row_invariant_kernels_take_adapters_and_keep_the_bases_rows_invariant(tiny_model_dir: Path, lora_adapters: dict[str, Path]) -> None:
+def test_the_row_invariant_kernels_take_adapters_and_keep_every_row_invariant(tiny_model_dir: Path, lora_adapters: dict[str, Path]) -> None:
     """The CPU's default (bf16, the row-invariant kernels) with adapters: an adapter's rows within
-    a stated KL of PEFT in float32; a base request's logits the same bits alone and beside an
-    adapter's request in one step."""
+    PEFT's own bf16 noise of PEFT in float32; a base request's and an adapter's logits the same
+    bits alone and beside each other in one step."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -140,9 +140,9 @@ def test_the_row_invariant_kernels_take_adapters_and_keep_the_bases_rows_invaria
             ids = torch.tensor([t for s in seqs for t in s])
             return runner.model.forward(ids, positions, step, torch.arange(ids.shape[0]), runner.k_cache, runner.v_cache).float()
 
-    alone = logits([base], [0])
+    alone, tuned_alone = logits([base], [0]), logits([tuned], [2])
     mixed = logits([base, tuned], [0, 2])
-    assert torch.equal(mixed[: len(base)], alone)  # the base's rows: the same bits beside an adapter's
+    assert torch.equal(mixed[: len(base)], alone) and torch.equal(mixed[len(base) :], tuned_alone)  # every row: the same bits in any batch
     plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     with torch.inference_mode():
         base_kl = _kl(plain(input_ids=torch.tensor([base])).logits[0], alone)

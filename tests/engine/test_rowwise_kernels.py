@@ -158,14 +158,37 @@ def test_the_plain_c_build_gives_the_vector_builds_bits(monkeypatch: pytest.Monk
     x = torch.randn(9, 96).bfloat16()
     qkv = torch.randn(21, (9 + 6) * 64).bfloat16()
     gu = torch.randn(5, 256).bfloat16()
+    lora_a, lora_b = torch.randn(2, 7, 90), torch.randn(2, 7, 80)
 
     def everything() -> list[torch.Tensor]:
         out = [ops.linear(x, _weights(fmt, 80, 96, seed=fmt)[0], out_f32=True) for fmt in FORMATS]
         out.append(ops.linear(x, ops.as_swiglu(_weights(ops.BF16, 64, 96)[0])))
         out += [Cache(9, 3, 64).step([(0, 21)], qkv), ops.silu_mul(gu), ops.rmsnorm(gu, gu[0].contiguous(), 1e-6)]
-        return out
+        tuned = gu[:, :80].clone()  # LoRA: rows of two adapters and the base, odd widths for the tails
+        ops.lora_add(x[:5, :90], torch.tensor([1, 0, 2, 2, 1], dtype=torch.int32), lora_a, lora_b, tuned)
+        return [*out, tuned]
 
     vector = everything()
     monkeypatch.setattr(build, "_loaded", build.load("x86-64-v3"))
     for got, want in zip(everything(), vector):
         assert torch.equal(got, want)
+
+
+def test_lora_add_adds_each_rows_own_adapter_once_rounded() -> None:
+    """ops.lora_add: each row gets its own adapter's (x A^T) B^T added and rounded to bf16 once;
+    the base's rows (slot 0) are left as they were; a row's result is the same bits alone."""
+    torch.manual_seed(4)
+    x, y = torch.randn(6, 100).bfloat16(), torch.randn(6, 70).bfloat16()
+    a, b = torch.randn(3, 9, 100) * 0.1, torch.randn(3, 9, 70) * 0.1
+    slots = torch.tensor([0, 1, 2, 3, 0, 2], dtype=torch.int32)
+    out = y.clone()
+    ops.lora_add(x, slots, a, b, out)
+    for t, s in enumerate(slots.tolist()):
+        if s == 0:
+            assert torch.equal(out[t], y[t])
+            continue
+        want = (y[t].float() + (x[t].float() @ a[s - 1].T) @ b[s - 1]).bfloat16()
+        assert (out[t].float() - want.float()).abs().max() <= 2**-7 * want.float().abs().max()
+        alone = y[t : t + 1].clone()
+        ops.lora_add(x[t : t + 1], slots[t : t + 1], a, b, alone)
+        assert torch.equal(alone[0], out[t])

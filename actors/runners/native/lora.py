@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from actors.runners.native.kernels import ops
 from runtime.adapters import AdapterConfig
 
 # A fused module of a layer → the PEFT projections in it, in the order its output is laid out.
@@ -30,21 +31,31 @@ Pair = tuple[torch.Tensor, torch.Tensor]  # A [R, in], B [out, R] (scaled)
 class Adapters:
     def __init__(
         self, configs: list[AdapterConfig], out_sizes: dict[str, tuple[int, int]], num_layers: int, dtype: torch.dtype, device: torch.device,
-        capacity: int, max_rank: int,
+        capacity: int, max_rank: int, kernel: bool = False,
     ) -> None:  # fmt: skip
         """`out_sizes`: each PEFT projection's (input, output) widths in the base model;
-        `capacity` adapters (--max-loras) of rank up to `max_rank` held at once."""
+        `capacity` adapters (--max-loras) of rank up to `max_rank` held at once; `kernel`: the
+        row-invariant kernels' `lora_add` applies them (float32 stacks), else torch's products."""
+        self.kernel = kernel
+        self.row_slots: torch.Tensor | None = None  # this step's adapter slot of each row, int32 (kernel)
         self.out_sizes, self.num_layers = out_sizes, num_layers
         self.slots: dict[str, int] = {}  # name → slot, 1..capacity (0: the base)
         self.capacity = max(capacity, len(configs))
-        # [layer][fused module] → A [S, in, R], B [S, R, out] over the S = capacity slots (slot
+        # [layer][fused module] → A [S, R, in], B^T [S, R, out] over the S = capacity slots (slot
         # s at s - 1), R the module's projections times max_rank, zeros where unused: one
-        # batched product serves every adapter of a step.
-        self.stacks = [{module: _empty(module, out_sizes, self.capacity, max_rank, dtype, device) for module in FUSED} for _ in range(num_layers)]
+        # batched product (or one kernel call) serves every adapter of a step.
+        stack_dtype = torch.float32 if kernel else dtype
+        self.stacks = [{module: _empty(module, out_sizes, self.capacity, max_rank, stack_dtype, device) for module in FUSED} for _ in range(num_layers)]
         for config in configs:
             self.install(config.name, read(config, out_sizes, num_layers))
         self.group: tuple[torch.Tensor, torch.Tensor, int] | None = None  # this step's (row per slot place, valid, places)
         self.only: int | None = None  # this step's one adapter, when every row has it
+
+    def add_into(self, y: torch.Tensor, x: torch.Tensor, layer: int, module: str) -> None:
+        """`y` += each row's adapter's x A^T B^T, in place, on the row-invariant kernels."""
+        if self.row_slots is not None:
+            a, b = self.stacks[layer][module]
+            ops.lora_add(x, self.row_slots, a, b, y)
 
     def read(self, config: AdapterConfig) -> list[dict[str, Pair]]:
         """The adapter's weights fitted to this base (any thread): `install` takes them."""
@@ -70,7 +81,7 @@ class Adapters:
                 b[slot - 1].zero_()
                 if module in fused:
                     pa, pb = fused[module]
-                    a[slot - 1, :, : pa.shape[0]] = pa.T
+                    a[slot - 1, : pa.shape[0], :] = pa
                     b[slot - 1, : pb.shape[1], :] = pb.T
 
     def rows(self, slots: list[int], device: torch.device) -> None:
@@ -79,6 +90,9 @@ class Adapters:
         present = set(slots)
         self.only = next(iter(present)) if len(present) == 1 and 0 not in present else None
         self.group = None
+        if self.kernel:
+            self.row_slots = None if present == {0} else torch.tensor(slots, dtype=torch.int32)
+            return
         if self.only is not None or present == {0}:
             return
         per_slot: list[list[int]] = [[] for _ in range(self.capacity)]
@@ -100,12 +114,12 @@ class Adapters:
         rows), or None when no row of the step has an adapter."""
         a, b = self.stacks[layer][module]
         if self.only is not None:
-            return (x @ a[self.only - 1]) @ b[self.only - 1]
+            return (x @ a[self.only - 1].T) @ b[self.only - 1]
         if self.group is None:
             return None
         index, valid, places = self.group
         grouped = x.index_select(0, index).view(a.shape[0], places, -1)  # [S, places, in]
-        products = torch.bmm(torch.bmm(grouped, a), b).view(-1, b.shape[-1]) * valid.to(x.dtype)
+        products = torch.bmm(torch.bmm(grouped, a.transpose(1, 2)), b).view(-1, b.shape[-1]) * valid.to(x.dtype)
         return torch.zeros(x.shape[0], b.shape[-1], dtype=products.dtype, device=x.device).index_add_(0, index, products)
 
 
@@ -162,7 +176,7 @@ def _fuse(parts: dict[str, Pair], projections: tuple[str, ...], out_sizes: dict[
 
 
 def _empty(module: str, out_sizes: dict[str, tuple[int, int]], capacity: int, max_rank: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fused module's zeroed A^T [S, in, R] and B^T [S, R, out] for `capacity` adapters."""
+    """A fused module's zeroed A [S, R, in] and B^T [S, R, out] for `capacity` adapters."""
     projections = FUSED[module]
     width, out, rank = out_sizes[projections[0]][0], sum(out_sizes[p][1] for p in projections), max_rank * len(projections)
-    return torch.zeros(capacity, width, rank, dtype=dtype, device=device), torch.zeros(capacity, rank, out, dtype=dtype, device=device)
+    return torch.zeros(capacity, rank, width, dtype=dtype, device=device), torch.zeros(capacity, rank, out, dtype=dtype, device=device)

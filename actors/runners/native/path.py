@@ -101,7 +101,7 @@ class NativePath:
             served = pack_weights(weights, model_dir, cfg.tie_word_embeddings, blocks=quantization == shipped.SCHEME, swiglu=lora is None)
             self.model: Any = RowwiseModel(cfg, weights, max_len or cfg.max_position_embeddings)
             self.impl = f"native+{shipped.describe(served) if quantization == shipped.SCHEME else 'bf16'}+rowwise"
-            self._adapt(lora, cfg, dtype, device)
+            self._adapt(lora, cfg, dtype, device, kernel=True)
             log.info("rowwise_weights", matrices=dict(served), seconds=round(time.perf_counter() - started, 2))
             if compile:
                 log.warning("compile_skipped", reason="the row-invariant kernels run every step; --compile's graphs would change its rounding")
@@ -116,12 +116,13 @@ class NativePath:
             cuda_graphs, compile = False, False
         self._graphs(cuda_graphs, compile, batch_invariant, device, max_len or cfg.max_position_embeddings, block_size, max_num_seqs, max_step_tokens)
 
-    def _adapt(self, lora: LoraSettings | None, cfg: NativeConfig, dtype: torch.dtype, device: torch.device) -> None:
-        """--enable-lora: the adapters' slots on the model, the ones named at start loaded."""
+    def _adapt(self, lora: LoraSettings | None, cfg: NativeConfig, dtype: torch.dtype, device: torch.device, kernel: bool = False) -> None:
+        """--enable-lora: the adapters' slots on the model, the ones named at start loaded
+        (applied by the row-invariant kernels when `kernel`)."""
         if lora is None:
             return
         started = time.perf_counter()
-        self.adapters = self.model.adapters = Adapters(list(lora.adapters), _projection_sizes(cfg), cfg.num_layers, dtype, device, lora.max_loras, lora.max_rank)
+        self.adapters = self.model.adapters = Adapters(list(lora.adapters), _projection_sizes(cfg), cfg.num_layers, dtype, device, lora.max_loras, lora.max_rank, kernel)
         log.info("lora_adapters_loaded", adapters=[a.name for a in lora.adapters], seconds=round(time.perf_counter() - started, 3))
         self.impl += "+lora"
 

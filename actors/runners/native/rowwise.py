@@ -112,21 +112,24 @@ class RowwiseModel:
         return ops.linear(h[keep], self.w.lm_head, out_f32=True, norm=self.w.final_norm, eps=eps)
 
     def _adapted(self, h: torch.Tensor, i: int, layer: Any, step: ops.RowStep, k_cache: torch.Tensor, v_cache: torch.Tensor, lora: Adapters) -> None:
-        """Layer `i` with each row's LoRA adapter added to its products (the norms apart from the
-        products, SwiGLU after the adapter's gate and up): the base's rows stay row-invariant,
-        an adapter's rows take lora.py's batched products. Updates `h` in place."""
+        """Layer `i` with each row's LoRA adapter added to its products by the kernels'
+        `lora_add` (the norms apart from the products, SwiGLU after the adapter's gate and up):
+        every row, an adapter's too, stays row-invariant. Updates `h` in place."""
         cfg, eps = self.cfg, self.cfg.rms_norm_eps
         x = ops.rmsnorm(h, layer.input_norm, eps)
-        qkv = _plus(ops.linear(x, layer.qkv), lora.delta(x, i, "qkv"))
+        qkv = ops.linear(x, layer.qkv)
+        lora.add_into(qkv, x, i, "qkv")
         if layer.q_norm is not None and layer.k_norm is not None:
             qkv = self._qk_norm(qkv, layer.q_norm, layer.k_norm)
         o = ops.rope_attention(qkv, cfg.num_heads, cfg.num_kv_heads, self.cos, self.sin, step, k_cache, v_cache, self.scale, self.window).view(-1, self.q_size)
         ops.linear(o, layer.o_proj, residual=h)
-        _add(h, lora.delta(o, i, "o_proj"))
+        lora.add_into(h, o, i, "o_proj")
         x = ops.rmsnorm(h, layer.post_norm, eps)
-        mlp = ops.silu_mul(_plus(ops.linear(x, layer.gate_up), lora.delta(x, i, "gate_up")))
+        gate_up = ops.linear(x, layer.gate_up)
+        lora.add_into(gate_up, x, i, "gate_up")
+        mlp = ops.silu_mul(gate_up)
         ops.linear(mlp, layer.down, residual=h)
-        _add(h, lora.delta(mlp, i, "down"))
+        lora.add_into(h, mlp, i, "down")
 
     def _qk_norm(self, qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor) -> torch.Tensor:
         """Qwen3: RMSNorm over each head of q and k, before rotary."""
@@ -134,12 +137,3 @@ class RowwiseModel:
         q = ops.rmsnorm(qkv[:, : self.q_size].reshape(-1, d), q_norm, eps).view(-1, self.q_size)
         k = ops.rmsnorm(qkv[:, self.q_size : self.q_size + self.kv_size].reshape(-1, d), k_norm, eps).view(-1, self.kv_size)
         return torch.cat([q, k, qkv[:, self.q_size + self.kv_size :]], dim=1)
-
-
-def _plus(y: torch.Tensor, delta: torch.Tensor | None) -> torch.Tensor:
-    return y if delta is None else y + delta
-
-
-def _add(h: torch.Tensor, delta: torch.Tensor | None) -> None:
-    if delta is not None:
-        h.add_(delta)

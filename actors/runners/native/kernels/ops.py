@@ -132,6 +132,16 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return y.view(x.shape)
 
 
+def lora_add(x: torch.Tensor, slots: torch.Tensor, a: torch.Tensor, b: torch.Tensor, y: torch.Tensor) -> None:
+    """y [T, N] bf16 += (x [T, K] A_s^T) B_s^T for each row's adapter s = slots [T] (int32, 0:
+    none), A [S, R, K] and B^T [S, R, N] float32 (lora.c says in which order)."""
+    assert x.stride(-1) == 1 and y.stride(-1) == 1 and a.is_contiguous() and b.is_contiguous() and slots.dtype == torch.int32
+    _lib().sy_lora_add(
+        x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), slots.data_ptr(), a.data_ptr(), b.data_ptr(), a.shape[1], b.shape[2], y.data_ptr(), y.stride(0),
+        torch.get_num_threads(),
+    )
+
+
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """[M, 2I] (gate, then up) → silu(gate) * up [M, I]."""
     m, width = gate_up.shape
