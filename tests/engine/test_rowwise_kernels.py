@@ -158,7 +158,7 @@ def test_the_plain_c_build_gives_the_vector_builds_bits(monkeypatch: pytest.Monk
     x = torch.randn(9, 96).bfloat16()
     qkv = torch.randn(21, (9 + 6) * 64).bfloat16()
     gu = torch.randn(5, 256).bfloat16()
-    lora_a, lora_b = torch.randn(2, 7, 90), torch.randn(2, 7, 80)
+    lora_a, lora_b = torch.randn(2, 7, 90).bfloat16(), torch.randn(2, 7, 80).bfloat16()
 
     def everything() -> list[torch.Tensor]:
         out = [ops.linear(x, _weights(fmt, 80, 96, seed=fmt)[0], out_f32=True) for fmt in FORMATS]
@@ -179,7 +179,7 @@ def test_lora_add_adds_each_rows_own_adapter_once_rounded() -> None:
     the base's rows (slot 0) are left as they were; a row's result is the same bits alone."""
     torch.manual_seed(4)
     x, y = torch.randn(6, 100).bfloat16(), torch.randn(6, 70).bfloat16()
-    a, b = torch.randn(3, 9, 100) * 0.1, torch.randn(3, 9, 70) * 0.1
+    a, b = (torch.randn(3, 9, 100) * 0.1).bfloat16(), (torch.randn(3, 9, 70) * 0.1).bfloat16()
     slots = torch.tensor([0, 1, 2, 3, 0, 2], dtype=torch.int32)
     out = y.clone()
     ops.lora_add(x, slots, a, b, out)
@@ -187,7 +187,7 @@ def test_lora_add_adds_each_rows_own_adapter_once_rounded() -> None:
         if s == 0:
             assert torch.equal(out[t], y[t])
             continue
-        want = (y[t].float() + (x[t].float() @ a[s - 1].T) @ b[s - 1]).bfloat16()
+        want = (y[t].float() + (x[t].float() @ a[s - 1].float().T) @ b[s - 1].float()).bfloat16()
         assert (out[t].float() - want.float()).abs().max() <= 2**-7 * want.float().abs().max()
         alone = y[t : t + 1].clone()
         ops.lora_add(x[t : t + 1], slots[t : t + 1], a, b, alone)

@@ -34,18 +34,18 @@ class Adapters:
         capacity: int, max_rank: int, kernel: bool = False,
     ) -> None:  # fmt: skip
         """`out_sizes`: each PEFT projection's (input, output) widths in the base model;
-        `capacity` adapters (--max-loras) of rank up to `max_rank` held at once; `kernel`: the
-        row-invariant kernels' `lora_add` applies them (float32 stacks), else torch's products."""
+        `capacity` adapters (--max-loras) of rank up to `max_rank` held at once, in `dtype`;
+        `kernel`: the row-invariant kernels' `lora_add` applies them, else torch's products."""
         self.kernel = kernel
         self.row_slots: torch.Tensor | None = None  # this step's adapter slot of each row, int32 (kernel)
+        self.row_order: torch.Tensor | None = None  # its rows with an adapter, grouped by adapter
         self.out_sizes, self.num_layers = out_sizes, num_layers
         self.slots: dict[str, int] = {}  # name → slot, 1..capacity (0: the base)
         self.capacity = max(capacity, len(configs))
         # [layer][fused module] → A [S, R, in], B^T [S, R, out] over the S = capacity slots (slot
         # s at s - 1), R the module's projections times max_rank, zeros where unused: one
         # batched product (or one kernel call) serves every adapter of a step.
-        stack_dtype = torch.float32 if kernel else dtype
-        self.stacks = [{module: _empty(module, out_sizes, self.capacity, max_rank, stack_dtype, device) for module in FUSED} for _ in range(num_layers)]
+        self.stacks = [{module: _empty(module, out_sizes, self.capacity, max_rank, dtype, device) for module in FUSED} for _ in range(num_layers)]
         for config in configs:
             self.install(config.name, read(config, out_sizes, num_layers))
         self.group: tuple[torch.Tensor, torch.Tensor, int] | None = None  # this step's (row per slot place, valid, places)
@@ -55,7 +55,7 @@ class Adapters:
         """`y` += each row's adapter's x A^T B^T, in place, on the row-invariant kernels."""
         if self.row_slots is not None:
             a, b = self.stacks[layer][module]
-            ops.lora_add(x, self.row_slots, a, b, y)
+            ops.lora_add(x, self.row_slots, a, b, y, self.row_order)
 
     def read(self, config: AdapterConfig) -> list[dict[str, Pair]]:
         """The adapter's weights fitted to this base (any thread): `install` takes them."""
@@ -92,6 +92,7 @@ class Adapters:
         self.group = None
         if self.kernel:
             self.row_slots = None if present == {0} else torch.tensor(slots, dtype=torch.int32)
+            self.row_order = None if present == {0} else ops.adapter_order(slots)
             return
         if self.only is not None or present == {0}:
             return

@@ -34,7 +34,7 @@ SIGNATURES = {
     "sy_rmsnorm": (_P, _I, _I, _I, _P, _F, _P, _I, _C),
     "sy_rope_write": (_P, _I, _I, _C, _C, _C, _P, _P, _P, _P, _P, _P, _P, _I, _C),
     "sy_silu_mul": (_P, _I, _I, _P, _C),
-    "sy_lora_add": (_P, _I, _I, _I, _P, _P, _P, _I, _I, _P, _I, _C),
+    "sy_lora_add": (_P, _I, _I, _I, _P, _P, _I, _P, _P, _I, _I, _P, _I, _C),
 }
 
 

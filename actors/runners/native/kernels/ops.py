@@ -132,14 +132,21 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return y.view(x.shape)
 
 
-def lora_add(x: torch.Tensor, slots: torch.Tensor, a: torch.Tensor, b: torch.Tensor, y: torch.Tensor) -> None:
+def lora_add(x: torch.Tensor, slots: torch.Tensor, a: torch.Tensor, b: torch.Tensor, y: torch.Tensor, order: torch.Tensor | None = None) -> None:
     """y [T, N] bf16 += (x [T, K] A_s^T) B_s^T for each row's adapter s = slots [T] (int32, 0:
-    none), A [S, R, K] and B^T [S, R, N] float32 (lora.c says in which order)."""
-    assert x.stride(-1) == 1 and y.stride(-1) == 1 and a.is_contiguous() and b.is_contiguous() and slots.dtype == torch.int32
+    none), A [S, R, K] and B^T [S, R, N] bf16 (lora.c says in which order). `order`: the rows
+    with an adapter grouped by adapter (int32; `adapter_order` of `slots` when not given)."""
+    assert x.stride(-1) == 1 and y.stride(-1) == 1 and a.is_contiguous() and b.is_contiguous() and slots.dtype == torch.int32 and a.dtype == b.dtype == torch.bfloat16
+    order = adapter_order(slots.tolist()) if order is None else order
     _lib().sy_lora_add(
-        x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), slots.data_ptr(), a.data_ptr(), b.data_ptr(), a.shape[1], b.shape[2], y.data_ptr(), y.stride(0),
-        torch.get_num_threads(),
-    )
+        x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), slots.data_ptr(), order.data_ptr(), order.shape[0], a.data_ptr(), b.data_ptr(), a.shape[1],
+        b.shape[2], y.data_ptr(), y.stride(0), torch.get_num_threads(),
+    )  # fmt: skip
+
+
+def adapter_order(slots: list[int]) -> torch.Tensor:
+    """The rows with an adapter (slot > 0), grouped by adapter, as int32."""
+    return torch.tensor(sorted((t for t, s in enumerate(slots) if s > 0), key=lambda t: slots[t]), dtype=torch.int32)
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
