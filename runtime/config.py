@@ -143,7 +143,7 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
         runner's ModelInfo: a verify row's logits are then the decode row's, so drafting
         changes no answer), else nothing; a mode given by name drafts anyway."""
         if self.spec_decoding == "auto":
-            if not rowwise or self.batch_invariant is False or self.enable_lora:  # an adapter's rows are not invariant (native/lora.py)
+            if not rowwise or self.batch_invariant is False or self.enable_lora:  # the n-gram pool is not keyed by adapter yet
                 return "off"
             return "draft" if self.draft_model else "ngram"
         return self.spec_decoding
