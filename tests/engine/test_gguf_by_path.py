@@ -29,11 +29,11 @@ KL_BOUND = 1e-4  # nats a position: bf16 serving of the blocks against float32 o
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def files(tmp_path_factory: pytest.TempPathFactory, own_store: Path) -> dict[str, Path]:
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     root = tmp_path_factory.mktemp("gguf")
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(None)[1])
+    tokenizer = AutoTokenizer.from_pretrained(own_store)
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -51,12 +51,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(autouse=True, scope="module")
-def own_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One store for the module: a file is converted once, whichever test serves it first."""
-    resolve_model(None)  # the embedded model converted where it is, before the store moves
+def own_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One store for the module: a file is converted once, whichever test serves it first. The
+    embedded model's directory, found where it is before the store moves (its tokenizer)."""
+    embedded = resolve_model(None)[1]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SWITCHYARD_MODEL_STORE", str(tmp_path_factory.mktemp("store")))
-        yield
+        yield embedded
 
 
 PROMPTS = [[1, 520, 3000, 17, 9, 4410], [2, 77, 15000, 301, 301, 88, 4, 6000, 12]]

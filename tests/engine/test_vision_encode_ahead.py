@@ -86,9 +86,12 @@ def test_an_encoder_that_raises_fails_its_request_alone(llava_dir: Path) -> None
 async def test_images_encoded_in_slices_beside_a_stream_match_transformers(fixture: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     model_dir: Path = request.getfixturevalue(fixture)
     advances: dict[int, list[float | None]] = {}  # per encoder job: the deadline of each slice
+    jobs: list[Any] = []  # kept alive: a finished job's id() would be reused by the next one
     advance = Slicer.advance
 
     def counted(self: Slicer, job: Any, deadline: float | None) -> bool:
+        if all(seen is not job for seen in jobs):
+            jobs.append(job)
         advances.setdefault(id(job), []).append(deadline)
         return advance(self, job, deadline)
 

@@ -8,8 +8,10 @@ import torch
 
 from tests.support.equivalence import NUM_NEW
 
-ADAPTERS = {  # name → PEFT LoraConfig fields
+ADAPTERS = {  # name → PEFT LoraConfig fields: two target-module sets, two ranks, one rsLoRA
     "qv-r4": dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    "qv-r8": dict(r=8, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    "all-r4": dict(r=4, lora_alpha=4, target_modules="all-linear"),
     "all-r8": dict(r=8, lora_alpha=16, target_modules="all-linear", use_rslora=True),
 }
 

@@ -1,15 +1,14 @@
 """LoRA adapters on the native forward, each applied to the rows of the requests that named it.
 
-Owns `Adapters`: every adapter named at start (runtime/adapters.py read its config) loaded from
-PEFT's safetensors into a slot (0 is the base model: no adapter), each projection's A and B
-(scaling folded into B) fused as the family fuses its weights: q/k/v as one product (their A
-stacked, their B block-diagonal), gate/up likewise, so a layer adds at most four low-rank
-products, each adapter's padded to the module's largest rank and stacked. `rows(slots)` groups
-a step's rows by adapter once a step ([adapters, most rows of one] places); `apply` gathers
-them, runs two batched products over every adapter at once (as Punica's BGMV batches them) and
-adds each row's result to that row only, a handful of ops a module whatever the adapters in
-the step (one adapter on every row: two plain products). Requests for several adapters and
-the base share one step.
+Owns `Adapters`: `--max-loras` slots (0 is the base model: no adapter) of each fused module's A
+and B^T, stacked, ranks padded to `--max-lora-rank` (q/k/v as one product: their A stacked,
+their B block-diagonal; gate/up likewise; scaling folded into B), filled from PEFT's
+safetensors (`read` on any thread, `install`/`remove` on the device thread between steps:
+actors/lora_control.py). Once a step `rows(slots)` says which adapter each row has. On the
+row-invariant kernels (`kernel`) `add_into` hands the stacks to kernels/lora.c, one call a
+module, each row in a fixed order; elsewhere `apply` gathers the rows into an [adapters, most
+rows of one] grid and runs two batched products over every adapter at once (as Punica's BGMV
+batches them). Requests for several adapters and the base share one step.
 """
 
 from __future__ import annotations
