@@ -15,7 +15,8 @@ magnitude 16-32, and that can compound through 30 layers. The bound used is 0.3 
 with AMX one crowded run in about twenty read 0.257. There a seeded text diverges in a crowd
 (4 of 4 prompts within 48 tokens, measured once), which is why it is not the default.
 
-In float32 a seeded request gives the same text alone or beside 31 others on either path.
+In float32 a seeded request gives the same text alone or beside 31 others: shown on the tiny
+model (tests/server/generation/test_determinism.py; here it cost the suite 20-26 s).
 """
 
 from __future__ import annotations
@@ -57,14 +58,6 @@ async def rowwise_server() -> AsyncIterator[Server]:
     """bf16 on the row-invariant kernels (what the default runs on a CPU)."""
     async with trio.open_nursery() as nursery:
         srv = await start_server(nursery, default_config(dtype="bfloat16", max_num_batched_tokens=256))
-        yield srv
-        srv.stop.set()
-
-
-@pytest.fixture
-async def fp32_server() -> AsyncIterator[Server]:
-    async with trio.open_nursery() as nursery:
-        srv = await start_server(nursery, default_config(dtype="float32", max_num_batched_tokens=256))
         yield srv
         srv.stop.set()
 
@@ -138,10 +131,6 @@ TARGETS = [
     dict(prompt="Once upon a time in a land called Zarn,", max_tokens=32, temperature=0.0),
     dict(prompt="Write a short note to a friend:", max_tokens=32, temperature=0.9, top_p=0.9, seed=5),
 ]
-
-
-async def test_float32_seeded_text_is_the_same_alone_or_beside_31_others(fp32_server: Server) -> None:
-    await same_alone_and_crowded(fp32_server, TARGETS)
 
 
 @needs_kernels()
