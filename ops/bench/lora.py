@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from ops.harness.adapters import make_adapter
 from ops.harness.load import OUTPUT_TOKENS, RequestResult, Target, closed_loop, one_request, summarize, switchyard_target
 from ops.harness.prompts import PROMPT_TOKENS, build_prompts, default_model_dir
 from ops.harness.results import cpu_model, log, start_run, write_results
@@ -53,21 +54,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def make_adapters(base: Path, root: Path, count: int, rank: int) -> dict[str, Path]:
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    made = {}
-    for i in range(count):
-        torch.manual_seed(i)
-        model = get_peft_model(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", init_lora_weights=False))
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if "lora_" in name:
-                    p.normal_(0.0, 0.02)
-        model.save_pretrained(str(root / f"lora-{i}"))
-        made[f"lora-{i}"] = root / f"lora-{i}"
-    return made
+    """`count` adapters on every projection of `base`, at a fine-tune's scale."""
+    fields = dict(r=rank, lora_alpha=2 * rank, target_modules="all-linear")
+    return {f"lora-{i}": make_adapter(base, root / f"lora-{i}", i, 0.02, **fields) for i in range(count)}
 
 
 def level(targets: list[Target], prompts: list[str], concurrency: int, timeout: float) -> dict[str, Any]:

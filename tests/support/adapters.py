@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from ops.harness import adapters as harness
 from tests.support.equivalence import NUM_NEW
 
 ADAPTERS = {  # name → PEFT LoraConfig fields: two target-module sets, two ranks, one rsLoRA
@@ -17,18 +18,8 @@ ADAPTERS = {  # name → PEFT LoraConfig fields: two target-module sets, two ran
 
 
 def make_adapter(base: Path, out: Path, seed: int, **fields: object) -> Path:
-    """A PEFT adapter with random A and B (PEFT starts B at zero: an adapter that changes nothing)."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(seed)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), LoraConfig(init_lora_weights=False, **fields))  # type: ignore[arg-type]
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_" in name:
-                p.normal_(0.0, 0.3)
-    model.save_pretrained(out)
-    return out
+    """A PEFT adapter with random A and B at a scale that changes the tiny model's answers."""
+    return harness.make_adapter(base, out, seed, 0.3, **fields)
 
 
 def peft_greedy(base: Path, adapter: Path | None, prompts: list[list[int]]) -> list[list[int]]:

@@ -105,22 +105,17 @@ class Adapters:
         self.group = (torch.tensor(index, dtype=torch.long, device=device), torch.tensor(valid, device=device)[:, None], places)
 
     def apply(self, y: torch.Tensor, x: torch.Tensor, layer: int, module: str) -> torch.Tensor:
-        """`y` = x W^T of the fused `module` of `layer`, plus each row's adapter's x A^T B^T."""
-        delta = self.delta(x, layer, module)
-        return y if delta is None else y + delta
-
-    def delta(self, x: torch.Tensor, layer: int, module: str) -> torch.Tensor | None:
-        """Each row's adapter's x A^T B^T for the fused `module` of `layer` (zero on the base's
-        rows), or None when no row of the step has an adapter."""
+        """`y` = x W^T of the fused `module` of `layer`, plus each row's adapter's x A^T B^T (zero
+        on the base's rows)."""
         a, b = self.stacks[layer][module]
         if self.only is not None:
-            return (x @ a[self.only - 1].T) @ b[self.only - 1]
+            return y + (x @ a[self.only - 1].T) @ b[self.only - 1]
         if self.group is None:
-            return None
+            return y
         index, valid, places = self.group
         grouped = x.index_select(0, index).view(a.shape[0], places, -1)  # [S, places, in]
         products = torch.bmm(torch.bmm(grouped, a.transpose(1, 2)), b).view(-1, b.shape[-1]) * valid.to(x.dtype)
-        return torch.zeros(x.shape[0], b.shape[-1], dtype=products.dtype, device=x.device).index_add_(0, index, products)
+        return y.index_add(0, index, products)
 
 
 def read(config: AdapterConfig, out_sizes: dict[str, tuple[int, int]], num_layers: int) -> list[dict[str, Pair]]:
