@@ -90,4 +90,4 @@ def _lora(config: RuntimeConfig) -> LoraSettings | None:
     if not config.enable_lora:
         return None
     adapters = tuple(read_adapter(name, where, config.max_lora_rank) for name, where in config.lora_modules.items())
-    return LoraSettings(adapters, config.max_loras, config.max_lora_rank)
+    return LoraSettings(adapters, config.max_loras, config.max_lora_rank, config.max_cpu_loras)

@@ -72,17 +72,19 @@ class NgramIndex:
 
 class NgramPool:
     """n-gram → the tokens that followed it in a finished request's output (the latest such),
-    for every n in NGRAM_SIZES; at most `capacity` n-grams, the least recently used out first."""
+    for every n in NGRAM_SIZES; at most `capacity` n-grams, the least recently used out first.
+    Each key starts with its requests' LoRA adapter (None: the base model): an adapter drafts
+    only from its own requests' outputs, as its prefix cache holds only its own KV."""
 
     def __init__(self, capacity: int, span: int) -> None:
         self.capacity = capacity
         self.span = span  # tokens kept after each n-gram: the longest draft
-        self._next: OrderedDict[tuple[int, ...], tuple[int, ...]] = OrderedDict()
+        self._next: OrderedDict[tuple[str | int | None, ...], tuple[int, ...]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._next)
 
-    def add(self, tokens: list[int], first_output: int) -> None:
+    def add(self, tokens: list[int], first_output: int, adapter: str | None = None) -> None:
         """Learn the n-grams of a finished request's output (`tokens[first_output:]`, its last
         POOL_TOKENS_PER_REQUEST), each n-gram's key starting up to n - 1 tokens before it."""
         start = max(first_output, len(tokens) - POOL_TOKENS_PER_REQUEST)
@@ -91,17 +93,17 @@ class NgramPool:
             follow = tuple(tokens[end : end + self.span])
             for n in NGRAM_SIZES:
                 if end >= n:
-                    key = tuple(tokens[end - n : end])
+                    key = (adapter, *tokens[end - n : end])
                     entries[key] = follow
                     entries.move_to_end(key)
         while len(entries) > self.capacity:
             entries.popitem(last=False)
 
-    def propose(self, tokens: list[int], k: int) -> list[int]:
+    def propose(self, tokens: list[int], k: int, adapter: str | None = None) -> list[int]:
         for n in NGRAM_SIZES:
             if len(tokens) < n:
                 continue
-            key = tuple(tokens[-n:])
+            key = (adapter, *tokens[-n:])
             follow = self._next.get(key)
             if follow is not None:
                 self._next.move_to_end(key)
@@ -121,7 +123,7 @@ class Drafter:
 
     def propose(self, seq: Sequence, k: int) -> list[int]:
         index = self._index.setdefault(seq.request_id, NgramIndex())
-        return index.propose(seq.token_ids, k) or self.pool.propose(seq.token_ids, k)
+        return index.propose(seq.token_ids, k) or self.pool.propose(seq.token_ids, k, seq.sampling.adapter)
 
     def acceptance(self, request_id: str) -> float:
         return self._acceptance.get(request_id, PRIOR_ACCEPTANCE)
@@ -140,7 +142,7 @@ class Drafter:
         self._index.pop(seq.request_id, None)
         self._acceptance.pop(seq.request_id, None)
         if seq.num_output_tokens > 1:
-            self.pool.add(seq.token_ids, seq.num_prompt_tokens)
+            self.pool.add(seq.token_ids, seq.num_prompt_tokens, seq.sampling.adapter)
 
     def wants(self, cost: StepCostModel, seqs: list[Sequence]) -> bool:
         """Whether any of these decoding requests would draft in a step of them all."""

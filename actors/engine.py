@@ -188,9 +188,8 @@ class Engine(AdapterMethods):
                 block_size=info.block_size,
                 max_num_seqs=cfg.max_num_seqs,
                 max_num_batched_tokens=cfg.max_num_batched_tokens,
-                # Fixed-block invariance (--batch-invariant where the row-invariant kernels do not
-                # serve): the token budget alone, no bursts. There a chunk boundary changes a prompt's
-                # attention rounding, and a time allowance or a burst's budget moves the boundaries.
+                # Fixed-block invariance (--batch-invariant off the row-invariant kernels): the token budget alone, no
+                # bursts. There a chunk boundary changes a prompt's rounding; a time allowance or a burst's moves it.
                 step_stretch=None if fixed_blocks else self.step_stretch,
                 max_prompt_chunks=cfg.max_prompt_chunks or info.prompt_chunks,
                 burst_tokens=0 if fixed_blocks else cfg.burst_tokens,
@@ -200,6 +199,7 @@ class Engine(AdapterMethods):
                 num_spec_tokens=cfg.num_spec_tokens if drafter != "off" else 0,
                 draft_model=drafter == "draft",
                 spec_max_rows=AUTO_MAX_ROWS if cfg.spec_decoding == "auto" else None,
+                max_adapters=cfg.max_loras if cfg.enable_lora else 0,
             )
         )
 

@@ -2,11 +2,11 @@
 /v1/unload_lora_adapter; the routes are api/http/openai/lora.py, which name it in the registry).
 
 Owns `AdapterMethods`, the engine's `load_adapter` and `unload_adapter`. Loading checks the adapter as the command line does
-(runtime/adapters.py), reads and fits its weights to the base on a worker thread, then writes
-them into a free slot on the device thread, between two steps, so no step sees half of it;
-the route names it only after that. Unloading comes after the route took the name away (new
-requests: 404): the requests still running with it end with a 404 naming it, then its slot is
-freed on the device thread, behind every step already sent.
+(runtime/adapters.py), reads and fits its weights to the base on a worker thread, then
+registers them on the device thread, between two steps (its first step fills a slot:
+native/lora.py); the route names it only after that. Unloading comes after the route took the
+name away (new requests: 404): the requests still running with it end with a 404 naming it,
+then it is forgotten on the device thread, behind every step already sent.
 """
 
 from __future__ import annotations
@@ -33,19 +33,19 @@ class AdapterMethods:
     async def load_adapter(self, name: str, path: str) -> None:
         """Load the PEFT adapter at `path` as `name`; ValueError in one line when it cannot be."""
         adapters = self.runner.adapters()
-        if name in adapters.slots:
+        if name in adapters.registered:
             raise ValueError(f"an adapter named {name!r} is loaded already")
         config = read_adapter(name, path, self.config.max_lora_rank)
         layers = await trio.to_thread.run_sync(adapters.read, config)
-        await self.executor.thread.run(adapters.install, name, layers)
+        await self.executor.thread.run(adapters.register, config, layers)
 
     async def unload_adapter(self, name: str) -> None:
         """End `name`'s running requests (a 404 naming it) and free its slot; KeyError if not loaded."""
         adapters = self.runner.adapters()
-        if name not in adapters.slots:
+        if name not in adapters.registered:
             raise KeyError(name)
         for request_id, ctx in list(self.requests.items()):
             if ctx.sampling.adapter == name:
                 self.abort(request_id, AbortReason.FAILED)
                 ctx.mailbox.fail(ModelNotFound(name))
-        await self.executor.thread.run(adapters.remove, name)
+        await self.executor.thread.run(adapters.forget, name)

@@ -9,21 +9,21 @@ served), and the decisions of every step. Two calls drive it (vLLM v1's shape, n
 
 Every request is "tokens whose KV is computed" plus "tokens still to feed". A prompt is fed in
 chunks that fit the per-step token budget, so a long prompt never stalls running decodes: each
-step first gives every running request its share (one token for a decoding request, a chunk
-for one still prefilling), then admits waiting requests first-come-first-served with what is
-left, nothing behind the head of the queue before it, so no request starves. When blocks run
-out, the most recently admitted running request is preempted by recompute (`_preempt`).
-
-While requests stream, prompt chunks also fit a time budget measured on this machine's steps
-(actors/step_cost.py), so a stream's gap between chunks stays within `step_stretch` x a decode
-step, except in a burst (`is_burst`: one step starts every waiting prompt). Images are encoded
-ahead of their tokens, in the steps' spare time (actors/encode_ahead.py).
+step first gives every running request its share (one token for a decoding request, a chunk for
+one still prefilling), then admits waiting requests first-come-first-served with what is left,
+nothing behind the head of the queue before it (but one waiting for a LoRA adapter's slot:
+actors/adapter_gate.py), so no request starves. When blocks run out, the most recently admitted
+running request is preempted by recompute (`_preempt`). While requests stream, prompt chunks
+also fit a time budget measured on this machine's steps (actors/step_cost.py), so a stream's gap
+between chunks stays within `step_stretch` x a decode step, except in a burst (`is_burst`: one
+step starts every waiting prompt). Images are encoded ahead of their tokens (actors/encode_ahead.py).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+from actors.adapter_gate import AdapterGate
 from actors.blocks import BlockManager
 from actors.drafting import Drafter, attach_drafts
 from actors.encode_ahead import EncodeAhead
@@ -44,12 +44,11 @@ class SchedulerCore:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.requests: dict[str, Sequence] = {}
-        # Siblings (n > 1) held back while the first sequence computes the prompt. The step that
-        # finishes it also samples their first tokens from its last row (each with its own seed),
-        # and they take its prompt blocks: full ones shared, the partly filled last one copied
-        # (`plans.reserved_copies`, run by the next step before its forward). The prompt is prefilled
-        # once for all n. A sibling that misses that step re-joins the queue, where the prefix
-        # cache still serves it every full block.
+        # Siblings (n > 1) held back while the first sequence computes the prompt. The step that finishes it
+        # also samples their first tokens from its last row (each with its own seed), and they take its prompt
+        # blocks: full ones shared, the partly filled last one copied (`plans.reserved_copies`, run by the next
+        # step before its forward). The prompt is prefilled once for all n. A sibling that misses that step
+        # re-joins the queue, where the prefix cache still serves it every full block.
         self.forks: dict[str, list[Sequence]] = {}
         self.plans = PlanBuilder(config.block_size)
         self.drafter = (ModelDrafter if config.draft_model else Drafter)(config.num_spec_tokens, config.spec_max_rows) if config.num_spec_tokens > 0 else None
@@ -101,8 +100,7 @@ class SchedulerCore:
             streams, budget = 0, max(budget, self.config.burst_tokens)  # started as if nobody streamed
         streaming = streams > 0
         allowance, encode_budget_s = self._step_allowances(streaming, budget)
-        # While requests stream, as many prompt chunks as the runner's fastest step carries
-        # (SchedulerConfig.max_prompt_chunks says why); with nobody streaming, any number.
+        # While requests stream, as many prompt chunks as the runner's fastest step carries (SchedulerConfig.max_prompt_chunks).
         prompt = PromptTokens(allowance, self.config.max_prompt_chunks if streaming else None)
         scheduled: list[tuple[Sequence, int]] = []
         preemptions_before = self.num_preemptions
@@ -121,9 +119,12 @@ class SchedulerCore:
         preempted = self.num_preemptions != preemptions_before
 
         # Admission only when nobody was preempted: a preempted request waits at the head of
-        # the queue, and admitting others now would only thrash.
+        # the queue, and admitting others now would only thrash. One waiting for an adapter's slot is passed.
+        gate, passed = AdapterGate(self.running, self.config.max_adapters), []
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            seq = self.waiting[0]
+            if not gate.admits(seq := self.waiting[0]):
+                passed.append(self.waiting.popleft())
+                continue
             if not seq.block_table:
                 self._attach_cached_prefix(seq)
             num_new = prompt.take(self.encoding.limit(seq, min(seq.num_tokens - seq.num_computed_tokens, budget, chunk_limit)))
@@ -138,8 +139,10 @@ class SchedulerCore:
             seq.status = SeqStatus.RUNNING
             seq.admitted = True
             self.running.append(seq)
+            gate.started(seq)
             scheduled += [(seq, num_new)] if num_new else []
             budget -= num_new
+        self.waiting.extendleft(reversed(passed))
 
         encode = self.encoding.wanted(self.running)
         if not scheduled and not encode:
@@ -313,9 +316,8 @@ class SchedulerCore:
         seq.block_table += self.blocks.allocate(need)
         return True
 
-    # Preemption by recompute: the request's blocks are freed and it goes back to the front of
-    # the waiting queue, where the prefix cache usually gives most of its blocks straight back.
     def _preempt(self, seq: Sequence) -> None:
+        """By recompute: its blocks freed, back to the front of the queue (the prefix cache usually gives most straight back)."""
         self.running.remove(seq)
         self._release(seq)
         seq.status = SeqStatus.WAITING
@@ -380,8 +382,6 @@ class SchedulerCore:
                 self.plans.reserved_copies.append((parent.block_table[parent.num_prompt_tokens // bs], child.block_table[0]))
             forks.append(ForkedSeq(request_id=child.request_id, seed=child.seed))
         return tuple(forks) or None
-
-    # -- introspection ------------------------------------------------------------------------
 
     def statistics(self) -> dict[str, int]:
         return {

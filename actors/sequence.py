@@ -262,3 +262,4 @@ class SchedulerConfig:
     draft_model: bool = False  # drafts come from the runner's draft model (actors/model_drafts.py), not n-grams
     spec_max_rows: int | None = None  # no drafts in a step of more decode rows than this (None: the fit decides alone)
     eos_token_ids: frozenset[int] = frozenset()
+    max_adapters: int = 0  # LoRA adapters running at once (--max-loras: the runner's slots); 0: no adapters

@@ -33,12 +33,14 @@ class AdapterConfig:
 
 @dataclass(frozen=True, slots=True)
 class LoraSettings:
-    """What --enable-lora gives the runner: the adapters named at start, and the slots' limits
-    (--max-loras adapters of rank up to --max-lora-rank held at once)."""
+    """What --enable-lora gives the runner: the adapters named at start, and the limits
+    (--max-loras adapters of rank up to --max-lora-rank in a step's slots at once, filled on
+    first use; --max-cpu-loras read ones kept in host memory, None: every one named at start)."""
 
     adapters: tuple[AdapterConfig, ...]
     max_loras: int
     max_rank: int
+    max_cpu_loras: int | None = None
 
 
 def parse_module(text: str) -> tuple[str, str]:
@@ -103,19 +105,19 @@ def salt(adapter: str | None) -> int | None:
 
 
 def lora_error(
-    modules: dict[str, str], enabled: bool, max_loras: int, max_rank: int, served_name: str, drafter: str = "off", lora_dir: str | None = None
+    modules: dict[str, str], enabled: bool, max_loras: int, max_rank: int, served_name: str, drafter: str = "off", lora_dir: str | None = None,
+    max_cpu_loras: int | None = None,
 ) -> str | None:  # fmt: skip
     """Why these flags cannot serve, in one line naming the flag; None when they can.
-    `drafter`: what --spec-decoding drafts with (its n-gram pool and draft model are not
-    keyed by adapter yet)."""
+    `drafter`: --spec-decoding (the n-gram pool keys on the adapter; a draft model does not)."""
     if (modules or lora_dir) and not enabled:
         return f"{'--lora-modules' if modules else '--lora-dir'} needs --enable-lora"
     if lora_dir and not Path(lora_dir).expanduser().is_dir():
         return f"--lora-dir {lora_dir!r}: not a directory"
-    if enabled and drafter != "off":
-        return f"--enable-lora: drafting ({drafter}) is not served beside adapters yet; give --spec-decoding off (auto drafts nothing with them)"
-    if len(modules) > max_loras:
-        return f"--lora-modules names {len(modules)} adapters, over --max-loras {max_loras} (every adapter named at start is held in memory)"
+    if enabled and drafter == "draft":
+        return "--enable-lora: a draft model is not served beside adapters (it drafts for the base alone); give --spec-decoding ngram, auto or off"
+    if max_cpu_loras is not None and max_cpu_loras < max_loras:
+        return f"--max-cpu-loras {max_cpu_loras} is under --max-loras {max_loras} (a slot's adapter is read from host memory)"
     if served_name in modules:
         return f"--lora-modules {served_name!r}: the base model is served under that name"
     for name, path in modules.items():

@@ -97,10 +97,12 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     num_spec_tokens: int = 4
     draft_model: str | None = None  # a local HF directory or a built-in name, as `model`
     # LoRA adapters (runtime/adapters.py, vLLM's flags): PEFT directories by the name requests
-    # send as `model`, each applied per row on the native path; all held in memory from start.
+    # send as `model`, each applied per row on the native path; `max_loras` in a step at once
+    # (slots filled on first use), `max_cpu_loras` read in host memory (None: all named at start).
     enable_lora: bool = False
     lora_modules: dict[str, str] = {}
     max_loras: int = 4
+    max_cpu_loras: int | None = None
     max_lora_rank: int = 16
     lora_dir: str | None = None  # adapters may be loaded at run time from under it (/v1/load_lora_adapter); None: not at all
     # A vision-language model: images one prompt may carry (more is a 400 naming the part).
@@ -143,9 +145,9 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
         runner's ModelInfo: a verify row's logits are then the decode row's, so drafting
         changes no answer), else nothing; a mode given by name drafts anyway."""
         if self.spec_decoding == "auto":
-            if not rowwise or self.batch_invariant is False or self.enable_lora:  # the n-gram pool is not keyed by adapter yet
+            if not rowwise or self.batch_invariant is False:
                 return "off"
-            return "draft" if self.draft_model else "ngram"
+            return "draft" if self.draft_model and not self.enable_lora else "ngram"
         return self.spec_decoding
 
 

@@ -114,7 +114,8 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters (PEFT directories) beside the base model, each chosen by the request's `model` and applied per row, so requests for several adapters and the base share a step (native path; default off)")
     p.add_argument("--lora-modules", nargs="+", action="extend", type=parse_module, default=[], metavar="NAME=DIR", help="with --enable-lora: adapters to serve, each as the name requests send as `model` and its PEFT directory (default: no adapters)")
-    p.add_argument("--max-loras", type=_positive_int, default=DEFAULTS.max_loras, help="adapters held in memory at once, every one named at start (default %(default)s)")
+    p.add_argument("--max-loras", type=_positive_int, default=DEFAULTS.max_loras, help="adapters in one step's slots at once: a slot is filled on an adapter's first use, the least recently used out; a request for one more waits for a slot (default %(default)s)")
+    p.add_argument("--max-cpu-loras", type=_positive_int, default=None, help="adapters kept in host memory once read, the least recently used out (read from their directory again when next wanted); at least --max-loras (default: every adapter named at start, at least --max-loras)")
     p.add_argument("--lora-dir", default=None, help="with --enable-lora: adapters may be loaded and unloaded while serving (POST /v1/load_lora_adapter, /v1/unload_lora_adapter, behind the API key), from directories under this one only (default: not at run time)")
     p.add_argument("--max-lora-rank", type=_positive_int, default=DEFAULTS.max_lora_rank, help="the largest adapter rank served (default %(default)s)")
     _add_output_arguments(p)

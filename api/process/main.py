@@ -61,8 +61,9 @@ def load(argv: list[str] | None = None) -> Launch:
     for i, config in enumerate(configs):
         error = draft_error(config, NATIVE_ARCHITECTURES) or lora_error(
             config.lora_modules, config.enable_lora, config.max_loras, config.max_lora_rank, config.served_name or "",
-            config.spec_decoding if config.spec_decoding in ("ngram", "draft") else "off",  # auto drafts nothing beside adapters
+            config.spec_decoding,  # auto drafts n-grams beside adapters, never with the draft model
             config.lora_dir,
+            config.max_cpu_loras,
         )
         if error:
             raise SystemExit(f"{file.path}: models[{i}]: {error}" if file and file.models else f"switchyard: {error}")

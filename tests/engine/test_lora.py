@@ -35,18 +35,50 @@ async def test_each_adapter_serves_peft_s_tokens_alone_and_mixed_in_one_batch(ti
     # every prompt for the base and each of the 4 adapters at once: steps carry rows of all five
     per = len(ADAPTERS) + 1
     names = [None, *ADAPTERS] * len(prompts)
-    mixed = [p for p in prompts for _ in range(per)]
+    want = [expected[name][i // per] for i, name in enumerate(names)]
+    got, seen, adapters = await _mixed(tiny_model_dir, lora_adapters, prompts, names)
+    assert got == want and max(seen) == per and adapters.fills == len(ADAPTERS)  # each slot filled once, on first use
+    # two slots and two adapters kept in host memory: at most two adapters a step, the rest wait
+    # for a slot, the least recently used gives it up and is read from its directory again
+    got, seen, adapters = await _mixed(tiny_model_dir, lora_adapters, prompts, names, max_loras=2, max_cpu_loras=2)
+    assert got == want and max(seen) == 3 and adapters.fills > len(ADAPTERS) and len(adapters.host) == 2, (seen, adapters.fills)
+    print(f"2 slots, 4 adapters: {adapters.fills} fills, {1e3 * adapters.fill_seconds / adapters.fills:.2f} ms each")
+
+
+async def _mixed(
+    model_dir: Path, lora_adapters: dict[str, Path], prompts: list[list[int]], names: list[str | None], **overrides: object
+) -> tuple[list[list[int]], list[int], Adapters]:
+    """Each prompt once for each name in one engine: the tokens, the adapters (base too) each
+    step carried, and the runner's `Adapters`."""
     seen: list[int] = []
+    held: list[Adapters] = []
     rows = Adapters.rows
 
-    def spy(self: Adapters, slots: list[int], device: torch.device) -> None:
-        seen.append(len(set(slots)))
-        rows(self, slots, device)
+    def spy(self: Adapters, step_names: list[str | None], device: torch.device) -> None:
+        seen.append(len(set(step_names)))
+        held.append(self)
+        rows(self, step_names, device)
 
+    mixed = [p for p in prompts for _ in range(len(names) // len(prompts))]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Adapters, "rows", spy)
-        got, _ = await greedy_concurrently(tiny_model_dir, [Prompt(token_ids=p) for p in mixed], NUM_NEW, 0.0, names, **_served(tiny_model_dir, lora_adapters))
-    assert got == [expected[name][i // per] for i, name in enumerate(names)] and max(seen) == per
+        got, _ = await greedy_concurrently(
+            model_dir, [Prompt(token_ids=p) for p in mixed], NUM_NEW, 0.0, names, **_served(model_dir, lora_adapters, **overrides)
+        )
+    return got, seen, held[-1]
+
+
+@needs_kernels()
+async def test_adapters_draft_from_their_own_requests_and_drafting_changes_no_token(tiny_model_dir: Path, lora_adapters: dict[str, Path]) -> None:
+    """bf16 on the row-invariant kernels, `--spec-decoding auto` (n-grams, each adapter's pool
+    its own): the mixed batch's tokens equal drafting off's, and drafts were verified."""
+    names: list[str | None] = [None, "qv-r4", "all-r8", "qv-r8"]  # four rows: auto drafts in steps of up to four
+    mixed = [Prompt(token_ids=make_prompts(100)[2])] * len(names)
+    settings = _served(tiny_model_dir, lora_adapters, dtype="bfloat16", max_num_batched_tokens=128)
+    off, _ = await greedy_concurrently(tiny_model_dir, mixed, 4 * NUM_NEW, 0.0, names, **settings)
+    settings["spec_decoding"] = "auto"
+    drafted, stats = await greedy_concurrently(tiny_model_dir, mixed, 4 * NUM_NEW, 0.0, names, **settings)
+    assert drafted == off and stats["spec_draft_tokens"] > 0, stats
 
 
 async def test_an_adapters_prefix_cache_is_its_own(tiny_model_dir: Path, lora_adapters: dict[str, Path]) -> None:
@@ -75,7 +107,7 @@ async def test_an_int4_base_takes_adapters_within_the_bound(tiny_model_dir: Path
     with torch.inference_mode():
         expected = torch.log_softmax(own(input_ids=torch.tensor([prompt])).logits[0], -1)
         step, positions = runner.model.build_step([(0, len(prompt))], [[0, 1, 2]], 16, runner.k_cache, runner.v_cache)
-        runner.model.adapters.rows([runner.model.adapters.slots["all-r8"]] * len(prompt), runner.device)
+        runner.model.adapters.rows(["all-r8"] * len(prompt), runner.device)
         served = torch.log_softmax(runner.model.forward(torch.tensor(prompt), positions, step, torch.arange(len(prompt)), runner.k_cache, runner.v_cache).float(), -1)
     kl = float((expected.exp() * (expected - served)).sum(-1).max())
     print(f"int4 base + all-r8: KL per position at most {kl:.3g} nats")
@@ -102,8 +134,8 @@ def test_what_an_adapter_holds_that_is_not_served_is_refused_in_one_line(lora_ad
     assert error is not None and expected in error and "\n" not in error, error
     assert lora_error({"x": str(lora_adapters["qv-r4"])}, True, 4, 16, "tiny") is None
     assert "--enable-lora" in (lora_error({"x": str(copy)}, False, 4, 16, "tiny") or "")
-    assert "--max-loras 1" in (lora_error({"x": "a", "y": "b"}, True, 1, 16, "tiny") or "")
-    assert "drafting" in (lora_error({}, True, 4, 16, "tiny", "ngram") or "")
+    assert "--max-cpu-loras 2" in (lora_error({}, True, 4, 16, "tiny", max_cpu_loras=2) or "")
+    assert "draft model" in (lora_error({}, True, 4, 16, "tiny", "draft") or "") and lora_error({}, True, 4, 16, "tiny", "ngram") is None
 
 
 def test_the_command_line_refuses_an_adapter_it_cannot_serve_in_one_line(tiny_model_dir: Path, lora_adapters: dict[str, Path], tmp_path: Path) -> None:
@@ -114,7 +146,8 @@ def test_the_command_line_refuses_an_adapter_it_cannot_serve_in_one_line(tiny_mo
     (dora / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
     flags = ("serve", "--model", str(tiny_model_dir), "--no-embeddings", "--enable-lora", "--spec-decoding", "off")
     assert_one_line_usage_error(run_cli(*flags, "--lora-modules", f"d={dora}", tmp_path=tmp_path), "--lora-modules d=", "DoRA")
-    assert_one_line_usage_error(run_cli(*flags[:-1], "ngram", "--lora-modules", f"a={lora_adapters['qv-r4']}", tmp_path=tmp_path), "--enable-lora", "drafting")
+    drafted = run_cli(*flags[:-1], "draft", "--draft-model", str(tiny_model_dir), "--lora-modules", f"a={lora_adapters['qv-r4']}", tmp_path=tmp_path)
+    assert_one_line_usage_error(drafted, "--enable-lora", "draft model")
 
 
 @needs_kernels()
@@ -133,17 +166,16 @@ def test_the_row_invariant_kernels_take_adapters_and_keep_every_row_invariant(ti
     assert runner.model is not None and runner.model.impl == "native+bf16+rowwise+lora", runner.model.impl
     base, tuned = make_prompts(100)[6], make_prompts(100)[7]
 
-    def logits(seqs: list[list[int]], slots: list[int]) -> torch.Tensor:
+    def logits(seqs: list[list[int]], names: list[str | None]) -> torch.Tensor:
         assert runner.model is not None
         with torch.inference_mode():
             step, positions = runner.model.build_step([(0, len(s)) for s in seqs], [[4 * i + j for j in range(4)] for i in range(len(seqs))], 16, runner.k_cache, runner.v_cache)
-            runner.model.adapters.rows([slot for s, slot in zip(seqs, slots) for _ in s], runner.device)
+            runner.model.adapters.rows([name for s, name in zip(seqs, names) for _ in s], runner.device)
             ids = torch.tensor([t for s in seqs for t in s])
             return runner.model.forward(ids, positions, step, torch.arange(ids.shape[0]), runner.k_cache, runner.v_cache).float()
 
-    slot = runner.model.adapters.slots["all-r8"]
-    alone, tuned_alone = logits([base], [0]), logits([tuned], [slot])
-    mixed = logits([base, tuned], [0, slot])
+    alone, tuned_alone = logits([base], [None]), logits([tuned], ["all-r8"])
+    mixed = logits([base, tuned], [None, "all-r8"])
     assert torch.equal(mixed[: len(base)], alone) and torch.equal(mixed[len(base) :], tuned_alone)  # every row: the same bits in any batch
     plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     with torch.inference_mode():

@@ -172,6 +172,8 @@ def test_the_shared_pool_drafts_what_an_earlier_request_wrote() -> None:
     assert pool.propose([1, 2], 3) == []  # an n-gram of the prompt alone is never learnt
     pool.add([20, 21, 22, 23], first_output=1)
     assert len(pool) == 6 and pool.propose([3, 4, 5], 1) == [6]  # still there: used last
+    pool.add([40, 41, 42, 43, 44], first_output=1, adapter="tenant-a")  # a LoRA adapter's requests draft from their own only
+    assert pool.propose([41, 42], 1, "tenant-a") == [43] and pool.propose([41, 42], 1, "tenant-b") == pool.propose([41, 42], 1) == []
 
 
 def test_auto_never_drafts_in_a_wide_step() -> None:

@@ -665,3 +665,31 @@ def test_prompt_logprobs_collected_across_chunks_delivered_once() -> None:
         assert all(r is None for r in rest)
     assert [s.start_pos for p in d.plans for s in p.seqs if s.request_id == "a_again"][0] == 0
     assert_drained(core)
+
+
+def test_a_step_holds_at_most_max_adapters_lora_adapters_and_a_request_for_another_never_starves() -> None:
+    """--max-loras 2, requests for adapters a and b arriving every step: c's request waits for a
+    slot while the base's and a's behind it pass; b (fewest running) starts nothing new until c
+    runs, which it does while a and b keep arriving; no step ever carries three adapters."""
+    driver = Driver(make_core(max_adapters=2, max_num_seqs=16))
+    driver.add("a0", prompt_of(5), max_tokens=6, adapter="a")
+    driver.add("a1", prompt_of(5), max_tokens=6, adapter="a")
+    driver.add("b0", prompt_of(5), max_tokens=6, adapter="b")
+    driver.add("c0", prompt_of(5), max_tokens=4, adapter="c")
+    driver.add("base", prompt_of(5), max_tokens=4)
+    carried: list[set[str | None]] = []
+    for step in range(60):
+        if step < 40:
+            for adapter in "ab":
+                driver.add(f"{adapter}-{step}", prompt_of(5), max_tokens=6, adapter=adapter)
+        plan = driver.schedule()
+        if plan is None:
+            break
+        carried.append({driver.core.requests[s.request_id].sampling.adapter for s in plan.seqs})
+        driver.update(plan, driver.result(plan))
+    assert max(len(c - {None}) for c in carried) == 2
+    started_c = next(i for i, c in enumerate(carried) if "c" in c)
+    assert None in carried[0] and "c" not in carried[0] and started_c < 20, started_c  # the base passed c; c started while a and b kept coming
+    before = {s.request_id for plan in driver.plans[:started_c] for s in plan.seqs}
+    assert any(r.startswith("a-") for r in before) and not any(r.startswith("b-") for r in before)  # a's passed c, b drained for it
+    assert not driver.core.has_work and all(r in driver.finished for r in ("a0", "a1", "b0", "c0", "base", "a-39", "b-39"))

@@ -1,24 +1,31 @@
 """LoRA adapters on the native forward, each applied to the rows of the requests that named it.
 
-Owns `Adapters`: `--max-loras` slots (0 is the base model: no adapter) of each fused module's A
-and B^T, stacked, ranks padded to `--max-lora-rank` (q/k/v as one product: their A stacked,
-their B block-diagonal; gate/up likewise; scaling folded into B), filled from PEFT's
-safetensors (`read` on any thread, `install`/`remove` on the device thread between steps:
-actors/lora_control.py). Once a step `rows(slots)` says which adapter each row has. On the
-row-invariant kernels (`kernel`) `add_into` hands the stacks to kernels/lora.c, one call a
-module, each row in a fixed order; elsewhere `apply` gathers the rows into an [adapters, most
-rows of one] grid and runs two batched products over every adapter at once (as Punica's BGMV
-batches them). Requests for several adapters and the base share one step.
+Owns `Adapters`: every adapter served (`register`/`forget`, on the device thread between steps:
+actors/lora_control.py), its weights read from PEFT's safetensors (`read`, any thread) and kept
+in host memory (`--max-cpu-loras`, least recently used out, read again when next wanted), and
+`--max-loras` slots (0 is the base model: no adapter) of each fused module's A and B^T, stacked,
+ranks padded to `--max-lora-rank` (q/k/v as one product: their A stacked, their B
+block-diagonal; gate/up likewise; scaling folded into B). Once a step `rows(names)` gives each
+adapter of the step a slot, filling one on first use (the least recently used out), and says
+which slot each row has. On the row-invariant kernels (`kernel`) `add_into` hands the stacks to
+kernels/lora.c, one call a module, each row in a fixed order; elsewhere `apply` gathers the rows
+into an [adapters, most rows of one] grid and runs two batched products over every adapter at
+once (as Punica's BGMV batches them). Requests for several adapters and the base share a step.
 """
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from typing import Any
 
 import torch
 
 from actors.runners.native.kernels import ops
 from runtime.adapters import AdapterConfig
+from runtime.logging import get_logger
+
+log = get_logger("runner")
 
 # A fused module of a layer → the PEFT projections in it, in the order its output is laid out.
 FUSED = {"qkv": ("q_proj", "k_proj", "v_proj"), "o_proj": ("o_proj",), "gate_up": ("gate_proj", "up_proj"), "down": ("down_proj",)}
@@ -30,23 +37,30 @@ Pair = tuple[torch.Tensor, torch.Tensor]  # A [R, in], B [out, R] (scaled)
 class Adapters:
     def __init__(
         self, configs: list[AdapterConfig], out_sizes: dict[str, tuple[int, int]], num_layers: int, dtype: torch.dtype, device: torch.device,
-        capacity: int, max_rank: int, kernel: bool = False,
+        capacity: int, max_rank: int, kernel: bool = False, host_capacity: int | None = None,
     ) -> None:  # fmt: skip
         """`out_sizes`: each PEFT projection's (input, output) widths in the base model;
-        `capacity` adapters (--max-loras) of rank up to `max_rank` held at once, in `dtype`;
-        `kernel`: the row-invariant kernels' `lora_add` applies them, else torch's products."""
+        `capacity` adapters (--max-loras) of rank up to `max_rank` in slots at once, in `dtype`,
+        `host_capacity` (--max-cpu-loras) read ones in host memory; `kernel`: the row-invariant
+        kernels' `lora_add` applies them, else torch's products."""
         self.kernel = kernel
         self.row_slots: torch.Tensor | None = None  # this step's adapter slot of each row, int32 (kernel)
         self.row_order: torch.Tensor | None = None  # its rows with an adapter, grouped by adapter
         self.out_sizes, self.num_layers = out_sizes, num_layers
-        self.slots: dict[str, int] = {}  # name → slot, 1..capacity (0: the base)
-        self.capacity = max(capacity, len(configs))
+        # in host memory: every adapter named at start, or --max-cpu-loras; never fewer than the slots
+        self.capacity, self.host_capacity = capacity, max(capacity, len(configs) if host_capacity is None else host_capacity)
+        self.registered: dict[str, AdapterConfig] = {}  # every adapter served, by name
+        self.host: OrderedDict[str, list[dict[str, Pair]]] = OrderedDict()  # read weights, least recently used first
+        self.slots: dict[str, int] = {}  # name → slot, 1..capacity (0: the base), filled on first use
+        self.last_used: dict[int, int] = {}  # slot → the step that last had it (least recently used out)
+        self.steps = self.fills = 0
+        self.fill_seconds = 0.0  # filling slots took, lifetime (the first request of an adapter pays it)
         # [layer][fused module] → A [S, R, in], B^T [S, R, out] over the S = capacity slots (slot
         # s at s - 1), R the module's projections times max_rank, zeros where unused: one
         # batched product (or one kernel call) serves every adapter of a step.
         self.stacks = [{module: _empty(module, out_sizes, self.capacity, max_rank, dtype, device) for module in FUSED} for _ in range(num_layers)]
         for config in configs:
-            self.install(config.name, read(config, out_sizes, num_layers))
+            self.register(config, self.read(config))
         self.group: tuple[torch.Tensor, torch.Tensor, int] | None = None  # this step's (row per slot place, valid, places)
         self.only: int | None = None  # this step's one adapter, when every row has it
 
@@ -57,21 +71,55 @@ class Adapters:
             ops.lora_add(x, self.row_slots, a, b, y, self.row_order)
 
     def read(self, config: AdapterConfig) -> list[dict[str, Pair]]:
-        """The adapter's weights fitted to this base (any thread): `install` takes them."""
+        """The adapter's weights fitted to this base (any thread): `register` takes them."""
         return read(config, self.out_sizes, self.num_layers)
 
-    def install(self, name: str, layers: list[dict[str, Pair]]) -> None:
-        """`read`'s weights into a free slot (on the device thread, between steps); ValueError
-        when every slot is taken."""
-        free = sorted(set(range(1, self.capacity + 1)) - set(self.slots.values()))
-        if not free:
-            raise ValueError(f"all {self.capacity} adapter slots (--max-loras) are in use: unload one first")
-        self._write(free[0], layers)
-        self.slots[name] = free[0]
+    def register(self, config: AdapterConfig, layers: list[dict[str, Pair]]) -> None:
+        """Serve `config` by its name, `read`'s weights kept in host memory until a slot takes
+        them on first use (on the device thread, between steps)."""
+        if config.name in self.registered:
+            raise ValueError(f"an adapter named {config.name!r} is loaded already")
+        self.registered[config.name] = config
+        self._keep(config.name, layers)
 
-    def remove(self, name: str) -> None:
-        """Free `name`'s slot (its requests have ended: actors/lora_control.py)."""
-        self._write(self.slots.pop(name), [{} for _ in range(self.num_layers)])
+    def forget(self, name: str) -> None:
+        """Serve `name` no more; its slot and host memory are free (its requests have ended:
+        actors/lora_control.py)."""
+        del self.registered[name]
+        self.host.pop(name, None)
+        slot = self.slots.pop(name, None)
+        if slot is not None:
+            self.last_used.pop(slot, None)
+
+    def _keep(self, name: str, layers: list[dict[str, Pair]]) -> None:
+        self.host[name] = layers
+        self.host.move_to_end(name)
+        while len(self.host) > self.host_capacity:
+            self.host.popitem(last=False)  # read from its directory again when next wanted
+
+    def _fill(self, name: str, wanted: set[str]) -> int:
+        """`name`'s slot, filled now if it has none: a free one, else the least recently used
+        of the adapters this step does not want (the scheduler admits at most `capacity`
+        adapters at once: actors/sequence.py `adapter_fits`)."""
+        slot = self.slots.get(name)
+        if slot is None:
+            started = time.perf_counter()
+            taken = set(self.slots.values())
+            free = [s for s in range(1, self.capacity + 1) if s not in taken]
+            idle = sorted((self.last_used.get(s, 0), n) for n, s in self.slots.items() if n not in wanted)
+            if not free and not idle:
+                raise ValueError(f"a step of {len(wanted)} adapters, over --max-loras {self.capacity}")
+            slot = free[0] if free else self.slots.pop(idle[0][1])
+            kept = self.host.get(name)
+            layers = kept if kept is not None else self.read(self.registered[name])
+            self._keep(name, layers)
+            self._write(slot, layers)
+            self.slots[name] = slot
+            self.fills += 1
+            self.fill_seconds += (seconds := time.perf_counter() - started)
+            log.info("lora_slot_filled", adapter=name, slot=slot, ms=round(1e3 * seconds, 3), from_disk=kept is None)
+        self.last_used[slot] = self.steps
+        return slot
 
     def _write(self, slot: int, layers: list[dict[str, Pair]]) -> None:
         for stacks, fused in zip(self.stacks, layers, strict=True):
@@ -83,9 +131,14 @@ class Adapters:
                     a[slot - 1, : pa.shape[0], :] = pa
                     b[slot - 1, : pb.shape[1], :] = pb.T
 
-    def rows(self, slots: list[int], device: torch.device) -> None:
-        """This step's grouping from its rows' slots: each adapter's rows at its place in a
-        [S, most rows of one adapter] grid (padding rows point at row 0 and add nothing)."""
+    def rows(self, names: list[str | None], device: torch.device) -> None:
+        """This step's grouping from its rows' adapters (None: the base), each given a slot:
+        each adapter's rows at its place in a [S, most rows of one adapter] grid (padding rows
+        point at row 0 and add nothing)."""
+        self.steps += 1
+        wanted = {name for name in names if name is not None}
+        slot_of = {name: self._fill(name, wanted) for name in wanted}
+        slots = [0 if name is None else slot_of[name] for name in names]
         present = set(slots)
         self.only = next(iter(present)) if len(present) == 1 and 0 not in present else None
         self.group = None

@@ -122,7 +122,7 @@ class NativePath:
         if lora is None:
             return
         started = time.perf_counter()
-        self.adapters = self.model.adapters = Adapters(list(lora.adapters), _projection_sizes(cfg), cfg.num_layers, dtype, device, lora.max_loras, lora.max_rank, kernel)
+        self.adapters = self.model.adapters = Adapters(list(lora.adapters), _projection_sizes(cfg), cfg.num_layers, dtype, device, lora.max_loras, lora.max_rank, kernel, lora.max_cpu_loras)
         log.info("lora_adapters_loaded", adapters=[a.name for a in lora.adapters], seconds=round(time.perf_counter() - started, 3))
         self.impl += "+lora"
 
@@ -210,8 +210,7 @@ class NativePath:
     def adapter_rows(self, seqs: Any, fed: list[list[int]], device: torch.device) -> None:
         """This step's rows' adapters (each request's `sampling.adapter`), before its forward."""
         if self.adapters is not None:
-            slots = self.adapters.slots
-            self.adapters.rows([slots.get(s.sampling.adapter, 0) for s, tokens in zip(seqs, fed) for _ in tokens], device)
+            self.adapters.rows([s.sampling.adapter for s, tokens in zip(seqs, fed) for _ in tokens], device)
 
     def forward(self, input_ids, positions, step, keep, k_cache, v_cache):
         if isinstance(self.model, RowwiseModel):

@@ -1,9 +1,9 @@
 """LoRA adapters loaded and unloaded while serving (api/http/openai/lora.py, actors/lora_control.py):
 POST /v1/load_lora_adapter and /v1/unload_lora_adapter as vLLM answers them, behind the API
 key; a loaded adapter serves PEFT's own greedy text and is listed with its parent; paths
-outside --lora-dir, a missing adapter, a taken name or no free slot are a 400 naming the field
-with nothing loaded; an unloaded adapter is a 404, its slot free again, and a stream still
-running with it ends cleanly."""
+outside --lora-dir, a missing adapter or a taken name are a 400 naming the field with nothing
+loaded; two adapters share one slot (--max-loras 1), concurrent requests for both served right;
+an unloaded adapter is a 404, and a stream still running with it ends cleanly."""
 
 from __future__ import annotations
 
@@ -46,16 +46,29 @@ async def test_adapters_load_and_unload_while_serving(tiny_model_dir: Path, lora
             r = await load("q", "qv-r4")
             assert r.status_code == 200 and r.text == "Success: LoRA adapter 'q' added successfully.", r.text
             assert await listed() == {"tiny", "q"} and (await complete("q")).json()["choices"][0]["text"] == expected["qv-r4"]
-            for name, path, field in [("a", "all-r8", "lora_path"), ("x", "/etc", "lora_path"), ("x", "../..", "lora_path"), ("x", "nope", "lora_path"), ("tiny", "all-r8", "lora_name")]:
+            for name, path, field in [("x", "/etc", "lora_path"), ("x", "../..", "lora_path"), ("x", "nope", "lora_path"), ("tiny", "all-r8", "lora_name"), ("q", "all-r8", "lora_name")]:
                 r = await load(name, path)
                 assert r.status_code == 400 and r.json()["error"]["param"] == field, (name, path, r.text)
-            assert await listed() == {"tiny", "q"}  # nothing loaded: one slot (--max-loras 1), taken
+            assert await listed() == {"tiny", "q"}  # nothing loaded
+
+            # one slot (--max-loras 1), two adapters: each takes it in turn, concurrent requests too
+            assert (await load("a", str(root / "all-r8"))).status_code == 200  # an absolute path under the directory
+            assert (await complete("a")).json()["choices"][0]["text"] == expected["all-r8"]
+            async with trio.open_nursery() as both:
+                texts: dict[str, str] = {}
+
+                async def one(model: str, i: int) -> None:
+                    texts[f"{model}{i}"] = (await complete(model)).json()["choices"][0]["text"]
+
+                for i in range(3):
+                    for model in ("q", "a", "tiny"):
+                        both.start_soon(one, model, i)
+            assert {texts[f"q{i}"] for i in range(3)} == {expected["qv-r4"]} and {texts[f"a{i}"] for i in range(3)} == {expected["all-r8"]}
 
             r = await http.post("/v1/unload_lora_adapter", json={"lora_name": "q"})
             assert r.status_code == 200 and "removed" in r.text
             assert (await complete("q")).status_code == 404 and (await http.post("/v1/unload_lora_adapter", json={"lora_name": "q"})).status_code == 404
-            assert (await load("a", str(root / "all-r8"))).status_code == 200  # its slot is free again; an absolute path under the directory
-            assert (await complete("a")).json()["choices"][0]["text"] == expected["all-r8"]
+            assert await listed() == {"tiny", "a"}
 
             # a stream still running with the adapter when it is unloaded ends, and the base serves on
             body = {"model": "a", "prompt": PROMPT, "max_tokens": 400, "ignore_eos": True, "stream": True}
