@@ -156,6 +156,25 @@ def _header(buf: memoryview, name: str) -> tuple[dict[str, Any], list[tuple[str,
     return meta, infos, -(-pos // align) * align
 
 
+def tokenizer_key(gguf_path: Path) -> str:
+    """A digest of the file's tokenizer metadata (every `tokenizer.*` key, vocabulary and merges
+    included, and the architecture): files with the same digest convert to the same tokenizer."""
+    import hashlib
+    import struct
+
+    buf = _mapped(gguf_path)
+    n_kv = struct.unpack_from("<4sIQQ", buf, 0)[3]
+    digest, pos = hashlib.blake2b(digest_size=16), 24
+    for _ in range(n_kv):
+        start = pos
+        key, pos = _value(buf, pos, _STRING)
+        (kind,) = struct.unpack_from("<I", buf, pos)
+        pos = _value(buf, pos + 4, kind)[1]
+        if key.startswith("tokenizer.") or key == "general.architecture":
+            digest.update(buf[start:pos])
+    return digest.hexdigest()
+
+
 def metadata(gguf_path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     """A GGUF file's scalar metadata and each tensor's ggml type, from its header alone
     (ValueError naming the file when it is not one, or cut short)."""

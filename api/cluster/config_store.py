@@ -61,6 +61,12 @@ class EndpointConfigActor:
         self._lock = asyncio.Lock()  # an async actor interleaves calls at each await
         self._applied: dict[str, tuple[int, float]] = {}  # subscriber -> (version, when)
         self._stopping = asyncio.Event()
+        # LoRA adapters loaded at run time on some replica, name → path (in memory: they last as
+        # long as the deployment, as on one process), and each replica's applied version.
+        self.adapters: dict[str, str] = {}
+        self.adapters_version = 1
+        self._adapters_changed = asyncio.Event()
+        self._adapters_applied: dict[str, tuple[int, float]] = {}
 
     def _open(self, path: str) -> None:
         self._file = _File(Path(path))
@@ -125,6 +131,31 @@ class EndpointConfigActor:
         """Each live subscriber's applied version (what a test or an operator checks)."""
         now = time.monotonic()
         return {s: v for s, (v, when) in self._applied.items() if now - when < max_age_s}
+
+    async def set_adapter(self, name: str, path: str | None) -> int:
+        """A replica loaded (`path`) or unloaded (None) an adapter: the new version."""
+        if path is None:
+            self.adapters.pop(name, None)
+        else:
+            self.adapters[name] = path
+        self.adapters_version += 1
+        self._adapters_changed.set()
+        self._adapters_changed = asyncio.Event()
+        return self.adapters_version
+
+    async def watch_adapters(self, subscriber: str, known: int) -> tuple[int, dict[str, str]]:
+        """As `watch`, for the adapters."""
+        self._adapters_applied[subscriber] = (known, time.monotonic())
+        if known == self.adapters_version:
+            try:
+                await asyncio.wait_for(self._adapters_changed.wait(), WATCH_TIMEOUT_S)
+            except TimeoutError:
+                pass
+        return self.adapters_version, dict(self.adapters)
+
+    async def adapters_applied(self, max_age_s: float = 2 * WATCH_TIMEOUT_S) -> dict[str, int]:
+        now = time.monotonic()
+        return {s: v for s, (v, when) in self._adapters_applied.items() if now - when < max_age_s}
 
     async def stop_serving(self) -> None:
         """The driver is stopping the deployment: every replica's `wait_stop` returns."""
@@ -211,18 +242,36 @@ def forget_config_actor() -> None:
         pass
 
 
-async def watch_endpoints(actor: Any, subscriber: str, adopt: Any) -> None:
-    """Run on the replica's asyncio loop until cancelled: `await adopt(snapshot)` on each change."""
+async def watch_endpoints(actor: Any, subscriber: str, adopt: Any, adapters: bool = False) -> None:
+    """Run on the replica's asyncio loop until cancelled: `await adopt(snapshot)` on each change
+    of the endpoints (or, `adapters`, of the run-time LoRA adapters)."""
     known = -1
+    watch = actor.watch_adapters if adapters else actor.watch
     while True:
         try:
-            version, stored = await actor.watch.remote(subscriber, known)
+            version, stored = await watch.remote(subscriber, known)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the actor is restarting: try again shortly
-            log.warning("endpoint_watch_failed", error=repr(exc))
+            log.warning("endpoint_watch_failed", adapters=adapters, error=repr(exc))
             await asyncio.sleep(1.0)
             continue
         if version != known:
             await adopt(stored)
             known = version
+
+
+class SharedAdapters:
+    """The platform's `adapter_sync` on a replica: a run-time adapter load or unload published
+    to every replica, answered once each live replica has applied it (at most `wait_s`)."""
+
+    def __init__(self, actor: Any, wait_s: float = WATCH_TIMEOUT_S) -> None:
+        self.actor, self.wait_s = actor, wait_s
+
+    async def publish(self, name: str, path: str | None) -> None:
+        version = await _call(self.actor.set_adapter, name, path)
+        with trio.move_on_after(self.wait_s) as waited:
+            while min((await _call(self.actor.adapters_applied)).values(), default=version) < version:
+                await trio.sleep(0.05)
+        if waited.cancelled_caught:
+            log.warning("shared_adapter_slow", adapter=name, version=version, seconds=self.wait_s)

@@ -192,6 +192,30 @@ class TrioHost:
         self._submit(run)
         return await future
 
+    async def call_async(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Await `fn(*args)` as a task of the trio loop's nursery; its result (or exception) here."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        async def run() -> None:
+            try:
+                result = await fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
+                loop.call_soon_threadsafe(_settle, future, None, exc)
+                if not isinstance(exc, Exception):
+                    raise  # trio's cancellation goes on
+            else:
+                loop.call_soon_threadsafe(_settle, future, result, None)
+
+        def start() -> None:  # on the trio thread; never raises
+            try:
+                self._nursery.start_soon(run)
+            except RuntimeError as exc:  # the nursery is closed: shutting down
+                loop.call_soon_threadsafe(_settle, future, None, HostDead(f"the runtime is shutting down ({exc})"))
+
+        self._submit(start)
+        return await future
+
     async def stream(self, request: HttpRequest) -> AsyncIterator[list[dict[str, Any]]]:
         """The app's ASGI send messages for `request`, as they are sent: each time, every
         message already waiting (one Ray object per batch instead of per message, without

@@ -12,8 +12,9 @@ frees its blocks. It also:
   KV usage as a 0-1 fraction), which Ray Serve polls every `routing_stats_period_s`;
 - fails Ray's `check_health` when a runtime died, the device thread is gone, a step has run
   past `step_deadline`, or the trio loop stopped answering, so the controller replaces it;
-- follows the shared endpoint config (api/cluster/config_store.py) for its whole life, and
-  counts per-key rate limits in the deployment's shared buckets (api/cluster/limits.py);
+- follows the shared endpoint config and the LoRA adapters loaded at run time on any replica
+  (api/cluster/config_store.py) for its whole life, and counts per-key rate limits in the
+  deployment's shared buckets (api/cluster/limits.py);
 - drains its live requests (up to `drain_timeout`) as soon as the driver announces the stop.
 
 Each response carries `x-switchyard-replica`, the replica's id. Imports ray and api.
@@ -26,7 +27,7 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
-from api.cluster.config_store import SharedEndpointStore, config_actor, watch_endpoints
+from api.cluster.config_store import SharedAdapters, SharedEndpointStore, config_actor, watch_endpoints
 from api.cluster.edge import lifespan, read_body, relay
 from api.cluster.host import HttpRequest, TrioHost, portable_scope
 from api.cluster.limits import SharedRateLimiter, rate_limit_actor
@@ -51,17 +52,23 @@ class SwitchyardReplica:
         limiter = None
         if spec.platform.requests_per_minute or spec.platform.tokens_per_minute:
             limiter = SharedRateLimiter(rate_limit_actor(spec.platform), spec.platform)
-        platform = dataclasses.replace(spec.platform, endpoint_store=SharedEndpointStore(self._config, path), rate_limiter=limiter)
+        shared = {"endpoint_store": SharedEndpointStore(self._config, path), "adapter_sync": SharedAdapters(self._config)}
+        platform = dataclasses.replace(spec.platform, rate_limiter=limiter, **shared)
         self.host = TrioHost(spec.models, platform, freeze_heap=True)  # the replica's own process
         await self.host.wait_ready()
         loop = asyncio.get_running_loop()
         self._watcher = loop.create_task(watch_endpoints(self._config, self.replica_id, self._adopt))
+        self._adapters = loop.create_task(watch_endpoints(self._config, self.replica_id, self._adopt_adapters, adapters=True))
         self._stop_watcher = loop.create_task(self._drain_when_stopping())
         log.info("replica_ready", replica=self.replica_id, models=[c.served_name for c in spec.models])
 
     async def _adopt(self, stored: dict[str, str]) -> None:
         endpoints = self.host.app.extensions["serving_endpoints"]
         await self.host.call(endpoints.adopt, stored)
+
+    async def _adopt_adapters(self, shared: dict[str, str]) -> None:
+        """LoRA adapters loaded or unloaded at run time on any replica (api/http/openai/lora.py)."""
+        await self.host.call_async(self.host.app.extensions["lora_adapters"].adopt, shared)
 
     async def _drain_when_stopping(self) -> None:
         """Drain as soon as the driver stops the deployment (config_store.announce_stop): Ray
@@ -140,7 +147,7 @@ class SwitchyardReplica:
         return {"replica": self.replica_id, "models": stats}
 
     async def __del__(self) -> None:
-        for name in ("_watcher", "_stop_watcher"):
+        for name in ("_watcher", "_adapters", "_stop_watcher"):
             task = getattr(self, name, None)
             if task is not None:
                 task.cancel()

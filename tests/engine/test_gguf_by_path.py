@@ -3,7 +3,7 @@
 A tiny random Llama (the embedded SmolLM2's tokenizer and chat template, weights rounded to
 float16, an untied head: a tied one's greedy output repeats one token) goes through llama.cpp's own converter into f16 and q8_0 files, and from f16 into Q4_0
 with llama.cpp's reference rounding (tests/support/gguf_files.py). Each is converted once into
-the store (tokenizer and chat template from the file) and served: f16 in float32 gives the HF
+the store (tokenizer and chat template from the file, converted once for them all) and served: f16 in float32 gives the HF
 model's greedy tokens exactly; q8_0 and Q4_0 keep their blocks as shipped (Q4_0 as the Q4_1
 blocks of the same weights, checked against the dense conversion at conversion) and the
 default bf16 serving of those blocks stays within a stated KL of transformers' own float32
@@ -69,6 +69,10 @@ async def test_an_f16_file_serves_the_models_own_tokens(files: dict[str, Path]) 
     assert got == expected and len({t for out in got for t in out}) > 4  # not one token repeated
     name, stored = resolve_model(str(files["f16"]))
     assert name == "tiny-f16" and (stored / "tokenizer.json").is_file() and "im_start" in (stored / "chat_template.jinja").read_text()
+    # another quantization of the same model takes the tokenizer kept by vocabulary, the same files
+    _, other = resolve_model(str(files["q8_0"]))
+    assert len(list((stored.parent / ".tokenizers").iterdir())) == 1
+    assert all((other / name).read_bytes() == (stored / name).read_bytes() for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"))
 
 
 @pytest.mark.parametrize("kind", ["q8_0", "q4_0"])

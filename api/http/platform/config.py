@@ -50,6 +50,9 @@ class PlatformConfig:
     # Per-key limits (admit / settle, as api.http.shared.auth.RateLimiter); None: this process's own buckets.
     # A serve-ray replica passes the deployment's shared ones (api/cluster/limits.py).
     rate_limiter: Any = field(default=None, repr=False, compare=False)
+    # LoRA adapters loaded at run time, published to every replica (publish(name, path or None),
+    # api/cluster/config_store.py); None: this process's alone.
+    adapter_sync: Any = field(default=None, repr=False, compare=False)
     # Where image URLs may be fetched from, and the caps (api/http/platform/media.py).
     media: MediaPolicy = field(default_factory=MediaPolicy)
 
