@@ -4,7 +4,7 @@
 Ray's HTTP proxy -> ingress -> replicas -> config actor) on the tiny model built in the test,
 with fractional CPUs and one torch thread per replica (tests/support/cluster.py's Deployer).
 A deployment is reused by every test that asks for the same shape, and replaced (serve.run
-again) when a test asks for another; the modules run in an order (file names) that needs five
+again) when a test asks for another; the modules run in an order (file names) that needs six
 deployments in all (the last, test_unhealthy_replica.py's, carries its stuck-step fault:
 tests/support/stuck_step.py).
 Skipped as a whole when ray is not importable (it is the optional `.[ray]` extra).
