@@ -246,7 +246,7 @@ def _gguf_tokenizer(path: Path) -> Any:
 
 def _convert_gguf(gguf_dir: Path, gguf_file: str, out: Path, dtype: str = "float32") -> None:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     # transformers dequantizes GGUF tensors with a tqdm progress bar ("Converting and
     # de-quantizing GGUF tensors"), which is the progress shown on first start.
