@@ -69,6 +69,29 @@ async def _mixed(
     return got, seen, held[-1]
 
 
+async def test_the_bucketed_steps_cuda_graphs_capture_take_adapters(tiny_model_dir: Path, lora_adapters: dict[str, Path]) -> None:
+    """The decode buckets CUDA graphs capture (here the same static function uncaptured; on a GPU,
+    ops/gpu/check.sh's tests stage, captured and replayed): each row's adapter gathered through
+    static buffers, pad rows as the last real row; the mixed batch's greedy tokens are PEFT's."""
+    prompts = make_prompts(100)[4:6]
+    names: list[str | None] = [None, *ADAPTERS] * len(prompts)
+    expected = {name: peft_greedy(tiny_model_dir, lora_adapters.get(name) if name else None, prompts) for name in [None, *ADAPTERS]}
+    want = [expected[name][i // (len(ADAPTERS) + 1)] for i, name in enumerate(names)]
+    in_graph: list[int] = []
+    apply = Adapters.apply
+
+    def spy(self: Adapters, y: torch.Tensor, x: torch.Tensor, layer: int, module: str) -> torch.Tensor:
+        if self.in_graph:
+            in_graph.append(x.shape[0])
+        return apply(self, y, x, layer, module)
+
+    mixed = [Prompt(token_ids=p) for p in prompts for _ in range(len(ADAPTERS) + 1)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Adapters, "apply", spy)
+        got, _ = await greedy_concurrently(tiny_model_dir, mixed, NUM_NEW, 0.0, names, **_served(tiny_model_dir, lora_adapters, cuda_graphs=True))
+    assert got == want and in_graph, len(in_graph)
+
+
 @needs_kernels()
 async def test_adapters_draft_from_their_own_requests_and_drafting_changes_no_token(tiny_model_dir: Path, lora_adapters: dict[str, Path]) -> None:
     """bf16 on the row-invariant kernels, `--spec-decoding auto` (n-grams, each adapter's pool

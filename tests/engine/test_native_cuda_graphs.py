@@ -155,16 +155,25 @@ def _data_dependent_ops(fn: object, *args: object) -> list[str]:
     return [node.format_node() for gm in graphs for node in gm.graph.nodes if free_unbacked_symbols(node.meta.get("example_value"))]
 
 
-def test_the_bucketed_step_has_no_host_sync_or_data_dependent_shape(tiny_model_dir: Path) -> None:
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_bucketed_step_has_no_host_sync_or_data_dependent_shape(tiny_model_dir: Path, lora: bool, request: pytest.FixtureRequest) -> None:
     """What a CUDA graph capture needs, shown on a CPU through dynamo's trace of the step (a
     graph break fails fullgraph; a data-dependent op leaves an unbacked symbol, as the
-    controls on the last lines show)."""
-    runner = _runner(tiny_model_dir, cuda_graphs=True, device="cpu")  # dynamo traces the CPU step: CI's stand-in for a capture
+    controls on the last lines show); with LoRA adapters on its rows too (native/lora.py: no
+    graph break; dynamo takes the adapters' static buffers as constants, so what they hold is
+    tests/engine/test_lora.py's bucketed test's)."""
+    from runtime.adapters import LoraSettings, read_adapter
+
+    adapters = request.getfixturevalue("lora_adapters") if lora else {}
+    settings = LoraSettings(tuple(read_adapter(n, str(p), 16) for n, p in adapters.items()), 4, 16) if lora else None
+    runner = _runner(tiny_model_dir, cuda_graphs=True, device="cpu", lora=settings)  # dynamo traces the CPU step: CI's stand-in for a capture
     assert runner.model is not None and runner.model.bucketed is not None
     graphs: BucketedDecode = runner.model.bucketed
     lens = torch.tensor([5, 9, 9, 9])
     tables = torch.arange(4 * 64).view(4, 64) % runner.k_cache[0].shape[1] // BLOCK
     ids = torch.tensor([7, 8, 9, 9])
+    if lora:
+        runner.model.adapters.rows(["qv-r4", None, "all-r8", "all-r8"], runner.device)
     with torch.inference_mode():
         assert _data_dependent_ops(decode_step, graphs.model, ids, lens, tables, runner.k_cache, runner.v_cache, BLOCK) == []
     x = torch.randn(8)

@@ -102,7 +102,14 @@ def decode_step(
     write_rows = cache_rows(write_slots, kv_heads, num_slots)  # [KVH * B], head-major as the cache
     read_rows = cache_rows(table_slots(tables, block_size, length).reshape(-1), kv_heads, num_slots)  # [KVH * B * L]
     bias = padding_bias(lens, length)
-    return model.step(input_ids, positions, lambda i, q, k, v: attend_gathered(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, bias, model.scale))
+    adapters = getattr(model, "adapters", None)  # LoRA: each row's from static buffers (native/lora.py)
+    if adapters is not None:
+        adapters.in_graph = True
+    try:
+        return model.step(input_ids, positions, lambda i, q, k, v: attend_gathered(q, k, v, k_cache[i], v_cache[i], write_rows, read_rows, bias, model.scale))
+    finally:
+        if adapters is not None:
+            adapters.in_graph = False
 
 
 def attend_gathered(

@@ -10,7 +10,9 @@ adapter of the step a slot, filling one on first use (the least recently used ou
 which slot each row has. On the row-invariant kernels (`kernel`) `add_into` hands the stacks to
 kernels/lora.c, one call a module, each row in a fixed order; elsewhere `apply` gathers the rows
 into an [adapters, most rows of one] grid and runs two batched products over every adapter at
-once (as Punica's BGMV batches them). Requests for several adapters and the base share a step.
+once (as Punica's BGMV batches them), and in the bucketed steps CUDA graphs capture gathers
+each row's A and B by index from static buffers (`fix_rows`: shapes fixed, no host sync).
+Requests for several adapters and the base share a step.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ class Adapters:
             self.register(config, self.read(config))
         self.group: tuple[torch.Tensor, torch.Tensor, int] | None = None  # this step's (row per slot place, valid, places)
         self.only: int | None = None  # this step's one adapter, when every row has it
+        # The bucketed steps CUDA graphs capture (native/cuda_graphs.py): each row's stack index
+        # and 0/1 weight in static buffers, pad rows as the last real row (`fix_rows`).
+        self.fixed: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.in_graph = False  # a bucketed step runs: `apply` reads the static buffers
 
     def add_into(self, y: torch.Tensor, x: torch.Tensor, layer: int, module: str) -> None:
         """`y` += each row's adapter's x A^T B^T, in place, on the row-invariant kernels."""
@@ -131,6 +137,11 @@ class Adapters:
                     a[slot - 1, : pa.shape[0], :] = pa
                     b[slot - 1, : pb.shape[1], :] = pb.T
 
+    def fix_rows(self, rows: int, device: torch.device) -> None:
+        """Static buffers for bucketed steps of up to `rows` rows (CUDA graphs replay them)."""
+        dtype = self.stacks[0]["qkv"][0].dtype
+        self.fixed = torch.zeros(rows, dtype=torch.long, device=device), torch.zeros(rows, 1, dtype=dtype, device=device)
+
     def rows(self, names: list[str | None], device: torch.device) -> None:
         """This step's grouping from its rows' adapters (None: the base), each given a slot:
         each adapter's rows at its place in a [S, most rows of one adapter] grid (padding rows
@@ -139,6 +150,10 @@ class Adapters:
         wanted = {name for name in names if name is not None}
         slot_of = {name: self._fill(name, wanted) for name in wanted}
         slots = [0 if name is None else slot_of[name] for name in names]
+        if self.fixed is not None and 0 < len(slots) <= self.fixed[0].shape[0]:
+            pad = [slots[-1]] * (self.fixed[0].shape[0] - len(slots))  # a pad row repeats the last: the same KV writes
+            self.fixed[0].copy_(torch.tensor([max(s - 1, 0) for s in slots + pad]), non_blocking=True)
+            self.fixed[1].copy_(torch.tensor([[float(s > 0)] for s in slots + pad]), non_blocking=True)
         present = set(slots)
         self.only = next(iter(present)) if len(present) == 1 and 0 not in present else None
         self.group = None
@@ -161,6 +176,10 @@ class Adapters:
         """`y` = x W^T of the fused `module` of `layer`, plus each row's adapter's x A^T B^T (zero
         on the base's rows)."""
         a, b = self.stacks[layer][module]
+        if self.in_graph and self.fixed is not None:  # static shapes: each row's A and B gathered
+            index, weight = self.fixed[0][: x.shape[0]], self.fixed[1][: x.shape[0]]
+            low = torch.bmm(a.index_select(0, index), x.unsqueeze(-1)).transpose(1, 2)  # [rows, 1, R]
+            return y + torch.bmm(low, b.index_select(0, index)).squeeze(1) * weight
         if self.only is not None:
             return y + (x @ a[self.only - 1].T) @ b[self.only - 1]
         if self.group is None:

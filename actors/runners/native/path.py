@@ -111,10 +111,12 @@ class NativePath:
             self.model.linear = fixed_block_linear
         if quantization:
             self.impl = f"native+{self._quantize(weights, model_dir, quantization)}"
-        if lora is not None:  # applied per row on the eager forward: no graphs, whose shapes hold no groups
+        if lora is not None:  # per row: grouped on the eager forward, gathered in the CUDA graphs' buckets; no --compile graphs
             self._adapt(lora, cfg, dtype, device)
-            cuda_graphs, compile = False, False
+            compile = False
         self._graphs(cuda_graphs, compile, batch_invariant, device, max_len or cfg.max_position_embeddings, block_size, max_num_seqs, max_step_tokens)
+        if self.adapters is not None and self.bucketed is not None:
+            self.adapters.fix_rows(self.bucketed.batches[-1], device)
 
     def _adapt(self, lora: LoraSettings | None, cfg: NativeConfig, dtype: torch.dtype, device: torch.device, kernel: bool = False) -> None:
         """--enable-lora: the adapters' slots on the model, the ones named at start loaded
