@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from api.http.openai.chat.thinking import StreamedMessage, message_parts
 from api.http.openai.common.reasoning import ReasoningParser, split_reasoning, thinking_params
+from api.http.openai.tools.output import OutputParser
 from api.http.openai.tools.parser import ToolCallParser
 from api.http.openai.tools.validate import build_toolset
 from runtime.errors import InvalidRequest
@@ -329,8 +330,7 @@ def responses_output(fmt: ThinkingFormat, spec: Thinking | None, pieces: list[st
 
     tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
     params = responses_params(msgspec.convert({"input": "x", "tools": [tool]}, ResponsesRequest))
-    output = _Output(ResponsesEventBuilder(params.response), params.output_parser(), None)
-    output.reasoning = ReasoningParser(fmt, spec)
+    output = _Output(ResponsesEventBuilder(params.response), OutputParser(fmt, spec, params.output_parser()), None)
     for piece in pieces:
         output.feed(piece)
     output.finish(FinishReason.STOP, Usage(prompt_tokens=1, completion_tokens=1))

@@ -16,7 +16,7 @@ import llguidance.hf
 import msgspec
 import pytest
 
-from api.http.openai.chat.tool_calls import chat_message_parts
+from api.http.openai.chat.thinking import message_parts
 from api.http.openai.common.grammars import format_guide, namespace_lark
 from api.http.openai.tools.grammar import tool_guide
 from api.http.openai.tools.parser import ToolCallParser
@@ -111,9 +111,9 @@ def test_parser_other_key_order_and_cut_off_calls() -> None:
 def test_chat_message_parts() -> None:
     toolset = build_toolset([WEATHER], "auto", True)
     assert toolset is not None
-    content, calls, reasoning = chat_message_parts(format_call("function", "get_weather", '{"city":"Oslo"}'), ToolCallParser(toolset))
-    assert content is None and reasoning == "" and msgspec.to_builtins(calls[0])["function"] == {"name": "get_weather", "arguments": '{"city":"Oslo"}'}
-    assert chat_message_parts("no call", ToolCallParser(toolset)) == ("no call", [], "")
+    content, calls, reasoning = message_parts(format_call("function", "get_weather", '{"city":"Oslo"}'), None, None, ToolCallParser(toolset))
+    assert content is None and reasoning is None and msgspec.to_builtins(calls[0])["function"] == {"name": "get_weather", "arguments": '{"city":"Oslo"}'}
+    assert message_parts("no call", None, None, ToolCallParser(toolset)) == ("no call", [], None)
 
 
 # -- validation ------------------------------------------------------------------------------

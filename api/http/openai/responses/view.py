@@ -27,12 +27,12 @@ from api.http.openai.common.generation import Generation
 from api.http.openai.common.grammars import validated
 from api.http.openai.common.images import with_images
 from api.http.openai.common.logprobs import token_logprobs
-from api.http.openai.common.reasoning import ReasoningParser
 from api.http.openai.responses.events import Event, ResponsesEventBuilder, new_id
 from api.http.openai.responses.params import responses_params
 from api.http.openai.responses.request import ResponsesRequest
 from api.http.openai.responses.response import response_usage
 from api.http.openai.tools.formats import model_format
+from api.http.openai.tools.output import OutputParser
 from api.http.shared import sse
 from api.http.shared.body import decode_body
 from api.http.shared.errors import json_response
@@ -63,9 +63,8 @@ def register(app: Quart, models: ModelRegistry) -> None:
         except RequestFailed as exc:  # admitted, then failed before its first token
             gen = exc
         response = msgspec.structs.replace(params.response, id=new_id("resp"), created_at=int(time.time()), model=runtime.served_name)
-        output = _Output(ResponsesEventBuilder(response), params.output_parser(), runtime.tokenizer if params.logprobs else None)
-        if runtime.thinking is not None:  # the output parser pipeline: thinking first, then the answer's calls
-            output.reasoning = ReasoningParser(runtime.thinking, params.sampling.thinking)
+        parser = OutputParser(runtime.thinking, params.sampling.thinking, params.output_parser())
+        output = _Output(ResponsesEventBuilder(response), parser, runtime.tokenizer if params.logprobs else None)
         # Usage goes in every final Response, streamed or not: OpenAI's does, its SDK has no way
         # to ask for it, and agent frameworks read it there (stream_options.include_usage,
         # which the Databricks reference lists, is accepted and changes nothing).
@@ -118,9 +117,8 @@ async def _events(gen: Generation | RequestFailed, output: _Output) -> AsyncGene
 
 
 class _Output:
-    """Generated text → builder events: a reasoning model's thinking as a reasoning item (its
-    `reasoning` parser first), then the answer through the tool-call parser when tools may be
-    called.
+    """Generated text → builder events, through the one output parser (tools/output.py): a
+    reasoning model's thinking as a reasoning item, then the answer's text and calls.
 
     With logprobs asked for (`tokenizer` set), each delta's token logprobs go with the output
     text that delta made: a text event gets the logprobs of every delta whose text it overlaps
@@ -128,12 +126,11 @@ class _Output:
     text (or whitespace the parser drops) are reported nowhere, as output_text is the only
     place the API has for them."""
 
-    def __init__(self, builder: ResponsesEventBuilder, parser: Any, tokenizer: Any = None) -> None:
+    def __init__(self, builder: ResponsesEventBuilder, parser: OutputParser, tokenizer: Any = None) -> None:
         self.builder = builder
-        self.parser = parser  # the model's tool format's (None: the answer is all text)
+        self.parser = parser
         self.tokenizer = tokenizer
         self._fed = 0  # characters of output so far
-        self.reasoning: ReasoningParser | None = None
         self._pending: deque[tuple[int, int, list[Logprob]]] = deque()  # (start, end, logprobs) per delta
 
     def feed(self, text: str, logprobs: list[Logprob] | None = None) -> list[Event]:
@@ -143,27 +140,10 @@ class _Output:
             if self._pending and self._pending[-1][0] == self._pending[-1][1] == start:  # a delta with no text yet
                 logprobs = self._pending.pop()[2] + logprobs
             self._pending.append((start, self._fed, logprobs))
-        if self.reasoning is None:
-            return self._answer(text, start)
-        thought, answer = self.reasoning.feed(text)
-        return self.builder.reasoning(thought) + self._answer(answer, self._answer_start(answer))
-
-    def _answer(self, text: str, start: int) -> list[Event]:
-        if self.parser is None:
-            return self._text(text, start)
         return self._apply(self.parser.feed(text))
 
-    def _answer_start(self, answer: str) -> int:
-        """Where an answer piece the reasoning parser just gave starts in the whole output."""
-        assert self.reasoning is not None
-        return self.reasoning.fed - len(answer)
-
     def finish(self, reason: FinishReason | None, usage: Usage | None) -> list[Event]:
-        events: list[Event] = []
-        if self.reasoning is not None:
-            thought, answer = self.reasoning.finish()
-            events = self.builder.reasoning(thought) + self._answer(answer, self._answer_start(answer))
-        events += self._apply(self.parser.finish()) if self.parser is not None else []
+        events = self._apply(self.parser.finish())
         if reason is FinishReason.ABORT:
             return events + self.builder.fail("The request was aborted.", usage=response_usage(usage))
         # LENGTH is max_output_tokens or, without it, the end of the context window; the SDK's
@@ -198,9 +178,8 @@ class _Output:
         events: list[Event] = []
         for kind, *rest in parsed:
             if kind == "text":
-                base = self.reasoning.answer_base if self.reasoning is not None else 0
-                events += self._text(rest[0], rest[1] + (base or 0))
-            elif kind == "reasoning":  # a format that splits out thinking itself (harmony)
+                events += self._text(rest[0], rest[1])
+            elif kind == "reasoning":
                 events += self.builder.reasoning(rest[0])
             elif kind == "start":
                 events += self.builder.call_start(rest[0].kind, rest[0].name, rest[0].call_id)
