@@ -462,3 +462,35 @@ def test_tool_outputs_reach_a_tool_capable_template(tokenizer: Any) -> None:
     assert 'CALL get_weather {"city": "Oslo"}' in text and format_call("custom", "note", "remember the milk") in text
     assert '{"sky": "HAIL-3C"}' in text and "NOTE-SAVED-77" in text
     assert text.index("remember the milk") < text.index("NOTE-SAVED-77")
+
+
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "pythonic"])
+def test_xml_and_pythonic_calls_are_held_to_their_schema(tokenizer: Any, ll_tokenizer: Any, fmt: str) -> None:
+    """Qwen3-Coder's XML and pythonic calls, forced: the schema's types, enums, required
+    parameters, each parameter once and in the schema's order, as the JSON formats' calls are
+    held to it (llguidance's JSON keeps a schema's property order too)."""
+    from api.http.openai.tools.formats.pythonic import Pythonic
+    from api.http.openai.tools.formats.qwen3_coder import Qwen3Coder
+
+    properties = {"city": {"type": "string"}, "days": {"type": "integer"}, "unit": {"type": "string", "enum": ["c", "f"]}, "tags": {"type": "array", "items": {"type": "string"}}}
+    plan = {"type": "function", "function": {"name": "plan", "parameters": {"type": "object", "properties": properties, "required": ["city", "days"]}}}
+    toolset = build_toolset([plan], "required", True)
+    assert toolset is not None
+    guide = (Qwen3Coder if fmt == "qwen3_coder" else Pythonic)(tokenizer).guide(toolset, None)
+    assert guide is not None
+
+    def call(*args: tuple[str, object]) -> str:
+        if fmt == "pythonic":
+            return "[plan(" + ", ".join(f"{k}={v!r}" for k, v in args) + ")]"
+        body = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n" for k, v in args)
+        return f"<tool_call>\n<function=plan>\n{body}</function>\n</tool_call>"
+
+    assert accepts(tokenizer, ll_tokenizer, guide, call(("city", "Paris"), ("days", 3)))
+    assert accepts(tokenizer, ll_tokenizer, guide, call(("city", "Paris"), ("days", 3), ("unit", "f"), ("tags", ["a", "b"])))
+    assert accepts(tokenizer, ll_tokenizer, guide, call(("city", "Paris"), ("days", 3), ("tags", [])))  # an optional one left out
+    assert not accepts(tokenizer, ll_tokenizer, guide, call(("days", 3), ("city", "Paris")))  # in the schema's order
+    assert not accepts(tokenizer, ll_tokenizer, guide, call(("city", "Paris"), ("days", "three")))  # an integer
+    assert not accepts(tokenizer, ll_tokenizer, guide, call(("city", "Paris"), ("days", 2.5)))
+    assert not accepts(tokenizer, ll_tokenizer, guide, call(("city", "Paris")))  # days is required
+    assert not accepts(tokenizer, ll_tokenizer, guide, call(("city", "Paris"), ("days", 3), ("unit", "kelvin")))  # not in its enum
+    assert not accepts(tokenizer, ll_tokenizer, guide, call(("city", "Paris"), ("days", 3), ("days", 4)))  # once

@@ -2,8 +2,10 @@
 wrapped in `<|tool_call_start|>` ... `<|tool_call_end|>` where the template says so, else the
 whole answer. Arguments are Python literals, read with `ast` (never evaluated).
 
-Owns: reading, the grammar (each callable tool's name and parameter names, values as Python
-literals) and the history's syntax.
+Owns: reading, the grammar and the history's syntax. The grammar holds a call to its tool's
+schema as the JSON formats' do: the tool's name, its keyword arguments in the schema's order
+(the required ones always, each at most once), each value the Python literal of its type (a
+string's `enum` held; an array's items and an object's fields any literal).
 """
 
 from __future__ import annotations
@@ -26,6 +28,36 @@ VALUE_RULES = [
     r"""SWY_STRING: /'([^'\\\n]|\\.)*'/ | /"([^"\\\n]|\\.)*"/""",
     r"SWY_NUMBER: /-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?/",
 ]
+
+
+_LITERALS = {"integer": r"/-?[0-9]+/", "number": "SWY_NUMBER", "boolean": '"True" | "False"', "null": '"None"', "array": "swy_list", "object": "swy_dict"}
+
+
+def _arguments(i: int, schema: dict[str, Any]) -> list[str]:
+    """Tool `i`'s keyword arguments in the schema's order, the required ones always: rules
+    `swy_first_{i}_{j}` (arguments j.. with no comma before the first) and `swy_rest_{i}_{j}`
+    (each after a comma), the first of them last."""
+    params = list((schema.get("properties") or {}).items())
+    required = set(schema.get("required") or ())
+    rules: list[str] = []
+    for j in reversed(range(len(params))):
+        name, prop = params[j]
+        kw = f"({json.dumps(name + '=')} {_literal(prop or {})})"
+        rest = f"swy_rest_{i}_{j + 1}" if j + 1 < len(params) else ""
+        if name in required:
+            rules += [f'swy_rest_{i}_{j}: ", " {kw} {rest}', f"swy_first_{i}_{j}: {kw} {rest}"]
+        else:
+            later = f" | swy_first_{i}_{j + 1}" if rest else "?"
+            rules += [f'swy_rest_{i}_{j}: (", " {kw})? {rest}', f"swy_first_{i}_{j}: ({kw} {rest}){later}"]
+    return rules
+
+
+def _literal(schema: dict[str, Any]) -> str:
+    """A value of the schema's type as a Python literal (any literal where it names none)."""
+    kind, enum = schema.get("type"), schema.get("enum")
+    if kind == "string":
+        return f"({' | '.join(json.dumps(repr(str(v))) for v in enum)})" if enum else "SWY_STRING"
+    return _LITERALS.get(kind, "swy_value") if isinstance(kind, str) else "swy_value"
 
 
 def read_calls(payload: str) -> list[tuple[str, Any]] | None:
@@ -51,7 +83,7 @@ def call_text(calls: list[tuple[str, Any]]) -> str:
 
 class Pythonic(ToolFormat):
     name = "pythonic"
-    typed_values = False  # values are read by their schema type, not forced by it
+    typed_values = False  # a string's pattern is not held (a regex custom tool: a 400)
     markers = (OPEN, CLOSE)
 
     def __init__(self, tokenizer: Any) -> None:
@@ -70,10 +102,8 @@ class Pythonic(ToolFormat):
         tools = toolset.callable()
         rules = [f"swy_call: {' | '.join(f'swy_call_{i}' for i in range(len(tools)))}", *VALUE_RULES]
         for i, tool in enumerate(tools):
-            names = list((tool_parameters(tool).get("properties") or {}).keys())
-            kw = f"({' | '.join(json.dumps(n + '=') for n in names)}) swy_value" if names else None
-            args = f'({kw} (", " {kw})*)?' if kw else ""
-            rules.append(f'swy_call_{i}: {json.dumps(tool.name + "(")} {args} ")"')
+            arguments = _arguments(i, tool_parameters(tool))
+            rules += [*arguments, f'swy_call_{i}: {json.dumps(tool.name + "(")} {f"swy_first_{i}_0" if arguments else ""} ")"']
         many = toolset.parallel and toolset.forced is None
         body = f'swy_call ({json.dumps(", ")} swy_call)* "]"' if many else 'swy_call "]"'
         if self.wrapped:
