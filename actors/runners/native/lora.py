@@ -105,8 +105,8 @@ class Adapters:
 
     def _fill(self, name: str, wanted: set[str]) -> int:
         """`name`'s slot, filled now if it has none: a free one, else the least recently used
-        of the adapters this step does not want (the scheduler admits at most `capacity`
-        adapters at once: actors/sequence.py `adapter_fits`)."""
+        of the adapters this step does not want (the scheduler runs at most `capacity`
+        adapters at once: actors/adapter_gate.py)."""
         slot = self.slots.get(name)
         if slot is None:
             started = time.perf_counter()

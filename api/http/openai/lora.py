@@ -44,11 +44,11 @@ class UnloadLoRAAdapterRequest(msgspec.Struct, kw_only=True, forbid_unknown_fiel
 
 class RunTimeAdapters:
     """The adapters loaded while serving, one load or unload at a time: by the routes, and on a
-    serve-ray replica by `adopt` from the deployment's shared list (api/cluster/config_store.py,
-    through the platform's `adapter_sync`, which the routes publish to)."""
+    serve-ray replica by `adopt` from the deployment's shared list (api/cluster/config_store.py;
+    the routes publish each change to it through the platform's `adapter_sync`)."""
 
-    def __init__(self, models: ModelRegistry, sync: Any = None) -> None:
-        self.models, self.sync = models, sync
+    def __init__(self, models: ModelRegistry) -> None:
+        self.models = models
         self.loaded: dict[str, str] = {}  # name → the path it was loaded from, at run time
         self._one_at_a_time = trio.Lock()
 
@@ -97,7 +97,7 @@ class RunTimeAdapters:
 def register(app: Quart, models: ModelRegistry) -> None:
     """The two routes; the platform's `adapter_sync` (a serve-ray replica's) publishes each change."""
     sync = getattr(app.extensions.get("platform_config"), "adapter_sync", None)
-    adapters = app.extensions["lora_adapters"] = RunTimeAdapters(models, sync)
+    adapters = app.extensions["lora_adapters"] = RunTimeAdapters(models)
 
     async def load_lora_adapter() -> Response:
         req = await decode_body(LoadLoRAAdapterRequest)
