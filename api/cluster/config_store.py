@@ -36,6 +36,9 @@ log = get_logger("cluster.config")
 ACTOR_NAME = "switchyard-endpoint-config"
 NAMESPACE = "switchyard"
 WATCH_TIMEOUT_S = 30.0
+# The run-time adapters' long-poll is short: a replica that watches has called within this long
+# (plus a margin), so one that died without leaving stops being waited for within seconds.
+ADAPTERS_WATCH_S = 5.0
 
 
 class ConfigConflict(ServingError):
@@ -144,18 +147,24 @@ class EndpointConfigActor:
         return self.adapters_version
 
     async def watch_adapters(self, subscriber: str, known: int) -> tuple[int, dict[str, str]]:
-        """As `watch`, for the adapters."""
+        """As `watch`, for the adapters (at most ADAPTERS_WATCH_S later)."""
         self._adapters_applied[subscriber] = (known, time.monotonic())
         if known == self.adapters_version:
             try:
-                await asyncio.wait_for(self._adapters_changed.wait(), WATCH_TIMEOUT_S)
+                await asyncio.wait_for(self._adapters_changed.wait(), ADAPTERS_WATCH_S)
             except TimeoutError:
                 pass
         return self.adapters_version, dict(self.adapters)
 
-    async def adapters_applied(self, max_age_s: float = 2 * WATCH_TIMEOUT_S) -> dict[str, int]:
+    async def adapters_applied(self, max_age_s: float = ADAPTERS_WATCH_S + 2.0) -> dict[str, int]:
         now = time.monotonic()
         return {s: v for s, (v, when) in self._adapters_applied.items() if now - when < max_age_s}
+
+    async def leave(self, subscriber: str) -> None:
+        """A replica is stopping: nothing waits for it to apply a change (one that died without
+        saying so drops out of `adapters_applied` once its last watch is a few seconds old)."""
+        self._applied.pop(subscriber, None)
+        self._adapters_applied.pop(subscriber, None)
 
     async def stop_serving(self) -> None:
         """The driver is stopping the deployment: every replica's `wait_stop` returns."""
@@ -265,7 +274,7 @@ class SharedAdapters:
     """The platform's `adapter_sync` on a replica: a run-time adapter load or unload published
     to every replica, answered once each live replica has applied it (at most `wait_s`)."""
 
-    def __init__(self, actor: Any, wait_s: float = WATCH_TIMEOUT_S) -> None:
+    def __init__(self, actor: Any, wait_s: float = 3 * ADAPTERS_WATCH_S) -> None:
         self.actor, self.wait_s = actor, wait_s
 
     async def publish(self, name: str, path: str | None) -> None:

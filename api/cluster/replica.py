@@ -151,6 +151,10 @@ class SwitchyardReplica:
             task = getattr(self, name, None)
             if task is not None:
                 task.cancel()
+        try:  # a run-time adapter load waits for the replicas that watch: not for this one any more
+            await asyncio.wait_for(self._config.leave.remote(self.replica_id), 2.0)
+        except Exception as exc:  # the actor is gone or slow: it forgets this replica in time anyway
+            log.warning("config_leave_failed", replica=getattr(self, "replica_id", "?"), error=repr(exc)[:200])
         host = getattr(self, "host", None)
         if host is not None:
             await asyncio.to_thread(host.stop, self.spec.drain_timeout)

@@ -74,3 +74,26 @@ def test_stop_reaches_every_waiting_replica(tmp_path: Path) -> None:
         await asyncio.wait_for(actor.wait_stop(), 2)  # a replica that asks later drains at once
 
     run(scenario())
+
+
+def test_run_time_adapters_reach_watchers_and_a_stopped_replica_is_not_waited_for(tmp_path: Path) -> None:
+    """The deployment's run-time LoRA adapters: a change wakes the watchers with the new list;
+    `adapters_applied` lists each watching replica's version, without one that left or one
+    whose last watch is older than a watch's length (it died without leaving)."""
+
+    async def scenario() -> None:
+        actor = EndpointConfigActor(str(tmp_path / "endpoints.sqlite3"))
+        version, adapters = await actor.watch_adapters("r1", -1)
+        assert adapters == {}
+        waiting = asyncio.ensure_future(actor.watch_adapters("r1", version))
+        await asyncio.sleep(0)
+        new = await actor.set_adapter("q", "qv-r4")
+        assert await asyncio.wait_for(waiting, 1) == (new, {"q": "qv-r4"})
+        await actor.watch_adapters("r2", -1)  # r2 has the new list; r1 has not come back yet
+        assert await actor.adapters_applied() == {"r1": version, "r2": -1}
+        await actor.leave("r1")
+        assert await actor.adapters_applied() == {"r2": -1}
+        assert await actor.adapters_applied(max_age_s=0.0) == {}  # a replica that stopped calling
+        assert (await actor.set_adapter("q", None)) == new + 1 and (await actor.watch_adapters("r2", new))[1] == {}
+
+    run(scenario())
