@@ -54,22 +54,54 @@ class _File(EndpointStore):
         self.path = path
 
 
+class _Feed:
+    """A version that moves on each change, long-polled by subscribers (`wait`, at most `poll_s`),
+    and each subscriber's version as of its last poll (`applied`)."""
+
+    def __init__(self, poll_s: float) -> None:
+        self.version, self.poll_s = 1, poll_s
+        self._changed = asyncio.Event()
+        self._polled: dict[str, tuple[int, float]] = {}  # subscriber -> (version, when)
+
+    def bump(self) -> int:
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+        return self.version
+
+    async def wait(self, subscriber: str, known: int) -> None:
+        """Returns once the version differs from `known`, or `poll_s` later."""
+        self._polled[subscriber] = (known, time.monotonic())
+        if known == self.version:
+            try:
+                await asyncio.wait_for(self._changed.wait(), self.poll_s)
+            except TimeoutError:
+                pass
+
+    def applied(self, max_age_s: float) -> dict[str, int]:
+        now = time.monotonic()
+        return {s: v for s, (v, when) in self._polled.items() if now - when < max_age_s}
+
+    def leave(self, subscriber: str) -> None:
+        self._polled.pop(subscriber, None)
+
+
 class EndpointConfigActor:
     """The one writer (Ray runs an actor's calls one at a time); async so `watch` can wait."""
 
     def __init__(self, path: str) -> None:
-        self.version = 1
+        self._endpoints = _Feed(WATCH_TIMEOUT_S)
         self._open(path)
-        self._changed = asyncio.Event()
         self._lock = asyncio.Lock()  # an async actor interleaves calls at each await
-        self._applied: dict[str, tuple[int, float]] = {}  # subscriber -> (version, when)
         self._stopping = asyncio.Event()
         # LoRA adapters loaded at run time on some replica, name → path (in memory: they last as
         # long as the deployment, as on one process), and each replica's applied version.
         self.adapters: dict[str, str] = {}
-        self.adapters_version = 1
-        self._adapters_changed = asyncio.Event()
-        self._adapters_applied: dict[str, tuple[int, float]] = {}
+        self._adapters = _Feed(ADAPTERS_WATCH_S)
+
+    @property
+    def version(self) -> int:
+        return self._endpoints.version
 
     def _open(self, path: str) -> None:
         self._file = _File(Path(path))
@@ -81,7 +113,7 @@ class EndpointConfigActor:
         async with self._lock:
             if path != self.path:
                 self._open(path)
-                self._bump()
+                self._endpoints.bump()
 
     async def snapshot(self) -> tuple[int, dict[str, str]]:
         return self.version, dict(self._stored)
@@ -109,31 +141,25 @@ class EndpointConfigActor:
             )
         await asyncio.to_thread(self._file._put_sync, name, definition)
         self._stored[name] = definition
-        self._bump()
+        self._endpoints.bump()
 
     async def delete(self, name: str) -> None:
         async with self._lock:
             await asyncio.to_thread(self._file._delete_sync, name)
             if self._stored.pop(name, None) is not None:
-                self._bump()
+                self._endpoints.bump()
 
     # Returns as soon as the version moves (as Ray Serve's controller pushes configs to its own
     # replicas); the replica then swaps its whole snapshot in one assignment
     # (`ServingEndpoints.adopt`), so a request that already chose its model keeps it.
     async def watch(self, subscriber: str, known: int) -> tuple[int, dict[str, str]]:
         """The snapshot once its version differs from `known` (at most WATCH_TIMEOUT_S later)."""
-        self._applied[subscriber] = (known, time.monotonic())
-        if known == self.version:
-            try:
-                await asyncio.wait_for(self._changed.wait(), WATCH_TIMEOUT_S)
-            except TimeoutError:
-                pass
+        await self._endpoints.wait(subscriber, known)
         return self.version, dict(self._stored)
 
     async def applied(self, max_age_s: float = 2 * WATCH_TIMEOUT_S) -> dict[str, int]:
         """Each live subscriber's applied version (what a test or an operator checks)."""
-        now = time.monotonic()
-        return {s: v for s, (v, when) in self._applied.items() if now - when < max_age_s}
+        return self._endpoints.applied(max_age_s)
 
     async def set_adapter(self, name: str, path: str | None) -> int:
         """A replica loaded (`path`) or unloaded (None) an adapter: the new version."""
@@ -141,30 +167,21 @@ class EndpointConfigActor:
             self.adapters.pop(name, None)
         else:
             self.adapters[name] = path
-        self.adapters_version += 1
-        self._adapters_changed.set()
-        self._adapters_changed = asyncio.Event()
-        return self.adapters_version
+        return self._adapters.bump()
 
     async def watch_adapters(self, subscriber: str, known: int) -> tuple[int, dict[str, str]]:
         """As `watch`, for the adapters (at most ADAPTERS_WATCH_S later)."""
-        self._adapters_applied[subscriber] = (known, time.monotonic())
-        if known == self.adapters_version:
-            try:
-                await asyncio.wait_for(self._adapters_changed.wait(), ADAPTERS_WATCH_S)
-            except TimeoutError:
-                pass
-        return self.adapters_version, dict(self.adapters)
+        await self._adapters.wait(subscriber, known)
+        return self._adapters.version, dict(self.adapters)
 
     async def adapters_applied(self, max_age_s: float = ADAPTERS_WATCH_S + 2.0) -> dict[str, int]:
-        now = time.monotonic()
-        return {s: v for s, (v, when) in self._adapters_applied.items() if now - when < max_age_s}
+        return self._adapters.applied(max_age_s)
 
     async def leave(self, subscriber: str) -> None:
         """A replica is stopping: nothing waits for it to apply a change (one that died without
         saying so drops out of `adapters_applied` once its last watch is a few seconds old)."""
-        self._applied.pop(subscriber, None)
-        self._adapters_applied.pop(subscriber, None)
+        self._endpoints.leave(subscriber)
+        self._adapters.leave(subscriber)
 
     async def stop_serving(self) -> None:
         """The driver is stopping the deployment: every replica's `wait_stop` returns."""
@@ -173,11 +190,6 @@ class EndpointConfigActor:
     async def wait_stop(self) -> None:
         """Returns once the deployment is stopping (a replica then drains its live requests)."""
         await self._stopping.wait()
-
-    def _bump(self) -> None:
-        self.version += 1
-        self._changed.set()
-        self._changed = asyncio.Event()
 
 
 def _same_config(a: dict[str, Any], b: dict[str, Any]) -> bool:
