@@ -18,6 +18,7 @@ FORMATS = (
     "qwen3_coder",  # Qwen3-Coder: <tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>
     "deepseek_v3",  # DeepSeek V3 / R1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>...<｜tool▁sep｜>NAME ... <｜tool▁call▁end｜>
     "mistral",  # [TOOL_CALLS][{"name": ..., "arguments": {...}}] or [TOOL_CALLS]NAME[ARGS]{...}; 9-character ids
+    "phi4_mini_json",  # Phi-4-mini: tools on the system message; <|tool_call|>[{"name": ..., "arguments": {...}}]<|/tool_call|>
     "granite",  # Granite 3.x: <|tool_call|>[{"name": ..., "arguments": {...}}]
     "pythonic",  # LFM2 / Llama 3.2 and 4's pythonic templates: [NAME(k=v, ...)]
     "llama3_json",  # Llama 3.1-3.3: {"name": ..., "parameters": {...}} as the whole turn (or after <|python_tag|>)
@@ -56,6 +57,8 @@ def detect_tool_format(tokenizer: Any, parser: str = "auto") -> str:
         return "deepseek_v3"
     if "[TOOL_CALLS]" in text:
         return "mistral"
+    if "<|tool|>" in text and "<|/tool|>" in text:
+        return "phi4_mini_json"
     if "<|tool_call|>" in text:
         return "granite"
     if "<|tool_call_start|>" in text or "<|tool_list_start|>" in text or "[func_name1(" in text:  # LFM2's lists its tools so

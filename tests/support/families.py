@@ -6,7 +6,7 @@ vocabulary gets them at the ids the family's own tokenizer gives them: Qwen2.5's
 (151657, `special: false`), Llama 3.1's `<|python_tag|>` (128010). Mistral's comes whole from
 mistral-common (v3: `[TOOL_CALLS]` is 5; v7 with `[ARGS]`, `[CALL_ID]`, `[THINK]` and
 `[/THINK]` in control slots 32-35, as in Mistral's later tokenizers). Where no vocabulary is at hand (Granite 3,
-gpt-oss's o200k, DeepSeek V3, LFM2), a base vocabulary carries the family's special tokens at
+gpt-oss's and Phi-4-mini's o200k, DeepSeek V3, LFM2), a base vocabulary carries the family's special tokens at
 their ids (padded up to them), which is what a grammar, a template and a parser see of it.
 Each tokenizer is built once and cached beside the assets.
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 from tests.support.family_assets import assets_dir, llama_cpp_file, mistral_model, template
 
-CACHE_VERSION = "2"
+CACHE_VERSION = "3"
 
 
 @dataclass(frozen=True)
@@ -55,13 +55,18 @@ def _gguf_bpe(path: Path, added: dict[int, tuple[str, bool]], eos: str = "", bos
     first = next(i for i, kind in enumerate(kinds) if kind != 1)
     size = max(len(tokens), max(added, default=0) + 1)
     vocab = {tokens[i]: i for i in range(first)}
-    bpe = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=False))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
     rest = [added.get(i, (tokens[i] if i < len(tokens) else f"<|reserved_{i}|>", True)) for i in range(first, size)]
     taken = {content for i, (content, _) in enumerate(rest, first) if i in added}
     rest = [(f"<|reserved_{i}|>", True) if i not in added and content in taken else (content, special) for i, (content, special) in enumerate(rest, first)]
-    bpe.add_tokens([AddedToken(content, special=special, normalized=False) for content, special in rest])
+    # Every id is in the model's vocabulary (an added token keeps its id there); the padding is
+    # only that, tokens no merge makes, as a real vocabulary's unused ids are (not ~48k added
+    # tokens, which the grammar's vocabulary would take seconds to read).
+    vocab |= {content: i for i, (content, _) in enumerate(rest, first)}
+    bpe = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=False))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    padding = {i for i in range(len(tokens), size) if i not in added}
+    bpe.add_tokens([AddedToken(content, special=special, normalized=False) for i, (content, special) in enumerate(rest, first) if i not in padding])
     return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=eos, bos_token=bos)
 
 
@@ -127,6 +132,17 @@ DEEPSEEK |= {
             "<｜tool▁sep｜>",
         ),
     )
+}
+PHI4_MINI = {199999: ("<|endoftext|>", True), 200018: ("<|endofprompt|>", True), 200019: ("<|assistant|>", True), 200020: ("<|end|>", True)}
+PHI4_MINI |= {200021: ("<|user|>", True), 200022: ("<|system|>", True), 200023: ("<|tool|>", True), 200024: ("<|/tool|>", True)}
+PHI4_MINI |= {200025: ("<|tool_call|>", True), 200026: ("<|/tool_call|>", True), 200027: ("<|tool_response|>", True), 200028: ("<|tag|>", True)}
+# Phi-4-mini-instruct's chat template as its tokenizer_config.json ships it (MIT licence; not in
+# llama.cpp's set): the tools are a JSON string on the system message, between <|tool|> tokens.
+INLINE_TEMPLATES = {
+    "microsoft-Phi-4-mini-instruct": "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and message['tools'] is not none %}"
+    "{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + '<|end|>' }}"
+    "{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}"
 }
 HERMES2 = "\n".join(f'<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "{c}"}}}}\n</tool_call>' for c in ("Paris", "London"))
 ARGS2 = "".join(f'[TOOL_CALLS]get_weather[ARGS]{{"city": "{c}"}}' for c in ("Paris", "London"))
@@ -239,6 +255,15 @@ FAMILIES = {
         "<|im_end|>",
         "<|tool_call_start|>[get_weather(city='Paris'), get_weather(city='London')]<|tool_call_end|>",
     ),
+    "phi-4-mini": Family(
+        "phi-4-mini",
+        "microsoft-Phi-4-mini-instruct",
+        lambda: _gguf_bpe(llama_cpp_file("models/ggml-vocab-qwen2.gguf"), PHI4_MINI, eos="<|end|>"),
+        "phi4_mini_json",
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|/tool_call|>',
+        "<|end|>",
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_weather", "arguments": {"city": "London"}}]<|/tool_call|>',
+    ),
     "gpt-oss": Family(
         "gpt-oss",
         "openai-gpt-oss-120b",
@@ -260,6 +285,41 @@ def family_tokenizer(name: str) -> Any:
     where = assets_dir() / "tokenizers" / f"{name}-{CACHE_VERSION}"
     if not (where / "tokenizer.json").exists():
         tok = family.build()
-        tok.chat_template = template(family.template)
+        tok.chat_template = INLINE_TEMPLATES.get(family.template) or template(family.template)
         tok.save_pretrained(where)
     return AutoTokenizer.from_pretrained(where)
+
+
+# The scripted conversation of the format tests: a weather tool, the questions, the answers.
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+ANSWER = "It is 21 degrees in Paris."
+ASK2 = [{"role": "user", "content": "What is the weather in Paris and in London?"}]
+NO_TOOLS = "I cannot look that up."
+
+
+def answer_for(family: Family) -> Callable[[str], str]:
+    """The scripted model: the family's own call (both, asked for two cities, where the format
+    takes two a turn), the answer once the tool's result is in the prompt, and a plain answer
+    when it is shown no tools."""
+
+    def answer(prompt: str) -> str:
+        if "get_weather" not in prompt or "21" in prompt:
+            text = ANSWER if "21" in prompt else NO_TOOLS
+            return f"<|channel|>final<|message|>{text}<|return|>" if family.tool_format == "openai" else text
+        if "London" not in prompt:
+            return family.call
+        # Magistral thinks before it answers, as its system prompt asks (its grammar starts after)
+        return ("[THINK]Two cities.[/THINK]" if family.name == "magistral" else "") + (family.calls2 or family.call)
+
+    return answer
+
+
+RESPONSES_WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city.", "parameters": WEATHER["function"]["parameters"]}

@@ -9,7 +9,8 @@ grammar may end there or forces what comes next: then the model ends its turn th
 the grammar is finished, its mask leaves the end of text alone, as the torch runner's does. When
 the prompt already ends with the start of the answer (a forced call's prefilled opening,
 `Guide.prefix`), the runner writes only the rest, as a model would. The prompts it saw are
-kept (`prompts`), so a test can read what the template rendered.
+kept (`prompts`), so a test can read what the template rendered, and each request's prompt and
+written ids (`examples`), so a test can train a real model to write the same.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class ScriptedRunner(FakeRunner):
         self.tokenizer, self.answer, self.eos = tokenizer, answer, eos
         self.scripts: dict[str, list[int]] = {}
         self.prompts: list[str] = []
+        self.examples: list[tuple[list[int], list[int]]] = []  # (prompt ids, the ids written for it)
 
     def _script(self, request_id: str, prompt_ids: list[int]) -> list[int]:
         if request_id not in self.scripts:
@@ -37,6 +39,7 @@ class ScriptedRunner(FakeRunner):
             overlap = next((n for n in range(min(len(text), len(prompt)), 0, -1) if prompt.endswith(text[:n])), 0)
             ids = list(self.tokenizer.encode(text[overlap:], add_special_tokens=False))
             self.scripts[request_id] = ids if ids and ids[-1] in self.eos else [*ids, self.eos[0]]
+            self.examples.append((list(prompt_ids), self.scripts[request_id]))
         return self.scripts[request_id]
 
     def execute(self, plan: StepPlan) -> StepResult:

@@ -58,3 +58,32 @@ def test_lfm2s_calls_are_wrapped_in_its_markers() -> None:
 
     assert Pythonic(SimpleNamespace(chat_template=template("LFM2-8B-A1B"))).wrapped
     assert not Pythonic(SimpleNamespace(chat_template="{{ messages }} [func_name1(params_name1=params_value1)] {{ tools }}")).wrapped
+
+
+def test_phi4_mini_is_read_from_its_own_template() -> None:
+    from tests.support.families import INLINE_TEMPLATES
+
+    assert detect_tool_format(SimpleNamespace(chat_template=INLINE_TEMPLATES["microsoft-Phi-4-mini-instruct"])) == "phi4_mini_json"
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|/tool_call|>',
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]',  # the close missing, as Phi-4-mini often writes it
+        '<|tool_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}<|/tool_call|>',  # no list around it
+        'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',  # as vLLM's example template teaches
+    ],
+)
+def test_phi4_minis_call_is_read_in_each_form_it_comes_in(output: str) -> None:
+    from api.http.openai.tools.formats.json_calls import Phi4Mini
+    from api.http.openai.tools.spec import Tool, ToolSet
+
+    parser = Phi4Mini(SimpleNamespace(chat_template="")).parser(ToolSet((Tool("function", "get_weather", parameters={"type": "object"}),)))
+    events = [e for half in (output[:17], output[17:]) for e in parser.feed(half)] + parser.finish()
+    assert [e[0] for e in events] == ["start", "delta", "done"], events
+    assert events[1][2] == '{"city": "Paris"}'
+    text = Phi4Mini(SimpleNamespace(chat_template="")).parser(ToolSet((Tool("function", "get_weather", parameters={"type": "object"}),)))
+    said = "Use functools.cache for that."  # the word alone is text
+    events = text.feed(said) + text.finish()
+    assert all(e[0] == "text" for e in events) and "".join(e[1] for e in events) == said, events

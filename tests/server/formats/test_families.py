@@ -23,42 +23,10 @@ import openai
 import pytest
 import trio
 
-from tests.support.families import FAMILIES, Family, family_tokenizer
+from tests.support.families import ANSWER, ASK, ASK2, FAMILIES, NO_TOOLS, RESPONSES_WEATHER, WEATHER, Family, answer_for, family_tokenizer
 from tests.support.scripted_runner import scripted_engine
 from tests.support.servers import Server, start_runtime_server
 from tests.support.waiting import in_thread
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-ANSWER = "It is 21 degrees in Paris."
-
-
-ASK2 = [{"role": "user", "content": "What is the weather in Paris and in London?"}]
-NO_TOOLS = "I cannot look that up."
-
-
-def answer_for(family: Family):  # type: ignore[no-untyped-def]
-    """The scripted model: the family's own call (both, asked for two cities, where the format
-    takes two a turn), the answer once the tool's result is in the prompt, and a plain answer
-    when it is shown no tools."""
-
-    def answer(prompt: str) -> str:
-        if "get_weather" not in prompt or "21" in prompt:
-            text = ANSWER if "21" in prompt else NO_TOOLS
-            return f"<|channel|>final<|message|>{text}<|return|>" if family.tool_format == "openai" else text
-        if "London" not in prompt:
-            return family.call
-        # Magistral thinks before it answers, as its system prompt asks (its grammar starts after)
-        return ("[THINK]Two cities.[/THINK]" if family.name == "magistral" else "") + (family.calls2 or family.call)
-
-    return answer
 
 
 @pytest.fixture(params=sorted(FAMILIES))
@@ -120,7 +88,6 @@ async def test_a_family_calls_in_its_own_format_and_reads_the_result(family_serv
     assert "21" in rendered and "get_weather" in rendered  # the template rendered the call and its result
 
 
-RESPONSES_WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city.", "parameters": WEATHER["function"]["parameters"]}
 LARK_TOOL = {"type": "custom", "name": "shell", "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "ls" | "pwd"'}}
 
 

@@ -12,12 +12,12 @@ from api.http.openai.tools.formats.base import ToolFormat, check_custom_tools
 from api.http.openai.tools.formats.deepseek import DeepSeek
 from api.http.openai.tools.formats.harmony import Harmony
 from api.http.openai.tools.formats.hermes import Generic, Hermes
-from api.http.openai.tools.formats.json_calls import Granite, Llama3Json, Mistral
+from api.http.openai.tools.formats.json_calls import Granite, Llama3Json, Mistral, Phi4Mini
 from api.http.openai.tools.formats.pythonic import Pythonic
 from api.http.openai.tools.formats.qwen3_coder import Qwen3Coder
 
 FORMATS: dict[str, type[ToolFormat]] = {
-    cls.name: cls for cls in (Hermes, Generic, Llama3Json, Granite, Mistral, Pythonic, DeepSeek, Qwen3Coder, Harmony)
+    cls.name: cls for cls in (Hermes, Generic, Llama3Json, Granite, Phi4Mini, Mistral, Pythonic, DeepSeek, Qwen3Coder, Harmony)
 }
 _BOUND: dict[tuple[str, int], ToolFormat] = {}
 

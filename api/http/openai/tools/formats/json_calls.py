@@ -3,6 +3,9 @@
 - llama3_json: `{"name": ..., "parameters": {...}}` as the whole turn, or after `<|python_tag|>`;
   one call a turn (Llama 3.1's template refuses more: a history with more is a 400 naming it).
 - granite: `<|tool_call|>[{"name": ..., "arguments": {...}}, ...]`.
+- phi4_mini_json: Phi-4-mini's `<|tool_call|>[...]<|/tool_call|>` (the close often missing),
+  or `functools[...]` as vLLM's example template teaches; its template reads the tools as a
+  JSON string on the system message (`tools`), not as an argument.
 - mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}]` (v0.3, Nemo), or
   `[TOOL_CALLS]name[ARGS]{...}` per call where the template writes `[ARGS]` (Small 3.2 and
   later); ids are 9 letters and digits, which its templates check.
@@ -98,6 +101,40 @@ class Granite(ToolFormat):
 
     def guide(self, toolset: ToolSet, text_guide: Guide | None) -> Guide | None:
         return lazy_or_forced(toolset, text_guide, self.marker(self.TAG), f"%json {inline_schema(calls_schema(toolset))}", [])
+
+
+class Phi4Mini(ToolFormat):
+    name = "phi4_mini_json"
+    TAG, CLOSE, LEAD = "<|tool_call|>", "<|/tool_call|>", "functools["
+    SYSTEM = "You are a helpful assistant with some tools."  # Microsoft's example, when the request has no system text
+    markers = (TAG, CLOSE)
+
+    def render(self, messages: list[dict[str, Any]], toolset: ToolSet | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        out, kwargs = render_for_template(self, messages, toolset, self._call_text)
+        tools = kwargs.pop("tools", None)
+        if tools:  # the template reads them off the system message, as a JSON list of functions
+            listed = json.dumps([t["function"] for t in tools], ensure_ascii=False)
+            if out and out[0].get("role") == "system":
+                out[0] = {**out[0], "tools": listed}
+            else:
+                out.insert(0, {"role": "system", "content": self.SYSTEM, "tools": listed})
+        return out, kwargs
+
+    def _call_text(self, calls: list[tuple[str, Any]]) -> str:
+        return self.TAG + json.dumps([{"name": n, "arguments": a} for n, a in calls]) + self.CLOSE
+
+    def parser(self, toolset: ToolSet | None, prefix: str = "") -> MarkedParser:
+        return MarkedParser(toolset, prefix, self.new_call_id, self._read, opens=(self.TAG, self.LEAD))
+
+    def _read(self, payload: str) -> list[tuple[str, Any]] | None:
+        body = payload.split(self.CLOSE)[0].strip()
+        if body.endswith("]") and not body.startswith("["):  # after `functools[`: the marker took the list's opening
+            body = "[" + body
+        return _named(_objects(body), "arguments", "parameters")
+
+    def guide(self, toolset: ToolSet, text_guide: Guide | None) -> Guide | None:
+        body = f"%json {inline_schema(calls_schema(toolset))} {self.marker(self.CLOSE)}"
+        return lazy_or_forced(toolset, text_guide, self.marker(self.TAG), body, [])
 
 
 class Mistral(ToolFormat):
