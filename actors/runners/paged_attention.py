@@ -325,7 +325,5 @@ def _decode_gather(
     """Each sequence's slots, padded to the longest (or `padded_len`), and the -inf padding bias."""
     max_len = padded_len or max(lens)
     max_blocks = max(max(len(t) for t in tables), -(-max_len // block_size))
-    padded = torch.zeros(len(tables), max_blocks, dtype=torch.long)
-    for row, table in enumerate(tables):
-        padded[row, : len(table)] = torch.tensor(table, dtype=torch.long)
+    padded = torch.tensor([[*table, *[0] * (max_blocks - len(table))] for table in tables], dtype=torch.long)  # one conversion, not one a row
     return table_slots(padded, block_size, max_len), padding_bias(torch.tensor(lens), max_len).to(device)

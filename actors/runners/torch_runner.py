@@ -19,6 +19,7 @@ from actors.runners import calibration, paged_attention
 from actors.runners.attention_check import check_attention
 from actors.runners.draft_model import DraftModel
 from actors.runners.grammar_masks import GrammarMasks, consume
+from actors.runners.host_malloc import keep_freed_memory
 from actors.runners.kv_alloc import kv_blocks, lazy_zeros
 from actors.runners.logit_rows import Draw, LogitRows
 from actors.runners.model_paths import ModelPath, TransformersPath, choose
@@ -158,6 +159,8 @@ class TorchRunner:
         if self.device.type == "cuda":  # this is the device thread: its kernels, streams and graphs go here
             torch.cuda.set_device(self.device)
         self.dtype = pick_dtype(self._requested_dtype, self.device)
+        if self.device.type == "cpu":  # the step's large tensors reuse freed memory, not fresh pages (host_malloc.py)
+            keep_freed_memory()
         model = choose(
             self.model_dir, self._model_impl, self.dtype, self.device, self._batch_invariant, self._max_model_len, self._compile, self._quantization,
             self._cuda_graphs, self.block_size, self._max_num_seqs, dtype_explicit=self._requested_dtype not in (None, "auto"),
@@ -370,8 +373,14 @@ class TorchRunner:
     ) -> list[int | None]:
         """Penalties, grammar masks and sampling for the draws `which`, as one batch."""
         which = list(which)
-        logits = all_logits[[draws[i].row for i in which]]  # a copy: forks of one row get their own
+        rows = [draws[i].row for i in which]
         penalized = [j for j, i in enumerate(which) if draws[i].seq.sampling.has_penalties]
+        masked = [(j, mask_of[i]) for j, i in enumerate(which) if i in mask_of]
+        if penalized or (masked and allowed is not None) or rows != list(range(all_logits.shape[0])):
+            # a copy, which penalties and masks write into (forks of one row get their own)
+            logits = all_logits.index_select(0, torch.tensor(rows, dtype=torch.long, device=all_logits.device))
+        else:
+            logits = all_logits  # every row once, in order, nothing written: sampling only reads it
         if penalized:
             sub = [draws[which[j]] for j in penalized]
             logits[penalized] = apply_penalties(
@@ -381,7 +390,6 @@ class TorchRunner:
                 [d.seq.sampling.frequency_penalty for d in sub],
                 [d.seq.sampling.repetition_penalty for d in sub],
             )
-        masked = [(j, mask_of[i]) for j, i in enumerate(which) if i in mask_of]
         if masked and allowed is not None:
             local = torch.tensor([j for j, _ in masked], dtype=torch.long, device=self.device)
             rows_allowed = allowed[[m for _, m in masked]].to(self.device)

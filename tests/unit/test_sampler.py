@@ -252,3 +252,17 @@ def test_fixed_block_linear_makes_a_row_independent_of_its_batch() -> None:
         assert torch.equal(out[0, m - 1], _fixed_block_linear(layer, x[7:8])[0]), m
     if not any(plain_differs):
         pytest.skip("this CPU's bf16 GEMM happens to be batch-invariant for these shapes")
+
+
+@pytest.mark.parametrize("vocab", [49152, 151936, 4096 + 17, 300])
+def test_the_chunked_argmax_is_torchs_first_largest_entry(vocab: int) -> None:
+    from actors.runners.sampler import argmax
+
+    generator = torch.Generator().manual_seed(vocab)
+    for _ in range(4):
+        logits = torch.randint(0, 6, (9, vocab), generator=generator).float()  # ties everywhere: the first must win
+        logits[1, -1] = 50.0  # the largest in the tail past the last whole chunk
+        logits[2, 255:257] = 50.0  # across a chunk's edge
+        logits[3, 7] = float("nan")  # a NaN is the largest, as torch's argmax takes it
+        assert torch.equal(argmax(logits), logits.argmax(dim=-1))
+        assert torch.equal(argmax(logits[:, : vocab - 1]), logits[:, : vocab - 1].argmax(dim=-1))  # rows not contiguous
