@@ -12,10 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from actors.engine import Engine
+from actors.engine_link import spawn_error
 from actors.runners.base import Runner
 from runtime.adapters import LoraSettings, read_adapter
 from runtime.chat_templates import apply_template
 from runtime.config import RuntimeConfig
+from runtime.errors import ModelRefused
 from runtime.generation_defaults import read_defaults
 
 
@@ -57,6 +59,9 @@ def build_engine(config: RuntimeConfig) -> Engine:
         tokenizer = processor.tokenizer
         apply_template(config.chat_template, processor, tokenizer)
         images = ImagePrompts(processor, family)
+    refused = spawn_error(config, images is not None) if config.engine_process else None
+    if refused:
+        raise ModelRefused(refused)
     runner = TorchRunner(
         path, device=config.device, dtype=config.dtype, num_kv_blocks=config.num_kv_blocks, kv_cache_gib=config.kv_cache_gib, block_size=config.block_size,
         memory_utilization=config.memory_utilization, memory_parts=config.memory_parts,

@@ -25,15 +25,16 @@ from typing import Any
 import structlog
 import trio
 
+from actors.core_setup import make_core
 from actors.detokenizer import DetokenizerActor
-from actors.drafting import AUTO_MAX_ROWS
 from actors.embed_core import EmbeddingSchedulerCore
+from actors.engine_link import EngineLink
 from actors.executor import ExecutorActor
 from actors.guidance import GuideCompiler
 from actors.lora_control import AdapterMethods
 from actors.multimodal import ImagePrompts
 from actors.runners.base import Runner
-from actors.sched_core import SchedulerConfig, SchedulerCore
+from actors.sched_core import SchedulerCore
 from actors.scheduler import SchedulerActor, SchedulerInbox
 from actors.tokenizer import TokenizerActor
 from runtime.admission import TokenBudget, estimate_tokens, is_full
@@ -51,6 +52,7 @@ from runtime.stream import RequestStream
 from runtime.tool_formats import detect_tool_format
 
 log = get_logger("runtime")
+RESTARTS = 5  # an engine process started again after dying, at most this many times an hour
 
 try:
     _ENGINE_VERSION = importlib.metadata.version("switchyard")
@@ -100,30 +102,39 @@ class Engine(AdapterMethods):
         self.on_finish: list[Callable[..., None]] = []
         self.on_step: list[Callable[..., None]] = []
         self._budget = TokenBudget(config.max_pending_tokens)
+        self.link: EngineLink | None = None  # --engine-process: the scheduler and executor's process
+        self.remote = config.engine_process and self.task == "generate"  # an embedding model stays here
         self._fingerprint: str | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
 
     async def run(self, task_status: trio.TaskStatus[Engine] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start every actor; report ready once the model is loaded and warm; run until cancelled."""
-        started = False
-        try:
-            async with trio.open_nursery() as outer:
-                self._outer = outer  # holds stop()'s watchdog, which must outlive the actors' nursery
-                async with trio.open_nursery() as nursery:
-                    self._nursery = nursery
-                    await self._start_actors(nursery)
-                    started = True
-                    task_status.started(self)
-                outer.cancel_scope.cancel()  # every actor ended: the watchdog is not needed
-        except Exception as exc:
-            if not started:
-                raise  # a model that cannot load or warm up must stop the server starting
-            # An actor crashed (a bug, not a request's fault: those fail one request). The
-            # actors are gone; this model answers 503 and /health says why, while the server
-            # and its other models carry on. Every live request gets a clean error now.
-            self._die(exc)
-
+        """Start every actor; report ready once the model is loaded and warm; run until cancelled.
+        An engine process that dies is started again (at most RESTARTS times an hour)."""
+        started, restarts = False, list[float]()
+        while True:
+            try:
+                async with trio.open_nursery() as outer:
+                    self._outer = outer  # holds stop()'s watchdog, which must outlive the actors' nursery
+                    async with trio.open_nursery() as nursery:
+                        self._nursery = nursery
+                        await self._start_actors(nursery)
+                        if not started:
+                            started = True
+                            task_status.started(self)
+                    outer.cancel_scope.cancel()  # every actor ended: the watchdog is not needed
+                return
+            except Exception as exc:
+                if not started:
+                    raise  # a model that cannot load or warm up must stop the server starting
+                # An actor crashed (a bug, not a request's fault: those fail one request). The
+                # actors are gone; this model answers 503 and /health says why, while the server
+                # and its other models carry on. Every live request gets a clean error now.
+                self._die(exc)
+                restarts = [t for t in restarts if time.monotonic() - t < 3600] + [time.monotonic()]
+                if not self.remote or self.stopping or len(restarts) > RESTARTS:
+                    return
+                log.warning("engine_process_restarting", model=self.served_name, restarts=len(restarts))  # 503 until it is up
     async def _start_actors(self, nursery: trio.Nursery) -> None:
         """Executor first (the model's limits size everything else), then the others in order."""
         cfg = self.config
@@ -140,16 +151,22 @@ class Engine(AdapterMethods):
         self._tokenizer_inbox = tok_send
         self._scheduler_inbox = SchedulerInbox(sched_send, aborts_send)
 
-        self.executor = ExecutorActor(self.runner, plans_recv, results_send, num_threads=cfg.num_threads)
-        self.executor.on_step = self.on_step
-        info: ModelInfo = await nursery.start(self.executor.run)
+        if self.remote:  # the scheduler and the executor in a process of their own (actors/engine_link.py)
+            self.link = EngineLink(cfg, out_send, self.on_step)
+            self.scheduler: SchedulerActor | EngineLink = self.link
+            info: ModelInfo = await nursery.start(self.link.run)
+            self._scheduler_inbox = self.link.inbox  # type: ignore[assignment]
+        else:
+            self.executor = ExecutorActor(self.runner, plans_recv, results_send, num_threads=cfg.num_threads)
+            self.executor.on_step = self.on_step
+            info = await nursery.start(self.executor.run)
         self.info = info
         # A request must fit in the KV cache on its own, or it could never be scheduled.
         self.max_model_len = info.max_model_len
         if self.task == "generate":
             self.max_model_len = min(info.max_model_len, info.num_kv_blocks * info.block_size)
-        core = self._make_core(info)
-        self.scheduler = SchedulerActor(core, sched_recv, plans_send, results_recv, out_send, aborts_recv, async_scheduling=cfg.async_scheduling)
+        if not self.remote:
+            self.scheduler = SchedulerActor(self.make_core(info), sched_recv, plans_send, results_recv, out_send, aborts_recv, async_scheduling=cfg.async_scheduling)
         self.detokenizer = DetokenizerActor(
             _fast_backend(self.tokenizer), self.eos_token_ids, out_recv, self._scheduler_inbox.clone(), self.served_name, on_done=self._forget
         )
@@ -158,10 +175,11 @@ class Engine(AdapterMethods):
         self.tokenizer_actor = TokenizerActor(
             self.tokenizer, self.max_model_len, tok_recv, self._scheduler_inbox.clone(), guides, task=self.task, images=self.images
         )
-        await nursery.start(self.scheduler.run)
+        if not self.remote:
+            await nursery.start(self.scheduler.run)
         await nursery.start(self.detokenizer.run)
         await nursery.start(self.tokenizer_actor.run)
-        self.accepting = True
+        self.accepting, self.dead_reason = True, None
         log.info("runtime_ready", model=self.served_name, impl=info.impl, device=info.device, dtype=info.dtype, kv_tokens=info.num_kv_blocks * info.block_size, max_model_len=self.max_model_len,
             reasoning=self.thinking.card() if self.thinking is not None else None, tool_format=self.tool_format, sampling_defaults=self.sampling_defaults.card(), step_ms={f"{rows}x1+{tokens}": round(seconds * 1e3, 1) for rows, tokens, seconds in info.step_samples})
 
@@ -176,32 +194,8 @@ class Engine(AdapterMethods):
             ctx.aborted = True
             ctx.mailbox.fail(EngineDead(f"The engine for {self.served_name} stopped (request id {request_id}); the server log has the details."))
 
-    def _make_core(self, info: ModelInfo) -> SchedulerCore | EmbeddingSchedulerCore:
-        cfg = self.config
-        if self.task == "embed":
-            return EmbeddingSchedulerCore(cfg.max_num_batched_tokens_embed, cfg.max_num_seqs)
-        fixed_blocks = bool(cfg.batch_invariant) and not info.rowwise
-        drafter = cfg.drafter(info.rowwise)
-        return SchedulerCore(
-            SchedulerConfig(
-                num_blocks=info.num_kv_blocks,
-                block_size=info.block_size,
-                max_num_seqs=cfg.max_num_seqs,
-                max_num_batched_tokens=cfg.max_num_batched_tokens,
-                # Fixed-block invariance (--batch-invariant off the row-invariant kernels): the token budget alone, no
-                # bursts. There a chunk boundary changes a prompt's rounding; a time allowance or a burst's moves it.
-                step_stretch=None if fixed_blocks else self.step_stretch,
-                max_prompt_chunks=cfg.max_prompt_chunks or info.prompt_chunks,
-                burst_tokens=0 if fixed_blocks else cfg.burst_tokens,
-                step_samples=info.step_samples,
-                max_model_len=self.max_model_len,
-                eos_token_ids=self.eos_token_ids,
-                num_spec_tokens=cfg.num_spec_tokens if drafter != "off" else 0,
-                draft_model=drafter == "draft",
-                spec_max_rows=AUTO_MAX_ROWS if cfg.spec_decoding == "auto" else None,
-                max_adapters=cfg.max_loras if cfg.enable_lora else 0,
-            )
-        )
+    def make_core(self, info: ModelInfo) -> SchedulerCore | EmbeddingSchedulerCore:
+        return make_core(self.config, info, self.task, self.step_stretch, self.max_model_len, self.eos_token_ids)
 
     async def drain(self, timeout: float) -> int:
         """Stop admitting; wait up to `timeout` for live requests; abort the rest: how many."""
@@ -267,9 +261,11 @@ class Engine(AdapterMethods):
             return False, f"the engine failed: {self.dead_reason}"
         if not self.accepting:
             return False, "not accepting requests"
-        if not self.executor.thread.is_alive:
+        if self.link is not None and not self.link.alive():
+            return False, "the engine process is gone"
+        if self.link is None and not self.executor.thread.is_alive:
             return False, "device thread is dead"
-        age = self.executor.step_age()
+        age = (self.link.silent_for() if self.requests else 0.0) if self.link is not None else self.executor.step_age()
         if age > self.config.step_deadline:
             return False, f"a step has been running for {age:.1f}s"
         return True, None

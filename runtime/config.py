@@ -84,6 +84,9 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # goes from step to step without waiting for the event loop (docs/performance.md, "Async
     # scheduling": more tokens a second and fewer stalls at c=32, the same at c=1).
     async_scheduling: bool = True
+    # The scheduler and the executor in a process of their own (actors/engine_process.py), so the
+    # HTTP front end's Python never takes turns with the step's on one GIL.
+    engine_process: bool = False
     # Speculative decoding (SPEC_DECODING_MODES): "ngram" drafts from each request's own tokens
     # and from the n-grams finished requests wrote (actors/drafting.py); "draft" from
     # `draft_model` (a smaller Llama-family model with the target's tokenizer, run in the

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support.device import ENV, on_gpu, suite_device
+from tests.support.servers import split_engine
 
 
 def pytest_report_header() -> str:
@@ -30,6 +31,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
         if not torch.cuda.is_available():
             pytest.exit(f"{ENV}={suite_device()} but torch {torch.__version__} sees no CUDA device", returncode=4)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """SWITCHYARD_TEST_ENGINE_PROCESS=1 (the server tier against --engine-process): tests that
+    reach into the engine's objects in the server's process do not apply."""
+    if not split_engine():
+        return
+    skip = pytest.mark.skip(reason="reaches into the in-process engine (SWITCHYARD_TEST_ENGINE_PROCESS=1)")
+    for item in items:
+        if item.get_closest_marker("in_process"):
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

@@ -35,7 +35,7 @@ from runtime.tool_formats import PARSERS as TOOL_PARSERS
 MODEL_KEYS = {
     "model", "served_name", "task", "device", "dtype", "kv_cache_gib", "num_kv_blocks", "block_size", "max_num_seqs",
     "max_num_batched_tokens", "max_model_len", "max_pending", "max_pending_tokens", "num_threads", "batch_invariant",
-    "model_impl", "compile", "quantization", "cuda_graphs", "step_stretch", "step_deadline", "async_scheduling", "spec_decoding", "num_spec_tokens",
+    "model_impl", "compile", "quantization", "cuda_graphs", "step_stretch", "step_deadline", "async_scheduling", "engine_process", "spec_decoding", "num_spec_tokens",
     "draft_model",
     "limit_images_per_prompt", "stream_interval", "max_prompt_chunks", "burst_tokens",
     "reasoning_parser", "reasoning_budgets", "tool_call_parser", "chat_template", "generation_config", "memory_utilization",

@@ -35,7 +35,7 @@ def test_batch_invariant_engines_schedule_by_the_token_budget_alone() -> None:
     for invariant, stretch, burst in ((False, 1.7, 8192), (True, None, 0)):
         runtime = Engine(RuntimeConfig(batch_invariant=invariant), runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset())  # type: ignore[arg-type]
         runtime.max_model_len = 512
-        config = runtime._make_core(info).config
+        config = runtime.make_core(info).config
         assert (config.step_stretch, config.burst_tokens) == (stretch, burst)  # batch invariance: neither
 
 
@@ -52,7 +52,7 @@ def test_a_model_that_reads_images_defaults_to_a_tighter_stretch() -> None:
         config = RuntimeConfig(step_stretch=given, limit_images_per_prompt=limit)
         runtime = Engine(config, runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset(), images=images)  # type: ignore[arg-type]
         runtime.max_model_len = 512
-        stretches[(given, images is not None, limit)] = runtime._make_core(info).config.step_stretch
+        stretches[(given, images is not None, limit)] = runtime.make_core(info).config.step_stretch
     # A vision model served with no images a prompt (--limit-images-per-prompt 0) reads text only.
     assert stretches == {("auto", False, 8): 1.7, ("auto", True, 8): 1.5, ("auto", True, 0): 1.7, (1.7, True, 8): 1.7, (None, True, 8): None}
 
@@ -66,4 +66,4 @@ def test_the_runners_prompt_chunks_reach_the_scheduler_unless_the_flag_says() ->
         info = ModelInfo(max_model_len=512, vocab_size=320, device="cpu", dtype="float32", num_kv_blocks=64, block_size=4, fingerprint="fp", prompt_chunks=asked)
         runtime = Engine(RuntimeConfig(max_prompt_chunks=flag), runner=None, tokenizer=None, served_name="m", eos_token_ids=frozenset())  # type: ignore[arg-type]
         runtime.max_model_len = 512
-        assert runtime._make_core(info).config.max_prompt_chunks == expected
+        assert runtime.make_core(info).config.max_prompt_chunks == expected

@@ -11,6 +11,7 @@ them; its state dir is always the test's own, never the user's model store.
 from __future__ import annotations
 
 import json
+import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -40,6 +41,12 @@ class Server:
         return self.base_url + "/v1"
 
 
+def split_engine() -> bool:
+    """SWITCHYARD_TEST_ENGINE_PROCESS=1: every test server runs its model's engine in a process
+    of its own (--engine-process), so the server tier can be run against the split server."""
+    return os.environ.get("SWITCHYARD_TEST_ENGINE_PROCESS") == "1"
+
+
 def tiny_config(model_dir: Path, **overrides: object) -> RuntimeConfig:
     settings: dict[str, object] = dict(
         model=str(model_dir),
@@ -53,6 +60,7 @@ def tiny_config(model_dir: Path, **overrides: object) -> RuntimeConfig:
         num_threads=1,
         drain_timeout=5.0,
         compile=False,  # the CPU's default compiles a decode graph in the background: tests that want it say so
+        engine_process=split_engine(),
     )
     settings.update(overrides)
     return RuntimeConfig(**settings)  # type: ignore[arg-type]
@@ -61,12 +69,14 @@ def tiny_config(model_dir: Path, **overrides: object) -> RuntimeConfig:
 def serve_config(**overrides: Any) -> RuntimeConfig:
     """What `switchyard serve` runs on the embedded model, the flags' defaults, with a smaller KV
     cache and n-gram drafting named (so a test can force drafting on and off: spec.DraftSwitch)."""
-    return RuntimeConfig(**{"model": None, "port": 0, "kv_cache_gib": 0.25, "drain_timeout": 5.0, "spec_decoding": "ngram", **overrides})
+    return RuntimeConfig(**{"model": None, "port": 0, "kv_cache_gib": 0.25, "drain_timeout": 5.0, "spec_decoding": "ngram", "engine_process": split_engine(), **overrides})
 
 
 def default_config(**overrides: Any) -> RuntimeConfig:
     """The embedded default model (SmolLM2-135M-Instruct), float32 unless overridden."""
-    settings: dict[str, Any] = dict(model=None, device=suite_device(), port=0, dtype="float32", kv_cache_gib=0.25, max_num_batched_tokens=64, drain_timeout=5.0, compile=False)
+    settings: dict[str, Any] = dict(
+        model=None, device=suite_device(), port=0, dtype="float32", kv_cache_gib=0.25, max_num_batched_tokens=64, drain_timeout=5.0, compile=False, engine_process=split_engine()
+    )
     settings.update(overrides)
     return RuntimeConfig(**settings)
 

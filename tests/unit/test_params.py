@@ -99,6 +99,14 @@ def test_malformed_json_has_no_param() -> None:
     assert err.param is None and err.code == "invalid_json"
 
 
+def test_a_json_string_of_bytes_that_are_not_utf8_is_a_400_not_a_crash() -> None:
+    from api.http.shared.body import decode_object
+
+    with pytest.raises(InvalidRequest) as refused:  # the fuzz's body: it was a 500 on the routes that decode any JSON first
+        decode_object(b'"\x93"\x80\xd1\xa85\x96\xf0;\x0b!v\xd4\x9c\xf6"')
+    assert refused.value.code == "invalid_json"
+
+
 def test_unknown_fields_are_accepted() -> None:
     _, sampling = chat({"messages": USER, "some_future_sdk_field": {"x": 1}})
     assert isinstance(sampling, SamplingParams)

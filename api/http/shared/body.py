@@ -55,6 +55,8 @@ def decode(body: bytes, schema: type[T]) -> T:
         decoded: T = decoder.decode(body)
     except msgspec.DecodeError as exc:
         raise from_decode_error(exc) from None
+    except UnicodeDecodeError:  # a JSON string holding bytes that are not UTF-8 (found by the fuzz: it was a 500)
+        raise InvalidRequest("The request body is not valid JSON: it is not UTF-8 text.", param=None, code="invalid_json") from None
     return decoded
 
 

@@ -50,6 +50,7 @@ async def test_incomplete_response_carries_usage(client: openai.OpenAI, monkeypa
     assert (last.response.usage.input_tokens, last.response.usage.output_tokens) == (7, 4)  # the script's counts
 
 
+@pytest.mark.in_process  # makes the runner's sampling raise
 async def test_failed_response_carries_the_usage_so_far(client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fault inside the engine after three tokens: response.failed, usage as counted."""
     real_sample = torch_runner.sample

@@ -17,10 +17,12 @@ import pytest
 
 from tests.support.http import complete
 from tests.support.servers import Server
+from tests.support.waiting import settled_statistics
 
 
-def prefill_tokens(server: Server) -> int:
-    return server.runtime.scheduler.core.num_prefill_tokens  # type: ignore[attr-defined]
+async def prefill_tokens(server: Server) -> int:
+    """The engine's counter once nothing is in flight (read across the socket with --engine-process)."""
+    return int((await settled_statistics(server.runtime))["prefill_tokens"])
 
 
 @pytest.mark.parametrize("length", [37, 40])  # a partly filled last block, and none
@@ -30,9 +32,9 @@ async def test_n_prefills_the_prompt_once_and_siblings_match_lone_requests(
 ) -> None:
     prompt = [random.Random(length).randrange(3, 300) for _ in range(length)]
     body = dict(prompt=prompt, max_tokens=12, temperature=1.0, seed=77, ignore_eos=True, **extra)
-    before = prefill_tokens(server)
+    before = await prefill_tokens(server)
     together = await complete(http, n=4, **body)
-    assert prefill_tokens(server) - before == length
+    assert await prefill_tokens(server) - before == length
     texts = [c["text"] for c in sorted(together["choices"], key=lambda c: c["index"])]
     assert len(set(texts)) > 1, "precondition: sampled siblings should differ"
     # Sibling i of a seeded request samples with seed + i.
@@ -42,14 +44,14 @@ async def test_n_prefills_the_prompt_once_and_siblings_match_lone_requests(
         # Every sibling carries the prompt's logprobs, computed once.
         echoed = [c["logprobs"]["token_logprobs"][1:length] for c in together["choices"]]
         assert all(e == echoed[0] for e in echoed)
-    stats = server.runtime.statistics()  # type: ignore[attr-defined]
+    stats = await settled_statistics(server.runtime)
     assert stats["running"] == stats["waiting"] == stats["kv_blocks_used"] == 0
 
 
 async def test_best_of_prefills_once(server: Server, http: httpx.AsyncClient) -> None:
     prompt = list(range(5, 5 + 29))
-    before = prefill_tokens(server)
+    before = await prefill_tokens(server)
     out = await complete(http, prompt=prompt, n=1, best_of=4, max_tokens=6, temperature=1.0, seed=3, ignore_eos=True)
     assert len(out["choices"]) == 1
     assert out["usage"]["completion_tokens"] == 4 * 6
-    assert prefill_tokens(server) - before == len(prompt)
+    assert await prefill_tokens(server) - before == len(prompt)

@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 import trio
 
 from tests.support.servers import start_server, tiny_config
+
+pytestmark = pytest.mark.in_process  # the engine in the server's process (tests/conftest.py)
 
 
 async def test_a_crashed_actor_fails_its_model_only(tiny_model_dir: Path) -> None:

@@ -17,6 +17,8 @@ import trio
 from runtime.thread_bridge import DedicatedThread, DeviceThreads
 from tests.support.servers import start_server, tiny_config
 
+pytestmark = pytest.mark.in_process  # the engine in the server's process (tests/conftest.py)
+
 
 async def test_models_on_one_device_share_its_thread(tiny_model_dir: Path) -> None:
     ran_on: dict[str, set[str]] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 import structlog
 import trio
 
@@ -80,6 +81,7 @@ async def test_prefix_cache_hit_rate_moves(server: Server) -> None:
     assert 0 < value(m, "switchyard_prefix_cache_hit_rate", model="tiny") <= 1
 
 
+@pytest.mark.in_process  # reads the scheduler's and executor's log lines
 async def test_request_id_is_bound_at_the_edge_and_carried_through_the_actors(server: Server) -> None:
     with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
         async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:

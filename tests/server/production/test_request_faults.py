@@ -19,6 +19,8 @@ from runtime.messages import NewRequest, ScheduledSeq, StepPlan, StepResult
 from runtime.sampling import Guide, SamplingParams
 from tests.support.servers import Server
 
+pytestmark = pytest.mark.in_process  # the engine in the server's process (tests/conftest.py)
+
 POISON_SEED = 1313
 
 

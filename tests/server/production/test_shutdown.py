@@ -1,7 +1,8 @@
 """Graceful shutdown: SIGTERM stops admission, in-flight requests finish within the drain
 deadline, the rest are aborted with a clean error, the actors stop, and the process exits 0.
 
-Two tests run the real `python -m api.process.main` in a subprocess and signal it; one runs
+Two tests run the real `python -m api.process.main` in a subprocess and signal it (the first
+also with the engine in its own process: the drain crosses to it, and it exits too); one runs
 `serve_runtime` in-process on the fake runner to show what happens past the deadline.
 """
 
@@ -16,6 +17,8 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
+import pytest
 import trio
 
 from runtime.config import RuntimeConfig
@@ -29,14 +32,14 @@ STREAM_TOKENS = 400  # the tiny model's context is 512
 
 
 class ServerProcess:
-    def __init__(self, model_dir: Path, drain_timeout: float, log_path: Path) -> None:
+    def __init__(self, model_dir: Path, drain_timeout: float, log_path: Path, *flags: str) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         args = [
             sys.executable, "-m", "api.process.main", "serve", "--model", str(model_dir), "--port", str(self.port),
             "--dtype", "float32", "--num-kv-blocks", "512", "--block-size", "4", "--num-threads", "1",
-            "--max-num-batched-tokens", "64", "--drain-timeout", str(drain_timeout), "--no-embeddings", "--no-compile",
+            "--max-num-batched-tokens", "64", "--drain-timeout", str(drain_timeout), "--no-embeddings", "--no-compile", *flags,
         ]  # fmt: skip
         self.log = open(log_path, "wb")
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -92,10 +95,13 @@ async def run_streams(base_url: str, max_tokens: int, started: trio.Semaphore | 
                 nursery.start_soon(one, http)
 
 
-async def test_sigterm_lets_16_streams_finish_and_exits_0(tiny_model_dir, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    server = ServerProcess(tiny_model_dir, drain_timeout=30, log_path=tmp_path / "server.log")
+@pytest.mark.parametrize("flags", [(), ("--engine-process",)], ids=["one-process", "engine-process"])
+async def test_sigterm_lets_16_streams_finish_and_exits_0(tiny_model_dir, tmp_path: Path, flags: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    server = ServerProcess(tiny_model_dir, 30, tmp_path / "server.log", *flags)
     try:
         await server.wait_ready()
+        children = psutil.Process(server.proc.pid).children()
+        assert len(children) == len(flags), children  # the engine process, where asked for
         started: list[int] = []
         results: list[list[str]] = []
         async with trio.open_nursery() as nursery:
@@ -123,6 +129,7 @@ async def test_sigterm_lets_16_streams_finish_and_exits_0(tiny_model_dir, tmp_pa
             assert not any('"error"' in e for e in events)
         assert await server.wait_exit(timeout=40) == 0
         assert time.monotonic() - signalled < 30
+        assert not psutil.wait_procs(children, timeout=5)[1], "an engine process outlived the server"
         events = [line["event"] for line in server.log_lines()]
         order = [e for e in events if e in ("signal_received", "shutting_down", "drained", "stopped")]
         assert order == ["signal_received", "shutting_down", "drained", "stopped"], order

@@ -11,9 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from api.cluster.ingress import PromptHasher
 from tests.support.images import data_uri, png_bytes
 from tests.support.servers import serve_once, tiny_config
+
+pytestmark = pytest.mark.in_process  # the engine in the server's process (tests/conftest.py)
 
 QUESTION = "What is in the picture? Say it in a few words."
 

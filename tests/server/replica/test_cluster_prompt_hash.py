@@ -22,6 +22,8 @@ from api.cluster.ingress import PromptHasher
 from runtime.prefix_hash import block_hashes
 from tests.support.servers import serve_once, tiny_config
 
+pytestmark = pytest.mark.in_process  # the engine in the server's process (tests/conftest.py)
+
 SCHEMA = {"type": "object", "properties": {"unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["unit"], "additionalProperties": False}
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.", "parameters": SCHEMA}}
 MESSAGES = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "What is the weather in Paris today?"}]

@@ -1,0 +1,90 @@
+"""What crosses between the front end and an engine process (`--engine-process`), and its framing.
+
+Owns: the messages on the socket between the two (plain data: msgpack, never pickle) and their
+length-prefixed frames. The front end sends new requests (a `TokenizedRequest` without its
+grammar matcher, which the engine compiles from the guide the sampling parameters carry, and
+without its mailbox, which stays in the front end), aborts, and the stop; the engine answers
+once ready (its `ModelInfo`), then once per step with what the scheduler hands the
+detokenizer (every request's new tokens, logprobs and finish reasons; the requests it dropped),
+the step's size and time for the metrics, and now and then its scheduler's counters.
+Imports msgspec only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from runtime.messages import AbortReason, StepOutputs, TokenizedRequest
+from runtime.protocol import ModelInfo
+
+HEADER = 4  # bytes of a frame's length, little-endian
+
+
+class Submit(msgspec.Struct, tag="submit", frozen=True, gc=False):
+    """front end → engine: a request and its siblings (n > 1), scheduled together or not at all."""
+
+    requests: list[TokenizedRequest]
+
+
+class Abort(msgspec.Struct, tag="abort", frozen=True, gc=False):
+    request_id: str
+    reason: AbortReason
+
+
+class Stop(msgspec.Struct, tag="stop", frozen=True):
+    """front end → engine: finish the step in flight, then exit."""
+
+
+class Ready(msgspec.Struct, tag="ready", frozen=True):
+    info: ModelInfo
+    counters: dict[str, int] = {}  # the scheduler's, idle
+
+
+class Step(msgspec.Struct, tag="step", frozen=True, gc=False):
+    """engine → front end: one step's outputs (None for a step that finished no request's
+    tokens), the requests the scheduler dropped since the last message, the steps run since
+    (tokens, seconds, failed) for the metrics, and the scheduler's counters when they are due."""
+
+    outputs: StepOutputs | None = None
+    dropped: list[str] = []
+    steps: list[tuple[int, float, bool]] = []
+    counters: dict[str, int] | None = None
+
+
+class Failed(msgspec.Struct, tag="failed", frozen=True):
+    """engine → front end, its last word: why it is going (a crash, or a model it cannot load)."""
+
+    error: str
+    refused: bool = False  # the model cannot be served right: the server should not start
+
+
+ToEngine = Submit | Abort | Stop
+ToFront = Ready | Step | Failed
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def frame(message: ToEngine | ToFront) -> bytes:
+    body = _encoder.encode(message)
+    return len(body).to_bytes(HEADER, "little") + body
+
+
+class Frames:
+    """Whole messages out of a byte stream that arrives in pieces."""
+
+    def __init__(self, kind: Any) -> None:
+        self._decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(kind)
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[object]:
+        self._buf += data
+        out = []
+        while len(self._buf) >= HEADER:
+            size = int.from_bytes(self._buf[:HEADER], "little")
+            if len(self._buf) < HEADER + size:
+                break
+            out.append(self._decoder.decode(self._buf[HEADER : HEADER + size]))
+            del self._buf[: HEADER + size]
+        return out

@@ -1,0 +1,162 @@
+"""The engine in its own process (`--engine-process`), through the `openai` SDK and the real
+command: the split server answers as the one-process server does (text, logprobs, a grammar,
+n > 1, streamed and not); a client that leaves is aborted across the hop and its blocks are
+free in the engine; the engine process dying ends every open stream with a clean error within
+a second and /health turns 503, then it is started again; a SIGKILL to the server takes the
+engine process with it (no orphan); what it cannot serve yet is refused at start in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import psutil
+import pytest
+import trio
+
+from runtime.config import RuntimeConfig
+from runtime.errors import ModelRefused
+from tests.support import ROOT
+from tests.support.servers import Server, free_port, start_server, tiny_config
+from tests.support.waiting import in_thread, wait_until
+
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+
+
+def answers(client: openai.OpenAI) -> list[Any]:
+    """What a client sees of a few requests, in plain values."""
+    out: list[Any] = []
+    done = client.completions.create(model="tiny", prompt="The quick brown", max_tokens=16, temperature=0, logprobs=3)
+    out.append((done.choices[0].text, done.choices[0].logprobs.token_logprobs, done.choices[0].logprobs.top_logprobs))
+    stream = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=12, temperature=0, stream=True)
+    out.append("".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices))
+    guided = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "a number"}], max_tokens=40, temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": SCHEMA}},
+    )  # fmt: skip
+    out.append(json.loads(guided.choices[0].message.content))
+    seeded = client.completions.create(model="tiny", prompt="Paged attention", max_tokens=10, n=2, seed=7, temperature=1.0)
+    out.append(sorted(choice.text for choice in seeded.choices))
+    return out
+
+
+async def serve(nursery: trio.Nursery, model_dir: Path, **overrides: Any) -> tuple[Server, openai.OpenAI]:
+    server = await start_server(nursery, tiny_config(model_dir, **overrides))
+    return server, openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0, timeout=60)
+
+
+async def test_the_split_server_answers_as_the_one_process_server(tiny_model_dir: Path) -> None:
+    seen = {}
+    for split in (False, True):
+        async with trio.open_nursery() as nursery:
+            server, client = await serve(nursery, tiny_model_dir, engine_process=split)
+            engine: Any = server.runtime
+            assert (engine.link is not None) == split
+            seen[split] = await in_thread(answers, client)
+            client.close()
+            server.stop.set()
+    assert seen[True] == seen[False]
+
+
+async def test_a_client_that_leaves_is_aborted_in_the_engine_process(tiny_model_dir: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        server, client = await serve(nursery, tiny_model_dir, engine_process=True)
+        engine: Any = server.runtime
+
+        def leave_after_a_few_chunks() -> int:
+            stream = client.completions.create(model="tiny", prompt="The quick", max_tokens=400, extra_body={"ignore_eos": True}, stream=True)
+            for seen, _ in enumerate(stream, 1):
+                if seen == 5:
+                    stream.close()
+                    return seen
+            return -1
+
+        assert await in_thread(leave_after_a_few_chunks) == 5
+        # The abort crossed the socket: the engine's scheduler holds no request and no block.
+        await wait_until(lambda: engine.statistics().get("running") == 0 and engine.statistics().get("kv_blocks_used") == 0, timeout=5)
+        assert not engine.requests
+        done = await in_thread(client.completions.create, model="tiny", prompt="again", max_tokens=4, temperature=0)
+        assert done.choices[0].finish_reason in ("length", "stop")
+        client.close()
+        server.stop.set()
+
+
+async def test_the_engine_process_dying_ends_every_stream_turns_health_503_and_restarts(tiny_model_dir: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        server, client = await serve(nursery, tiny_model_dir, engine_process=True)
+        engine: Any = server.runtime
+        events: list[str] = []
+
+        async def stream() -> None:
+            body = {"model": "tiny", "prompt": "The quick", "max_tokens": 400, "ignore_eos": True, "stream": True}
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http, http.stream("POST", "/v1/completions", json=body) as resp:
+                assert resp.status_code == 200
+                async for line in resp.aiter_lines():
+                    if line.startswith("data: "):
+                        events.append(line[6:])
+
+        async with trio.open_nursery() as streams:
+            for _ in range(3):
+                streams.start_soon(stream)
+            await wait_until(lambda: len(events) >= 6, timeout=30)
+            killed, killed_pid = time.monotonic(), engine.link.process.pid
+            engine.link.process.send_signal(signal.SIGKILL)
+        ended = time.monotonic() - killed
+        assert ended < 1.0, ended  # every stream ended within a second
+        errors = [json.loads(e) for e in events if e.startswith("{") and '"error"' in e]
+        assert len(errors) == 3 and all(e["error"]["code"] for e in errors), events[-6:]
+        assert events.count("[DONE]") == 0 or events[-1] == "[DONE]"
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as http:
+            health = await http.get("/health")
+            refused = await http.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 2})
+        assert health.status_code == 503 and "engine" in health.text, health.text
+        assert refused.status_code == 503, refused.text
+        # Then the server starts it again, and serves.
+        await wait_until(lambda: engine.accepting, timeout=60)
+        done = await in_thread(client.completions.create, model="tiny", prompt="again", max_tokens=4, temperature=0)
+        assert done.choices[0].finish_reason in ("length", "stop") and engine.link.process.pid != killed_pid
+        client.close()
+        server.stop.set()
+
+
+def test_a_sigkill_to_the_server_takes_its_engine_process_with_it(tiny_model_dir: Path, tmp_path: Path) -> None:
+    port = free_port()
+    args = [sys.executable, "-m", "api.process.main", "serve", "--model", str(tiny_model_dir), "--port", str(port), "--dtype", "float32",
+            "--num-kv-blocks", "256", "--block-size", "4", "--num-threads", "1", "--no-embeddings", "--no-compile", "--engine-process"]  # fmt: skip
+    with open(tmp_path / "server.log", "wb") as log:
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SWITCHYARD_STATE_DIR": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        (child,) = psutil.Process(proc.pid).children()
+        assert "actors.engine_process" in " ".join(child.cmdline())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        gone, _ = psutil.wait_procs([child], timeout=5)
+        assert gone, "the engine process outlived its server"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_what_an_engine_process_cannot_serve_yet_is_refused_at_start(tiny_model_dir: Path) -> None:
+    from actors.build import build_engine
+
+    config = RuntimeConfig(model=str(tiny_model_dir), engine_process=True, enable_lora=True, port=0)
+    with pytest.raises(ModelRefused, match="--engine-process and --enable-lora"):
+        build_engine(config)
