@@ -25,7 +25,7 @@ import msgspec
 import trio
 
 from runtime.config import RuntimeConfig
-from runtime.engine_wire import Abort, Failed, Frames, Ready, Step, Stop, Submit, ToFront, frame
+from runtime.engine_wire import CONFIG_ENV, FD_ENV, Abort, Failed, Frames, Ready, Step, Stop, Submit, ToFront, frame
 from runtime.errors import ModelRefused
 from runtime.logging import get_logger
 from runtime.messages import AbortReason, DropRequests, StepOutputs, TokenizedRequest
@@ -107,7 +107,7 @@ class EngineLink:
 
     async def run(self, task_status: trio.TaskStatus[ModelInfo] = trio.TASK_STATUS_IGNORED) -> None:
         ours, theirs = socket.socketpair()
-        env = {**os.environ, "SWITCHYARD_ENGINE_CONFIG": msgspec.json.encode(self.config).decode(), "SWITCHYARD_ENGINE_FD": str(theirs.fileno())}
+        env = {**os.environ, CONFIG_ENV: msgspec.json.encode(self.config).decode(), FD_ENV: str(theirs.fileno())}
         command = [sys.executable, "-m", "actors.engine_process"]
         async with trio.open_nursery() as nursery:
             self.process = await nursery.start(lambda task_status: trio.run_process(command, env=env, pass_fds=(theirs.fileno(),), check=False, task_status=task_status))

@@ -6,9 +6,9 @@ Owns the child's life: the config the front end passed (its environment), the mo
 requests, their grammar matchers compiled here from the guides their sampling parameters carry,
 cached per guide; aborts, landing before the next step; the stop) and a writer (one message a
 step: the scheduler's outputs for the front end's detokenizer, the steps' sizes and times, the
-scheduler's counters). It exits when the front end's socket closes (the parent
-gone: also its death signal, on Linux), after the stop (the step in flight finished, the runner
-closed), or on a crash, which it reports first (`Failed`) and exits 1.
+scheduler's counters; the counters alone when they change between steps). It exits when the
+front end's socket closes (the parent gone; on Linux also its death signal), after the stop
+(the step in flight finished, the runner closed), or on a crash, reported first (`Failed`), 1.
 Run as `python -m actors.engine_process` by actors/engine_link.py.
 """
 
@@ -30,13 +30,12 @@ from actors.executor import ExecutorActor
 from actors.guidance import GuideCompiler
 from actors.scheduler import SchedulerActor
 from runtime.config import RuntimeConfig
-from runtime.engine_wire import Abort, Failed, Frames, Ready, Step, Stop, Submit, ToEngine, frame
+from runtime.engine_wire import CONFIG_ENV, FD_ENV, Abort, Failed, Frames, Ready, Step, Stop, Submit, ToEngine, frame
 from runtime.errors import ModelRefused
 from runtime.logging import configure_logging, get_logger
 from runtime.messages import AbortRequest, DropRequests, Shutdown, StepOutputs, TokenizedRequest
 
 log = get_logger("engine_process")
-CONFIG_ENV, FD_ENV = "SWITCHYARD_ENGINE_CONFIG", "SWITCHYARD_ENGINE_FD"
 
 
 def main() -> None:
@@ -97,9 +96,10 @@ async def _read(
             watching.start_soon(writer.watch)
             while data := await stream.receive_some(1 << 16):
                 for message in frames.feed(data):
-                    if isinstance(message, Submit):
-                        for request in message.requests:
-                            await requests.send(await _with_matcher(request, guides))
+                    if isinstance(message, Submit):  # a request and its siblings reach the scheduler together, as in one process
+                        group = [await _with_matcher(request, guides) for request in message.requests]
+                        for request in group:
+                            requests.send_nowait(request)  # room: the front end admits at most max_pending
                     elif isinstance(message, Abort):
                         aborts.send_nowait(AbortRequest(message.request_id, message.reason))
                     elif isinstance(message, Stop):

@@ -20,6 +20,8 @@ from runtime.messages import AbortReason, StepOutputs, TokenizedRequest
 from runtime.protocol import ModelInfo
 
 HEADER = 4  # bytes of a frame's length, little-endian
+# How the front end hands the child its model's config (JSON) and its end of the socket.
+CONFIG_ENV, FD_ENV = "SWITCHYARD_ENGINE_CONFIG", "SWITCHYARD_ENGINE_FD"
 
 
 class Submit(msgspec.Struct, tag="submit", frozen=True, gc=False):

@@ -138,6 +138,7 @@ async def test_cached_tokens_are_part_of_the_prompt_tokens(server: Server, http:
     assert 0 < again["prompt_tokens_details"]["cached_tokens"] <= again["prompt_tokens"], again
 
 
+@pytest.mark.in_process  # makes the scheduler's core count one block fewer
 async def test_cached_tokens_are_the_scheduler_cores_count(
     server: Server, http: httpx.AsyncClient, client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
