@@ -135,6 +135,7 @@ class Engine(AdapterMethods):
                 if not self.remote or self.stopping or len(restarts) > RESTARTS:
                     return
                 log.warning("engine_process_restarting", model=self.served_name, restarts=len(restarts))  # 503 until it is up
+
     async def _start_actors(self, nursery: trio.Nursery) -> None:
         """Executor first (the model's limits size everything else), then the others in order."""
         cfg = self.config
