@@ -194,7 +194,7 @@ SWEEP_RUN=("$PYTHON" -m ops.bench.run --model "$WORK/models/embedded" --levels "
 # The server sweep, one ops.bench.run per server so a stage cut short loses one server, not all:
 # graphs (the default on CUDA) with the bare CUDA-graph step as the baseline, then
 # --no-async-scheduling (the serial step; async is the default) and --stream-interval 4 in one
-# stage, then --no-cuda-graphs. ops.gpu.report puts them back together.
+# stage, then --no-cuda-graphs and --engine-process. ops.gpu.report puts them back together.
 sweep() {
   if (($1 == 0)); then
     skip sweep-graphs "no models"
@@ -205,7 +205,9 @@ sweep() {
   # With --stream-interval 4 (fewer, larger chunks: the event loop's cost a chunk bounds the
   # server where steps are short, docs/performance.md "Where a step takes a few ms").
   stage sweep-serial 150 "${SWEEP_RUN[@]}" --skip-switchyard --switchyard-variants "$SERIAL_VARIANTS" --out "$WORK/sweep-serial.json" || true
-  stage sweep-eager 110 "${SWEEP_RUN[@]}" --skip-switchyard --switchyard-variants 'nographs=--no-cuda-graphs' --out "$WORK/sweep-eager.json" || true
+  # Then --no-cuda-graphs, and the engine in its own process (--engine-process: issue 40's target
+  # is its c=64 and c=128 over the bare CUDA-graph step of the graphs stage).
+  stage sweep-eager 160 "${SWEEP_RUN[@]}" --skip-switchyard --switchyard-variants 'nographs=--no-cuda-graphs;split=--engine-process' --out "$WORK/sweep-eager.json" || true
 }
 
 # Speculative decoding on the GPU: drafting off, n-gram and auto, one server each, in one stage

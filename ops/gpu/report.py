@@ -40,6 +40,7 @@ SERVERS = {
     "switchyard": "graphs", "switchyard:nographs": "eager", "switchyard:serial": "graphs, serial",
     "switchyard:interval4": "graphs, stream interval 4", "switchyard:off": "graphs, drafting off (spec stage)",
     "switchyard:ngram": "graphs, --spec-decoding ngram", "switchyard:auto": "graphs, --spec-decoding auto",
+    "switchyard:split": "graphs, --engine-process",
 }  # fmt: skip
 MODELS = ("embedded", "llama-1b")
 # check.sh's dry run sweeps the serial server alone in its stage, and the n-gram one alone in its
@@ -137,6 +138,10 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         ("server c=64 over the bare CUDA-graph step (same work)", over_bare.get("64"), ">=", round(1 / 1.2, 3)),
         ("1B shape, B=1: tokens/s over the bandwidth bound", fraction, ">=", 0.6),
     ]
+    bare = result.get("bare_step") or {}
+    for c in (64, 128):  # issue 40: the engine in its own process
+        split = level(sweep.get("switchyard:split"), c)
+        rows.append((f"server c={c} over the bare CUDA-graph step, --engine-process", ratio(split.get("output_tok_s") if split else None, bare.get(str(c), {}).get("workload_tok_s")), ">=", 0.8))
     rows += [(f"c=32 chunk gap p99/p50, {label}", stall(level(sweep.get(key), 32)), "<=", 2.0) for key, label in SERVERS.items()]
     out = []
     for name, value, op, goal in rows:
@@ -220,7 +225,7 @@ def merge_sweeps(work: Path) -> dict[str, Any] | None:
     if not found:
         return None
     merged = dict(parts["graphs"] or {"levels": found[0].get("levels", [])})
-    moved = [("serial", "switchyard:serial"), ("serial", "switchyard:interval4"), ("eager", "switchyard:nographs")]
+    moved = [("serial", "switchyard:serial"), ("serial", "switchyard:interval4"), ("eager", "switchyard:nographs"), ("eager", "switchyard:split")]
     moved += [("spec", f"switchyard:{side}") for side in ("off", "ngram", "auto")]
     for name, key in moved:
         if parts[name] and key in parts[name]:
