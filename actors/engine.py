@@ -293,7 +293,8 @@ class Engine(AdapterMethods):
         Admission as in `open()`, counting all n.
         """
         if self.dead_reason is not None:
-            raise EngineDead(f"The engine for {self.served_name} failed ({self.dead_reason}); the server needs a restart.")
+            then = "its process is starting again: retry shortly" if self.remote else "the server needs a restart"
+            raise EngineDead(f"The engine for {self.served_name} failed ({self.dead_reason}); {then}.")
         if not self.accepting:
             raise EngineDead("The server is not accepting requests (starting up or shutting down).")
         if prompt.token_ids and self.info is not None and max(prompt.token_ids) >= self.info.vocab_size:

@@ -7,14 +7,13 @@ requests, their grammar matchers compiled here from the guides their sampling pa
 cached per guide; aborts, landing before the next step; the stop) and a writer (one message a
 step: the scheduler's outputs for the front end's detokenizer, the steps' sizes and times, the
 scheduler's counters; the counters alone when they change between steps). It exits when the
-front end's socket closes (the parent gone; on Linux also its death signal), after the stop
+front end's socket closes (the parent gone: the kernel closes its end), after the stop
 (the step in flight finished, the runner closed), or on a crash, reported first (`Failed`), 1.
 Run as `python -m actors.engine_process` by actors/engine_link.py.
 """
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import signal
@@ -45,7 +44,8 @@ def main() -> None:
     # must not end the steps under the drain.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _die_with_parent()
+    if _orphaned():
+        os._exit(1)
     sock = socket.socket(fileno=int(os.environ[FD_ENV]))
     try:
         trio.run(serve, config, sock)
@@ -154,14 +154,11 @@ def _last_word(sock: socket.socket, message: Failed) -> None:
         pass
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this process when the front end's dies (PR_SET_PDEATHSIG)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:  # the parent died before the line above
-        os._exit(1)
+def _orphaned() -> bool:
+    """Whether the front end died before this process could read its socket. (Not Linux's
+    PR_SET_PDEATHSIG: it fires when the *thread* that spawned the child exits, and trio spawns
+    from a worker thread that exits after 10 s idle: the engine died 10 s into every lull.)"""
+    return os.getppid() == 1
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 command: the split server answers as the one-process server does (text, logprobs, a grammar,
 n > 1, streamed and not); a client that leaves is aborted across the hop and its blocks are
 free in the engine; the engine process dying ends every open stream with a clean error within
-a second and /health turns 503, then it is started again; a SIGKILL to the server takes the
-engine process with it (no orphan); what it cannot serve yet is refused at start in one line.
+a second and /health turns 503, then it is started again; it outlives a lull; a SIGKILL to the
+server takes the engine process with it (no orphan); what it cannot serve yet is refused at
+start in one line.
 """
 
 from __future__ import annotations
@@ -124,6 +125,22 @@ async def test_the_engine_process_dying_ends_every_stream_turns_health_503_and_r
         await wait_until(lambda: engine.accepting, timeout=60)
         done = await in_thread(client.completions.create, model="tiny", prompt="again", max_tokens=4, temperature=0)
         assert done.choices[0].finish_reason in ("length", "stop") and engine.link.process.pid != killed_pid
+        client.close()
+        server.stop.set()
+
+
+async def test_the_engine_process_outlives_a_lull(tiny_model_dir: Path) -> None:
+    """trio spawns the child from a worker thread, which exits after trio's IDLE_TIMEOUT (10 s) of
+    idleness: a child tied to that thread's life (Linux's PR_SET_PDEATHSIG) died 10 s into every lull."""
+    import trio._core._thread_cache as thread_cache
+
+    async with trio.open_nursery() as nursery:
+        server, client = await serve(nursery, tiny_model_dir, engine_process=True)
+        engine: Any = server.runtime
+        pid = engine.link.process.pid
+        await trio.sleep(thread_cache.IDLE_TIMEOUT + 1.5)  # idle: the spawning thread is gone
+        done = await in_thread(client.completions.create, model="tiny", prompt="still there", max_tokens=4, temperature=0)
+        assert done.choices[0].finish_reason in ("length", "stop") and engine.link.process.pid == pid and engine.dead_reason is None
         client.close()
         server.stop.set()
 
