@@ -137,37 +137,10 @@ class Engine(AdapterMethods):
                 log.warning("engine_process_restarting", model=self.served_name, restarts=len(restarts))  # 503 until it is up
 
     async def _start_actors(self, nursery: trio.Nursery) -> None:
-        """Executor first (the model's limits size everything else), then the others in order."""
-        cfg = self.config
-        plans_send, plans_recv = trio.open_memory_channel[Any](1)
-        results_send, results_recv = trio.open_memory_channel[Any](1)
-        # Every live request puts one request (with its siblings) here; an aborted one leaves
-        # admission's count before its request leaves the channel, so clients that come and go
-        # during one long step can fill it: then a 429 (SchedulerInbox.submit).
-        sched_send, sched_recv = trio.open_memory_channel[Any](cfg.max_pending + 16)
-        # The control channel: room for every live request's aborts (SchedulerInbox.can_admit).
-        aborts_send, aborts_recv = trio.open_memory_channel[Any](SchedulerInbox.ABORTS_PER_REQUEST * cfg.max_pending + 16)
-        tok_send, tok_recv = trio.open_memory_channel[Any](cfg.max_pending)
-        out_send, out_recv = trio.open_memory_channel[Any](4)
+        """The engine's side first (the model's limits size everything else), then the others in order."""
+        (tok_send, tok_recv), (out_send, out_recv) = trio.open_memory_channel[Any](self.config.max_pending), trio.open_memory_channel[Any](4)
         self._tokenizer_inbox = tok_send
-        self._scheduler_inbox = SchedulerInbox(sched_send, aborts_send)
-
-        if self.remote:  # the scheduler and the executor in a process of their own (actors/engine_link.py)
-            self.link = EngineLink(cfg, out_send, self.on_step)
-            self.scheduler: SchedulerActor | EngineLink = self.link
-            info: ModelInfo = await nursery.start(self.link.run)
-            self._scheduler_inbox = self.link.inbox  # type: ignore[assignment]
-        else:
-            self.executor = ExecutorActor(self.runner, plans_recv, results_send, num_threads=cfg.num_threads)
-            self.executor.on_step = self.on_step
-            info = await nursery.start(self.executor.run)
-        self.info = info
-        # A request must fit in the KV cache on its own, or it could never be scheduled.
-        self.max_model_len = info.max_model_len
-        if self.task == "generate":
-            self.max_model_len = min(info.max_model_len, info.num_kv_blocks * info.block_size)
-        if not self.remote:
-            self.scheduler = SchedulerActor(self.make_core(info), sched_recv, plans_send, results_recv, out_send, aborts_recv, async_scheduling=cfg.async_scheduling)
+        info = await (self._start_remote if self.remote else self._start_local)(nursery, out_send)
         self.detokenizer = DetokenizerActor(
             _fast_backend(self.tokenizer), self.eos_token_ids, out_recv, self._scheduler_inbox.clone(), self.served_name, on_done=self._forget
         )
@@ -176,13 +149,41 @@ class Engine(AdapterMethods):
         self.tokenizer_actor = TokenizerActor(
             self.tokenizer, self.max_model_len, tok_recv, self._scheduler_inbox.clone(), guides, task=self.task, images=self.images
         )
-        if not self.remote:
-            await nursery.start(self.scheduler.run)
         await nursery.start(self.detokenizer.run)
         await nursery.start(self.tokenizer_actor.run)
         self.accepting, self.dead_reason = True, None
         log.info("runtime_ready", model=self.served_name, impl=info.impl, device=info.device, dtype=info.dtype, kv_tokens=info.num_kv_blocks * info.block_size, max_model_len=self.max_model_len,
             reasoning=self.thinking.card() if self.thinking is not None else None, tool_format=self.tool_format, sampling_defaults=self.sampling_defaults.card(), step_ms={f"{rows}x1+{tokens}": round(seconds * 1e3, 1) for rows, tokens, seconds in info.step_samples})
+
+    async def _start_local(self, nursery: trio.Nursery, out_send: trio.MemorySendChannel[Any]) -> ModelInfo:
+        """The executor first (the model's limits size the scheduler), then the scheduler."""
+        cfg = self.config
+        plans_send, plans_recv = trio.open_memory_channel[Any](1)
+        results_send, results_recv = trio.open_memory_channel[Any](1)
+        # A request (with its siblings) a live one; an aborted one leaves admission's count before its request leaves
+        # the channel, so clients that come and go in one long step can fill it: a 429 (SchedulerInbox.submit).
+        sched_send, sched_recv = trio.open_memory_channel[Any](cfg.max_pending + 16)
+        aborts_send, aborts_recv = trio.open_memory_channel[Any](SchedulerInbox.ABORTS_PER_REQUEST * cfg.max_pending + 16)  # room for every abort (can_admit)
+        self._scheduler_inbox = SchedulerInbox(sched_send, aborts_send)
+        self.executor = ExecutorActor(self.runner, plans_recv, results_send, num_threads=cfg.num_threads)
+        self.executor.on_step = self.on_step
+        info = self._fit(await nursery.start(self.executor.run))
+        self.scheduler: SchedulerActor | EngineLink = SchedulerActor(self.make_core(info), sched_recv, plans_send, results_recv, out_send, aborts_recv, async_scheduling=cfg.async_scheduling)
+        await nursery.start(self.scheduler.run)
+        return info
+
+    async def _start_remote(self, nursery: trio.Nursery, out_send: trio.MemorySendChannel[Any]) -> ModelInfo:  # actors/engine_link.py
+        self.link = EngineLink(self.config, out_send, self.on_step)
+        self.scheduler = self.link
+        self._scheduler_inbox = self.link.inbox  # type: ignore[assignment]
+        return self._fit(await nursery.start(self.link.run))
+
+    def _fit(self, info: ModelInfo) -> ModelInfo:
+        """The loaded model's limits: a request must fit in the KV cache on its own, or it could never be scheduled."""
+        self.info, self.max_model_len = info, info.max_model_len
+        if self.task == "generate":
+            self.max_model_len = min(info.max_model_len, info.num_kv_blocks * info.block_size)
+        return info
 
     def _die(self, exc: BaseException) -> None:
         self.accepting = False
