@@ -132,7 +132,7 @@ class Engine(AdapterMethods):
                 # and its other models carry on. Every live request gets a clean error now.
                 self._die(exc)
                 restarts = [t for t in restarts if time.monotonic() - t < 3600] + [time.monotonic()]
-                if not self.remote or self.stopping or len(restarts) > RESTARTS:
+                if not self.remote or self.stopping or len(restarts) > RESTARTS or self.config.api_servers > 1:  # others hold its sockets
                     return
                 log.warning("engine_process_restarting", model=self.served_name, restarts=len(restarts))  # 503 until it is up
 

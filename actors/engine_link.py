@@ -8,7 +8,10 @@ task; what comes back each step goes to the detokenizer as in one process, each 
 first delta given back the mailbox that stayed here. The step hooks (metrics) run on the steps
 it reports; health reads the child's life and how long it has been silent with work in flight.
 The child gone without a stop fails the engine (`EngineDied`): every open stream ends with a
-clean error and /health says why (the server does not restart it yet).
+clean error and /health says why. With `--api-servers N` the parent's link makes one socket
+more for each other front end (`spare`, handed to them by api/process/front_ends.py), whose
+links attach to the running child (`ATTACH_ENV`) instead of starting one; their stop closes
+only their socket (the child aborts what they left).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import msgspec
 import trio
 
 from runtime.config import RuntimeConfig
-from runtime.engine_wire import CONFIG_ENV, FD_ENV, Abort, Failed, Frames, Ready, Step, Stop, Submit, ToFront, frame
+from runtime.engine_wire import ATTACH_ENV, CONFIG_ENV, FD_ENV, Abort, Failed, Frames, Ready, Step, Stop, Submit, ToFront, frame
 from runtime.errors import ModelRefused
 from runtime.logging import get_logger
 from runtime.messages import AbortReason, DropRequests, StepOutputs, TokenizedRequest
@@ -100,18 +103,28 @@ class EngineLink:
         self._queue_send, self._queue = trio.open_memory_channel[tuple[bytes, int]](math.inf)
         self._stopping = False
         self.process: trio.Process | None = None
+        self.spare: list[socket.socket] = []  # the other front ends' ends (`--api-servers`), until handed on
+        fd = msgspec.json.decode(os.environ.get(ATTACH_ENV, "{}"), type=dict[str, int]).get(config.served_name or "")
+        self.attached = socket.socket(fileno=fd) if fd is not None else None  # another front end: the child runs already
 
     def send(self, message: Submit | Abort | Stop, requests: int = 0) -> None:
         self._stopping |= isinstance(message, Stop)
         self._queue_send.send_nowait((frame(message), requests))
 
     async def run(self, task_status: trio.TaskStatus[ModelInfo] = trio.TASK_STATUS_IGNORED) -> None:
-        ours, theirs = socket.socketpair()
-        env = {**os.environ, CONFIG_ENV: msgspec.json.encode(self.config).decode(), FD_ENV: str(theirs.fileno())}
-        command = [sys.executable, "-m", "actors.engine_process"]
         async with trio.open_nursery() as nursery:
-            self.process = await nursery.start(lambda task_status: trio.run_process(command, env=env, pass_fds=(theirs.fileno(),), check=False, task_status=task_status))
-            theirs.close()
+            if self.attached is not None:
+                ours = self.attached
+            else:
+                pairs = [socket.socketpair() for _ in range(max(1, self.config.api_servers))]
+                (ours, _), self.spare = pairs[0], [pair[0] for pair in pairs[1:]]
+                theirs = [pair[1].fileno() for pair in pairs]
+                env = {**os.environ, CONFIG_ENV: msgspec.json.encode(self.config).decode(), FD_ENV: ",".join(map(str, theirs))}
+                env.pop(ATTACH_ENV, None)
+                command = [sys.executable, "-m", "actors.engine_process"]
+                self.process = await nursery.start(lambda task_status: trio.run_process(command, env=env, pass_fds=theirs, check=False, task_status=task_status))
+                for pair in pairs:
+                    pair[1].close()
             stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
             frames = Frames(ToFront)
             try:
@@ -140,6 +153,9 @@ class EngineLink:
 
     async def _write(self, stream: trio.SocketStream) -> None:
         async for data, requests in self._queue:
+            if self.attached is not None and self._stopping:  # not ours to stop: leave, and the child forgets us
+                await stream.send_eof()
+                return
             await stream.send_all(data)
             self.queued_requests -= requests
 
@@ -154,6 +170,8 @@ class EngineLink:
                         raise EngineDied(f"the engine process failed: {message.error}")
         if not self._stopping:
             raise EngineDied("the engine process exited without being asked to")
+        if self.attached is not None:
+            return
 
     async def _step(self, message: Step) -> None:
         for tokens, elapsed, failed in message.steps:

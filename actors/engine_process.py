@@ -2,13 +2,15 @@
 (with its device thread), so the front end's Python never takes turns with the step's on one GIL.
 
 Owns the child's life: the config the front end passed (its environment), the model loaded as
-`build_engine` loads it, then one trio loop: the two actors as in one process, a reader (new
-requests, their grammar matchers compiled here from the guides their sampling parameters carry,
-cached per guide; aborts, landing before the next step; the stop) and a writer (one message a
-step: the scheduler's outputs for the front end's detokenizer, the steps' sizes and times, the
-scheduler's counters; the counters alone when they change between steps). It exits when the
-front end's socket closes (the parent gone: the kernel closes its end), after the stop
-(the step in flight finished, the runner closed), or on a crash, reported first (`Failed`), 1.
+`build_engine` loads it, then one trio loop: the two actors as in one process, a reader per
+front end (`--api-servers`: a socket each, the first the parent's: new requests, their grammar
+matchers compiled here from the guides their sampling parameters carry, cached per guide;
+aborts, landing before the next step; the stop, the parent's only) and one writer (a message a
+step to each front end: the outputs of the requests it sent, the scheduler's counters, and to
+the parent the steps' sizes and times for the metrics; the counters alone when they change
+between steps). A front end that goes has its requests aborted. It exits when the parent's
+socket closes (the parent gone: the kernel closes its end), after the stop (the step in
+flight finished, the runner closed), or on a crash, reported first (`Failed`), 1.
 Run as `python -m actors.engine_process` by actors/engine_link.py.
 """
 
@@ -32,7 +34,7 @@ from runtime.config import RuntimeConfig
 from runtime.engine_wire import CONFIG_ENV, FD_ENV, Abort, Failed, Frames, Ready, Step, Stop, Submit, ToEngine, frame
 from runtime.errors import ModelRefused
 from runtime.logging import configure_logging, get_logger
-from runtime.messages import AbortRequest, DropRequests, Shutdown, StepOutputs, TokenizedRequest
+from runtime.messages import AbortReason, AbortRequest, DropRequests, Shutdown, StepOutputs, TokenDelta, TokenizedRequest
 
 log = get_logger("engine_process")
 
@@ -46,27 +48,27 @@ def main() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if _orphaned():
         os._exit(1)
-    sock = socket.socket(fileno=int(os.environ[FD_ENV]))
+    socks = [socket.socket(fileno=int(fd)) for fd in os.environ[FD_ENV].split(",")]
     try:
-        trio.run(serve, config, sock)
+        trio.run(serve, config, socks)
     except BaseException as exc:  # noqa: BLE001 - reported to the front end, then exit 1
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
         log.error("engine_process_failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
-        _last_word(sock, Failed(error=f"{type(exc).__name__}: {exc}", refused=isinstance(exc, ModelRefused | ValueError)))
+        _last_word(socks, Failed(error=f"{type(exc).__name__}: {exc}", refused=isinstance(exc, ModelRefused | ValueError)))
         sys.exit(1)
     sys.stdout.flush()
     os._exit(0)  # as the server does: interpreter finalization with torch loaded takes seconds
 
 
-async def serve(config: RuntimeConfig, sock: socket.socket) -> None:
-    stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+async def serve(config: RuntimeConfig, socks: list[socket.socket]) -> None:
+    streams = [trio.SocketStream(trio.socket.from_stdlib_socket(sock)) for sock in socks]
     engine = build_engine(config)
     plans_send, plans_recv = trio.open_memory_channel[Any](1)
     results_send, results_recv = trio.open_memory_channel[Any](1)
-    requests_send, requests_recv = trio.open_memory_channel[Any](config.max_pending + 16)
+    requests_send, requests_recv = trio.open_memory_channel[Any](len(streams) * (config.max_pending + 16))
     aborts_send, aborts_recv = trio.open_memory_channel[Any](math.inf)  # every abort lands, before the next step
     out_send, out_recv = trio.open_memory_channel[Any](4)
     executor = ExecutorActor(engine.runner, plans_recv, results_send, num_threads=config.num_threads)
@@ -79,33 +81,48 @@ async def serve(config: RuntimeConfig, sock: socket.socket) -> None:
         await nursery.start(scheduler.run)
         guides = GuideCompiler(engine.tokenizer, info.vocab_size)
         await trio.to_thread.run_sync(guides.warm)
-        await stream.send_all(frame(Ready(info=info, counters=scheduler.statistics())))
-        reading, writer = trio.CancelScope(), _Writer(stream, scheduler, steps)
-        nursery.start_soon(_read, stream, requests_send, aborts_send, guides, reading, writer)
+        for stream in streams:
+            await stream.send_all(frame(Ready(info=info, counters=scheduler.statistics())))
+        reading, writer = trio.CancelScope(), _Writer(streams, scheduler, steps)
+        nursery.start_soon(_read_all, streams, requests_send, aborts_send, guides, reading, writer)
         await writer.relay(out_recv)
         reading.cancel()
 
 
-async def _read(
-    stream: trio.SocketStream, requests: trio.MemorySendChannel[Any], aborts: trio.MemorySendChannel[Any], guides: GuideCompiler, scope: trio.CancelScope,
+async def _read_all(
+    streams: list[trio.SocketStream], requests: trio.MemorySendChannel[Any], aborts: trio.MemorySendChannel[Any], guides: GuideCompiler, scope: trio.CancelScope,
     writer: _Writer,
 ) -> None:  # fmt: skip
-    frames = Frames(ToEngine)
     with scope:
-        async with trio.open_nursery() as watching, requests, aborts:
-            watching.start_soon(writer.watch)
-            while data := await stream.receive_some(1 << 16):
-                for message in frames.feed(data):
-                    if isinstance(message, Submit):  # a request and its siblings reach the scheduler together, as in one process
-                        group = [await _with_matcher(request, guides) for request in message.requests]
-                        for request in group:
-                            requests.send_nowait(request)  # room: the front end admits at most max_pending
-                    elif isinstance(message, Abort):
-                        aborts.send_nowait(AbortRequest(message.request_id, message.reason))
-                    elif isinstance(message, Stop):
-                        await requests.send(Shutdown())
-            # The front end is gone (its end of the socket closed): nothing will read what comes.
+        async with trio.open_nursery() as nursery, requests, aborts:
+            nursery.start_soon(writer.watch)
+            for index, stream in enumerate(streams):
+                nursery.start_soon(_read, index, stream, requests.clone(), aborts.clone(), guides, writer)
+
+
+async def _read(
+    index: int, stream: trio.SocketStream, requests: trio.MemorySendChannel[Any], aborts: trio.MemorySendChannel[Any], guides: GuideCompiler, writer: _Writer,
+) -> None:  # fmt: skip
+    """One front end's messages. The parent's socket closing ends the process; another's, its requests."""
+    frames = Frames(ToEngine)
+    async with requests, aborts:
+        while data := await stream.receive_some(1 << 16):
+            for message in frames.feed(data):
+                if isinstance(message, Submit):  # a request and its siblings reach the scheduler together, as in one process
+                    group = [await _with_matcher(request, guides) for request in message.requests]
+                    for request in group:
+                        writer.owner[request.request_id] = index
+                        requests.send_nowait(request)  # room: each front end admits at most max_pending
+                elif isinstance(message, Abort):
+                    aborts.send_nowait(AbortRequest(message.request_id, message.reason))
+                elif isinstance(message, Stop) and index == 0:
+                    await requests.send(Shutdown())
+        if index == 0:  # the parent is gone: nothing will read what comes
             os._exit(0)
+        writer.gone.add(index)
+        for request_id in [r for r, owner in writer.owner.items() if owner == index]:
+            aborts.send_nowait(AbortRequest(request_id, AbortReason.CLIENT_GONE))
+        await stream.aclose()  # its link, stopping, reads the end
 
 
 async def _with_matcher(request: TokenizedRequest, guides: GuideCompiler) -> TokenizedRequest:
@@ -117,12 +134,16 @@ async def _with_matcher(request: TokenizedRequest, guides: GuideCompiler) -> Tok
 
 
 class _Writer:
-    """The socket's one writer: a message a step (the scheduler's outputs, the steps run since,
-    its counters), and the counters alone when they change between steps (a finished request
-    leaves the scheduler's core after its last step's message), checked every 50 ms."""
+    """The sockets' one writer: a message a step to each front end with outputs in it (the
+    outputs of the requests it sent, the scheduler's counters; to the parent always, with the
+    steps run since, for the metrics), and the counters alone to each when they change between
+    steps (a finished request leaves the scheduler's core after its last step's message),
+    checked every 50 ms."""
 
-    def __init__(self, stream: trio.SocketStream, scheduler: SchedulerActor, steps: list[tuple[int, float, bool]]) -> None:
-        self.stream, self.scheduler, self.steps = stream, scheduler, steps
+    def __init__(self, streams: list[trio.SocketStream], scheduler: SchedulerActor, steps: list[tuple[int, float, bool]]) -> None:
+        self.streams, self.scheduler, self.steps = streams, scheduler, steps
+        self.owner: dict[str, int] = {}  # request id -> the front end that sent it, until it ends
+        self.gone: set[int] = set()  # front ends whose socket closed
         self._lock = trio.Lock()
         self._sent: dict[str, int] = {}
 
@@ -130,7 +151,19 @@ class _Writer:
         async with self._lock:
             self._sent = counters = self.scheduler.statistics()  # a dozen ints: /metrics reads the latest
             done, self.steps[:] = list(self.steps), []
-            await self.stream.send_all(frame(Step(outputs=outputs, dropped=dropped or [], steps=done, counters=counters)))
+            items: list[list[TokenDelta]] = [[] for _ in self.streams]
+            drops: list[list[str]] = [[] for _ in self.streams]
+            for delta in outputs.items if outputs is not None else ():
+                owner = self.owner.pop(delta.request_id, 0) if delta.finish_reason is not None else self.owner.get(delta.request_id, 0)
+                items[owner].append(delta)
+            for request_id in dropped or ():
+                drops[self.owner.pop(request_id, 0)].append(request_id)
+            quiet = outputs is None and dropped is None  # the counters alone: to every front end
+            for index, stream in enumerate(self.streams):
+                if index in self.gone or (index and not quiet and not items[index] and not drops[index]):
+                    continue
+                mine = StepOutputs(step_id=outputs.step_id, items=items[index]) if outputs is not None and items[index] else None
+                await _send_or_lose(stream, frame(Step(outputs=mine, dropped=drops[index], steps=[] if index else done, counters=counters)), index, self.gone)
 
     async def relay(self, outputs: trio.MemoryReceiveChannel[Any]) -> None:
         async for message in outputs:
@@ -146,12 +179,23 @@ class _Writer:
                 await self.send()
 
 
-def _last_word(sock: socket.socket, message: Failed) -> None:
+async def _send_or_lose(stream: trio.SocketStream, data: bytes, index: int, gone: set[int]) -> None:
+    """The parent's socket failing fails the engine; another front end's is dropped (its reader aborts its requests)."""
     try:
-        sock.setblocking(True)
-        sock.sendall(frame(message))
-    except OSError:
-        pass
+        await stream.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        if index == 0:
+            raise
+        gone.add(index)
+
+
+def _last_word(socks: list[socket.socket], message: Failed) -> None:
+    for sock in socks:
+        try:
+            sock.setblocking(True)
+            sock.sendall(frame(message))
+        except OSError:
+            pass
 
 
 def _orphaned() -> bool:

@@ -87,6 +87,9 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # The scheduler and the executor in a process of their own (actors/engine_process.py), so the
     # HTTP front end's Python never takes turns with the step's on one GIL.
     engine_process: bool = False
+    # HTTP front ends on the one port (`--api-servers`), each its own process, all talking to
+    # each model's one engine process (api/process/front_ends.py); more than 1 implies engine_process.
+    api_servers: int = 1
     # Speculative decoding (SPEC_DECODING_MODES): "ngram" drafts from each request's own tokens
     # and from the n-grams finished requests wrote (actors/drafting.py); "draft" from
     # `draft_model` (a smaller Llama-family model with the target's tokenizer, run in the

@@ -20,8 +20,10 @@ from runtime.messages import AbortReason, StepOutputs, TokenizedRequest
 from runtime.protocol import ModelInfo
 
 HEADER = 4  # bytes of a frame's length, little-endian
-# How the front end hands the child its model's config (JSON) and its end of the socket.
-CONFIG_ENV, FD_ENV = "SWITCHYARD_ENGINE_CONFIG", "SWITCHYARD_ENGINE_FD"
+# How the front end hands the child its model's config (JSON) and its ends of the sockets (comma
+# separated: the parent's first, then one per other front end, `--api-servers`); and how each
+# other front end is handed its end for each model ({served name: fd}, JSON).
+CONFIG_ENV, FD_ENV, ATTACH_ENV = "SWITCHYARD_ENGINE_CONFIG", "SWITCHYARD_ENGINE_FD", "SWITCHYARD_ENGINE_ATTACH"
 
 
 class Submit(msgspec.Struct, tag="submit", frozen=True, gc=False):

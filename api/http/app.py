@@ -84,7 +84,7 @@ def create_app(models: ModelRegistry, platform_config: PlatformConfig | None = N
     openai.register(app, models)
     azure.register(app, models, openai.HANDLERS["chat"])
     databricks.register(app, models, endpoints, openai.HANDLERS, declared)
-    server.register(app, models, metrics)
+    server.register(app, models, metrics, config.metrics_view)
     check_bound(app)
     errors.install(app, shapes, MAX_BODY_BYTES)
 

@@ -61,6 +61,12 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _add_process_arguments(p: argparse.ArgumentParser) -> None:
+    """Which processes serve: the engine's own, and how many HTTP front ends."""
+    p.add_argument("--engine-process", action=argparse.BooleanOptionalAction, default=DEFAULTS.engine_process, help="run each generation model's scheduler and executor in a process of their own, which the server talks to over a socket, so the HTTP front end's Python never takes turns with the step's on one GIL (text models without adapters; default off)")
+    p.add_argument("--api-servers", type=_positive_int, default=DEFAULTS.api_servers, help="HTTP front ends serving the one port, each a process of its own talking to each model's one engine process (implies --engine-process); rate limits, serving endpoints and /metrics are shared by all (default %(default)s)")
+
+
 def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="a local Hugging Face model directory, a GGUF file (llama, mistral, qwen2, qwen3; converted once into the model store), or a built-in name (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--served-name", default=None, help="the name clients send as `model` (default: the model's own name)")
@@ -101,7 +107,7 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-impl", default=DEFAULTS.model_impl, choices=["auto", "native", "transformers"], help="model code: native (Llama, Mistral, Qwen2, Qwen3), transformers (any causal LM), auto: native when supported (default %(default)s)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=DEFAULTS.compile, help="torch.compile the native path's single-stream decode step on a background thread: the eager step serves at once and the graph is swapped in when ready (minutes the first time on a small CPU, inductor's disk cache after; default: on for the native path on a CPU off the row-invariant kernels, which it would round otherwise; --no-compile: eager only)")
     p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_const", const=False, default=None, help="on a GPU, run decode steps eager instead of replaying one captured CUDA graph per batch and key-length bucket (native path; default: graphs on CUDA)")
-    p.add_argument("--engine-process", action=argparse.BooleanOptionalAction, default=DEFAULTS.engine_process, help="run each generation model's scheduler and executor in a process of their own, which the server talks to over a socket, so the HTTP front end's Python never takes turns with the step's on one GIL (text models without adapters; default off)")
+    _add_process_arguments(p)
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=DEFAULTS.async_scheduling, help="plan each decode-only step while the one before it runs, so the device never waits for the event loop between them (default on; --no-async-scheduling: the serial step)")
     p.add_argument("--spec-decoding", default=DEFAULTS.spec_decoding, choices=SPEC_DECODING_MODES, help="speculative decoding: ngram drafts each request's next tokens from its own prompt and output, and from what finished requests wrote; draft from --draft-model; auto: the draft model when one is given, else ngram, where the runner's rows are invariant (then drafting changes no token), else none; the step verifies the drafts, as many as the measured step cost says pay (default %(default)s)")
     p.add_argument("--draft-model", default=None, help="with --spec-decoding draft or auto: a smaller Llama-family model with the target's tokenizer (a local Hugging Face directory or a built-in name) that drafts greedily on the device beside the target, in its own KV cache on the same blocks (default: none)")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, NoReturn
 
+import msgspec
 import trio
 
 from actors.runners.native.families import ARCHITECTURES as NATIVE_ARCHITECTURES
@@ -22,6 +23,7 @@ from api.cluster.cli import serve_ray
 from api.http.platform import config as platform_config
 from api.process.config_file import model_configs, read_config_file
 from api.process.flags import CommandLine, parse_args
+from api.process.front_ends import Parent
 from api.process.server import BindError, listen, serve_runtime
 from runtime.adapters import lora_error
 from runtime.chat_templates import template_error
@@ -51,6 +53,8 @@ def load(argv: list[str] | None = None) -> Launch:
     path = command.args.config
     file = read_config_file(path) if isinstance(path, str) else None
     configs = model_configs(command.config, file, not command.args.no_embeddings)
+    if command.config.api_servers > 1:  # the front ends share each model's engine process
+        configs = [msgspec.structs.replace(c, engine_process=True) for c in configs]
     for i, config in enumerate(configs):
         model, task, generates = config.model, config.task, config.task != "embeddings"
         key, error = "model", model_error(model) or architecture_error(model, task) or (checkpoint_error(model, config.max_model_len, native=NATIVE_ARCHITECTURES) if generates else None)
@@ -79,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         launch = load(argv)
         if launch.command.command == "serve-ray":  # Ray's proxy listens; the replicas build the stack
+            if launch.configs[0].api_servers > 1:
+                raise SystemExit("switchyard: --api-servers is for serve; serve-ray's replicas each run one front end")
             serve_ray(launch.configs, launch.platform, launch.command.args, launch.cluster_table)
             return
         sockets = listen(launch.configs[0])  # before any model loads: a taken port fails at once
@@ -88,9 +94,12 @@ def main(argv: list[str] | None = None) -> None:
         raise
     except BindError as exc:
         usage_error(f"switchyard: {exc}")
-    configs = launch.configs
+    configs, platform, parent = launch.configs, launch.platform, None
+    if configs[0].api_servers > 1:
+        parent = Parent(launch.platform, sockets, configs[0].api_servers, sys.argv[1:] if argv is None else argv)
+        platform = parent.platform
     try:
-        trio.run(partial(serve_runtime, configs[0], extra_models=configs[1:], platform=launch.platform, sockets=sockets, freeze_heap=True))
+        trio.run(partial(serve_runtime, configs[0], extra_models=configs[1:], platform=platform, sockets=sockets, freeze_heap=True, companions=parent))
     except KeyboardInterrupt:
         pass
     except platform_config.ConfigError as exc:  # e.g. an [[endpoints]] table naming no served model
@@ -100,6 +109,10 @@ def main(argv: list[str] | None = None) -> None:
         if refused is None:
             raise
         usage_error(f"switchyard: {_leaf(refused)}")
+    if parent is not None and parent.failed:
+        print(f"switchyard: an engine process died ({parent.failed}); the front ends drained and stopped", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
     # Clean stop: every response is sent and the device threads are joined. Skip interpreter
     # finalization, which with torch and models loaded takes seconds and would eat into an
     # orchestrator's grace period after the drain deadline.

@@ -11,6 +11,7 @@ import errno
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
+from typing import Any, Protocol
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -38,14 +39,17 @@ async def serve_runtime(
     platform: platform_config.PlatformConfig | None = None,
     sockets: Sockets | None = None,
     freeze_heap: bool = False,
+    companions: Companions | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the runtime and the HTTP server until `shutdown_trigger` returns, then drain.
     `sockets`: the listening sockets (`listen(config)`); None: bound here, before any model
     is loaded, so a taken port fails at once. `freeze_heap`: once the models are up, keep what
     is alive out of later garbage collections (runtime/memory.py; the process's own serve, not
-    a test's in-process server, whose frozen objects would outlive it)."""
-    hconfig = _hypercorn_config(config)
+    a test's in-process server, whose frozen objects would outlive it). `companions`: the other
+    front ends (`--api-servers`, api/process/front_ends.py), started once this one serves,
+    drained with it and waited for before the engines stop."""
+    hconfig, companions = _hypercorn_config(config), companions or _Alone()
     sockets = sockets if sockets is not None else listen(config, hconfig)
     models, app = build_app([config, *extra_models], runtime_factory or build_engine, platform)
 
@@ -61,8 +65,10 @@ async def serve_runtime(
         async with trio.open_nursery() as http:
             binds = await http.start(partial(worker_serve, wrap_app(app, hconfig.wsgi_max_body_size, "asgi"), hconfig, sockets=sockets, shutdown_trigger=stop_http.wait))
             log.info("listening", binds=binds)
+            await companions.start(nursery, models, app, shutdown)
             task_status.started(binds)
             await shutdown.wait()
+            await companions.drain()
             # 1. stop admitting (new requests get 503), 2. let in-flight ones finish until the
             # drain deadline (a second signal cuts it short), 3. abort the rest: each gets a
             # clean error (an SSE error event, or a 503 body).
@@ -77,7 +83,9 @@ async def serve_runtime(
             # graceful_timeout) for open responses, the aborted ones' error events included.
             stop_http.set()
             force.set()  # ends the _cancel_when helper
-        # 5. only now stop the actors: nothing can reach them any more.
+        # 5. only now stop the actors: nothing can reach them any more (nor, from the other
+        # front ends, once they have drained and exited).
+        await companions.wait(config.drain_timeout + 10)
         models.stop()
         watcher.cancel()
         log.info("stopped")
@@ -112,6 +120,25 @@ def listen(config: RuntimeConfig, hconfig: HypercornConfig | None = None) -> Soc
 
 class BindError(Exception):
     pass
+
+
+class Companions(Protocol):
+    async def start(self, nursery: trio.Nursery, models: ModelRegistry, app: Any, shutdown: trio.Event) -> None: ...
+    async def drain(self) -> None: ...
+    async def wait(self, timeout: float) -> None: ...
+
+
+class _Alone:
+    """One front end: no one else to start, drain or wait for."""
+
+    async def start(self, nursery: trio.Nursery, models: ModelRegistry, app: Any, shutdown: trio.Event) -> None:
+        pass
+
+    async def drain(self) -> None:
+        pass
+
+    async def wait(self, timeout: float) -> None:
+        pass
 
 
 def _live(models: ModelRegistry) -> int:

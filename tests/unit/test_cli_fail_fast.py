@@ -79,3 +79,10 @@ def test_a_file_that_is_no_gguf_fails_at_once(tmp_path: Path) -> None:
     junk.write_bytes(b"GGUF" + bytes(10))
     proc = run_cli("serve", "--model", str(junk), "--no-embeddings", tmp_path=tmp_path)
     assert_one_line_usage_error(proc, "--model", "model.gguf", "not a GGUF v2+ file")
+
+
+def test_front_ends_are_counted_from_one_and_are_serves_alone(tmp_path: Path) -> None:
+    proc = run_cli("serve", "--api-servers", "0", "--no-embeddings", tmp_path=tmp_path)
+    assert proc.returncode == 2 and "argument --api-servers: must be at least 1" in proc.stderr.splitlines()[-1], proc.stderr  # argparse's usage, then the line
+    proc = run_cli("serve-ray", "--api-servers", "2", "--no-embeddings", tmp_path=tmp_path)
+    assert_one_line_usage_error(proc, "--api-servers", "serve-ray")

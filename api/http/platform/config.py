@@ -53,6 +53,9 @@ class PlatformConfig:
     # LoRA adapters loaded at run time, published to every replica (publish(name, path or None),
     # api/cluster/config_store.py); None: this process's alone.
     adapter_sync: Any = field(default=None, repr=False, compare=False)
+    # What GET /metrics answers (an awaitable of the exposition); None: this process's metrics.
+    # With several front ends (`--api-servers`), every process's, merged (api/process/hub.py).
+    metrics_view: Any = field(default=None, repr=False, compare=False)
     # Where image URLs may be fetched from, and the caps (api/http/platform/media.py).
     media: MediaPolicy = field(default_factory=MediaPolicy)
 

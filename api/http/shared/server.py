@@ -1,12 +1,15 @@
 """The server's own routes: GET /health, GET /metrics, GET /openapi.json.
 
 /health is 200 while every engine can serve, 503 otherwise (not merely "the process is up");
-/metrics is the Prometheus text exposition of `ServerMetrics` (runtime/metrics.py);
+/metrics is the Prometheus text exposition of `ServerMetrics` (runtime/metrics.py), or, with
+several front ends, every process's merged (the platform's `metrics_view`);
 /openapi.json is built on its first request (api/http/shared/openapi.py), once every route exists.
 Imports prometheus_client, quart, msgspec, api.http.shared and runtime.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -19,7 +22,7 @@ from runtime.metrics import ServerMetrics
 from runtime.registry import ModelRegistry
 
 
-def register(app: Quart, models: ModelRegistry, metrics: ServerMetrics) -> None:
+def register(app: Quart, models: ModelRegistry, metrics: ServerMetrics, view: Callable[[], Awaitable[bytes]] | None = None) -> None:
     cache: dict[str, bytes] = {}
 
     async def health() -> Response:
@@ -27,7 +30,7 @@ def register(app: Quart, models: ModelRegistry, metrics: ServerMetrics) -> None:
         return json_response({"status": "ok" if ok else "unhealthy", "reason": reason}, 200 if ok else 503)
 
     async def metrics_route() -> Response:
-        return Response(metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.exposition() if view is None else await view(), content_type=CONTENT_TYPE_LATEST)
 
     async def openapi() -> Response:
         if "doc" not in cache:

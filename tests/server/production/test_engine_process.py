@@ -2,32 +2,27 @@
 command: the split server answers as the one-process server does (text, logprobs, a grammar,
 n > 1, streamed and not); a client that leaves is aborted across the hop and its blocks are
 free in the engine; the engine process dying ends every open stream with a clean error within
-a second and /health turns 503, then it is started again; it outlives a lull; a SIGKILL to the
-server takes the engine process with it (no orphan); what it cannot serve yet is refused at
-start in one line.
+a second and /health turns 503, then it is started again; it outlives a lull; what it cannot
+serve yet is refused at start in one line (a SIGKILL to the server leaving no engine process
+behind is tests/server/production/test_api_servers.py's).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
-import psutil
 import pytest
 import trio
 
 from runtime.config import RuntimeConfig
 from runtime.errors import ModelRefused
-from tests.support import ROOT
-from tests.support.servers import Server, free_port, start_server, tiny_config
+from tests.support.servers import Server, start_server, tiny_config
 from tests.support.waiting import in_thread, wait_until
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
@@ -129,11 +124,13 @@ async def test_the_engine_process_dying_ends_every_stream_turns_health_503_and_r
         server.stop.set()
 
 
-async def test_the_engine_process_outlives_a_lull(tiny_model_dir: Path) -> None:
+async def test_the_engine_process_outlives_a_lull(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """trio spawns the child from a worker thread, which exits after trio's IDLE_TIMEOUT (10 s) of
-    idleness: a child tied to that thread's life (Linux's PR_SET_PDEATHSIG) died 10 s into every lull."""
+    idleness: a child tied to that thread's life (Linux's PR_SET_PDEATHSIG) died 10 s into every
+    lull. Here the idle timeout is 1 s, so the lull is short."""
     import trio._core._thread_cache as thread_cache
 
+    monkeypatch.setattr(thread_cache, "IDLE_TIMEOUT", 1.0)
     async with trio.open_nursery() as nursery:
         server, client = await serve(nursery, tiny_model_dir, engine_process=True)
         engine: Any = server.runtime
@@ -143,32 +140,6 @@ async def test_the_engine_process_outlives_a_lull(tiny_model_dir: Path) -> None:
         assert done.choices[0].finish_reason in ("length", "stop") and engine.link.process.pid == pid and engine.dead_reason is None
         client.close()
         server.stop.set()
-
-
-def test_a_sigkill_to_the_server_takes_its_engine_process_with_it(tiny_model_dir: Path, tmp_path: Path) -> None:
-    port = free_port()
-    args = [sys.executable, "-m", "api.process.main", "serve", "--model", str(tiny_model_dir), "--port", str(port), "--dtype", "float32",
-            "--num-kv-blocks", "256", "--block-size", "4", "--num-threads", "1", "--no-embeddings", "--no-compile", "--engine-process"]  # fmt: skip
-    with open(tmp_path / "server.log", "wb") as log:
-        proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SWITCHYARD_STATE_DIR": str(tmp_path)})
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        (child,) = psutil.Process(proc.pid).children()
-        assert "actors.engine_process" in " ".join(child.cmdline())
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-        gone, _ = psutil.wait_procs([child], timeout=5)
-        assert gone, "the engine process outlived its server"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
 
 
 def test_what_an_engine_process_cannot_serve_yet_is_refused_at_start(tiny_model_dir: Path) -> None:
