@@ -28,7 +28,7 @@ import msgspec
 import trio
 
 from runtime.config import RuntimeConfig
-from runtime.engine_wire import ATTACH_ENV, CONFIG_ENV, FD_ENV, Abort, Failed, Frames, Ready, Step, Stop, Submit, ToFront, frame
+from runtime.engine_wire import ATTACH_ENV, CONFIG_ENV, FD_ENV, Abort, Failed, Frames, Ready, Step, Stop, Submit, ToFront, attach_key, frame
 from runtime.errors import ModelRefused
 from runtime.logging import get_logger
 from runtime.messages import AbortReason, DropRequests, StepOutputs, TokenizedRequest
@@ -104,7 +104,7 @@ class EngineLink:
         self._stopping = False
         self.process: trio.Process | None = None
         self.spare: list[socket.socket] = []  # the other front ends' ends (`--api-servers`), until handed on
-        fd = msgspec.json.decode(os.environ.get(ATTACH_ENV, "{}"), type=dict[str, int]).get(config.served_name or "")
+        fd = msgspec.json.decode(os.environ.get(ATTACH_ENV, "{}"), type=dict[str, int]).get(attach_key(config))
         self.attached = socket.socket(fileno=fd) if fd is not None else None  # another front end: the child runs already
 
     def send(self, message: Submit | Abort | Stop, requests: int = 0) -> None:

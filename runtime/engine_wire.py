@@ -26,6 +26,11 @@ HEADER = 4  # bytes of a frame's length, little-endian
 CONFIG_ENV, FD_ENV, ATTACH_ENV = "SWITCHYARD_ENGINE_CONFIG", "SWITCHYARD_ENGINE_FD", "SWITCHYARD_ENGINE_ATTACH"
 
 
+def attach_key(config: Any) -> str:
+    """How the front ends name a model's engine in `ATTACH_ENV` (each reads the same command line)."""
+    return str(config.served_name or config.model or "")
+
+
 class Submit(msgspec.Struct, tag="submit", frozen=True, gc=False):
     """front end → engine: a request and its siblings (n > 1), scheduled together or not at all."""
 

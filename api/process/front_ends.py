@@ -30,7 +30,7 @@ from hypercorn.config import Sockets
 from api.http.databricks.store import EndpointStore
 from api.http.shared.auth import RateLimiter
 from api.process.hub import Drain, Hub, Peer, TellingStore
-from runtime.engine_wire import ATTACH_ENV
+from runtime.engine_wire import ATTACH_ENV, attach_key
 from runtime.logging import get_logger
 from runtime.registry import ModelRegistry
 
@@ -57,7 +57,7 @@ class Parent:
         links = [link for runtime in models if (link := getattr(runtime, "link", None)) is not None]
         for index in range(1, self.count):
             ours, theirs = socket.socketpair()
-            attach = {link.config.served_name: link.spare[index - 1].fileno() for link in links}
+            attach = {attach_key(link.config): link.spare[index - 1].fileno() for link in links}
             fds = [theirs.fileno(), *attach.values(), *(s.fileno() for s in self.sockets.insecure_sockets)]
             env = {**os.environ, ATTACH_ENV: msgspec.json.encode(attach).decode(), HUB_ENV: str(theirs.fileno()), ARGV_ENV: msgspec.json.encode(self.argv).decode(),
                    LISTEN_ENV: ",".join(str(s.fileno()) for s in self.sockets.insecure_sockets), INDEX_ENV: str(index)}  # fmt: skip

@@ -77,12 +77,14 @@ if ((DRY_RUN)); then
   # and a fourth server is ~20 s of CI's budget.
   SERIAL_VARIANTS='serial=--no-async-scheduling'
   SPEC_VARIANTS='ngram=--spec-decoding ngram'  # the stage's path, one server; off and auto on a GPU
+  EAGER_VARIANTS='nographs=--no-cuda-graphs;split2=--api-servers 2'  # two front ends run the engine process's path too
 else
   BUDGET=${BUDGET:-480}
   DEVICE=cuda
   BATCHES=1,8,32,64,128
   SERIAL_VARIANTS='serial=--no-async-scheduling;interval4=--stream-interval 4'
   SPEC_VARIANTS='off=--spec-decoding off;ngram=--spec-decoding ngram;auto=--spec-decoding auto'
+  EAGER_VARIANTS='nographs=--no-cuda-graphs;split=--engine-process;split2=--api-servers 2'
   STEPS=16
   # tests/engine but the modules of CPU-only code, which pin the CPU anyway (CI runs them).
   TESTS=(tests/engine --ignore=tests/engine/test_native_quant.py --ignore=tests/engine/test_native_compiled.py --ignore=tests/engine/test_native_decode_graph.py)
@@ -205,9 +207,10 @@ sweep() {
   # With --stream-interval 4 (fewer, larger chunks: the event loop's cost a chunk bounds the
   # server where steps are short, docs/performance.md "Where a step takes a few ms").
   stage sweep-serial 150 "${SWEEP_RUN[@]}" --skip-switchyard --switchyard-variants "$SERIAL_VARIANTS" --out "$WORK/sweep-serial.json" || true
-  # Then --no-cuda-graphs, and the engine in its own process (--engine-process: issue 40's target
-  # is its c=64 and c=128 over the bare CUDA-graph step of the graphs stage).
-  stage sweep-eager 160 "${SWEEP_RUN[@]}" --skip-switchyard --switchyard-variants 'nographs=--no-cuda-graphs;split=--engine-process' --out "$WORK/sweep-eager.json" || true
+  # Then --no-cuda-graphs, and the engine in its own process with one and two front ends
+  # (--engine-process, --api-servers 2: issue 40's target is their c=64 and c=128 over the bare
+  # CUDA-graph step of the graphs stage).
+  stage sweep-eager 200 "${SWEEP_RUN[@]}" --skip-switchyard --switchyard-variants "$EAGER_VARIANTS" --out "$WORK/sweep-eager.json" || true
 }
 
 # Speculative decoding on the GPU: drafting off, n-gram and auto, one server each, in one stage

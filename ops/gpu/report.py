@@ -40,11 +40,12 @@ SERVERS = {
     "switchyard": "graphs", "switchyard:nographs": "eager", "switchyard:serial": "graphs, serial",
     "switchyard:interval4": "graphs, stream interval 4", "switchyard:off": "graphs, drafting off (spec stage)",
     "switchyard:ngram": "graphs, --spec-decoding ngram", "switchyard:auto": "graphs, --spec-decoding auto",
-    "switchyard:split": "graphs, --engine-process",
+    "switchyard:split": "graphs, --engine-process", "switchyard:split2": "graphs, --api-servers 2",
 }  # fmt: skip
 MODELS = ("embedded", "llama-1b")
-# check.sh's dry run sweeps the serial server alone in its stage, and the n-gram one alone in its
-DRY_RUN_UNSWEPT = ("switchyard:interval4", "switchyard:off", "switchyard:auto")
+# check.sh's dry run sweeps the serial server alone in its stage, the two front ends' alone of the
+# engine process's in its, and the n-gram one alone in its
+DRY_RUN_UNSWEPT = ("switchyard:interval4", "switchyard:off", "switchyard:auto", "switchyard:split")
 DRY_RUN_SKIPS = [
     "install: the carried wheels (CI has none; the local environment has every package)",
     "CUDA: the GPU-only tests skip themselves; `native` and `native+nographs` both run eager on a CPU (no capture)",
@@ -139,9 +140,10 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         ("1B shape, B=1: tokens/s over the bandwidth bound", fraction, ">=", 0.6),
     ]
     bare = result.get("bare_step") or {}
-    for c in (64, 128):  # issue 40: the engine in its own process
-        split = level(sweep.get("switchyard:split"), c)
-        rows.append((f"server c={c} over the bare CUDA-graph step, --engine-process", ratio(split.get("output_tok_s") if split else None, bare.get(str(c), {}).get("workload_tok_s")), ">=", 0.8))
+    for key, flags in (("switchyard:split", "--engine-process"), ("switchyard:split2", "--api-servers 2")):  # issue 40: the engine in its own process
+        for c in (64, 128):
+            split = level(sweep.get(key), c)
+            rows.append((f"server c={c} over the bare CUDA-graph step, {flags}", ratio(split.get("output_tok_s") if split else None, bare.get(str(c), {}).get("workload_tok_s")), ">=", 0.8))
     rows += [(f"c=32 chunk gap p99/p50, {label}", stall(level(sweep.get(key), 32)), "<=", 2.0) for key, label in SERVERS.items()]
     out = []
     for name, value, op, goal in rows:
@@ -225,7 +227,7 @@ def merge_sweeps(work: Path) -> dict[str, Any] | None:
     if not found:
         return None
     merged = dict(parts["graphs"] or {"levels": found[0].get("levels", [])})
-    moved = [("serial", "switchyard:serial"), ("serial", "switchyard:interval4"), ("eager", "switchyard:nographs"), ("eager", "switchyard:split")]
+    moved = [("serial", "switchyard:serial"), ("serial", "switchyard:interval4"), ("eager", "switchyard:nographs"), ("eager", "switchyard:split"), ("eager", "switchyard:split2")]
     moved += [("spec", f"switchyard:{side}") for side in ("off", "ngram", "auto")]
     for name, key in moved:
         if parts[name] and key in parts[name]:

@@ -19,8 +19,8 @@ from tests.support import ROOT
 pytestmark = pytest.mark.slow
 
 STAGES = ["install", "preflight", "tests", "models", "bandwidth", "step-ab-embedded", "step-ab-llama-1b", "sweep-graphs", "sweep-serial", "sweep-eager", "sweep-spec"]
-SERVERS = ["switchyard", "switchyard:nographs", "switchyard:serial", "switchyard:ngram", "switchyard:split"]
-UNSWEPT = ["switchyard:interval4", "switchyard:off", "switchyard:auto"]  # a real run sweeps them too
+SERVERS = ["switchyard", "switchyard:nographs", "switchyard:serial", "switchyard:ngram", "switchyard:split2"]
+UNSWEPT = ["switchyard:interval4", "switchyard:off", "switchyard:auto", "switchyard:split"]  # a real run sweeps them too
 
 
 def test_the_dry_run_runs_every_stage_and_reports_them(tmp_path: Path) -> None:
@@ -58,9 +58,10 @@ def test_the_dry_run_runs_every_stage_and_reports_them(tmp_path: Path) -> None:
     assert set(result["bare_step"]) == {"1", "2"} and all(b["workload_tok_s"] for b in result["bare_step"].values())
 
     targets = {t["target"]: t for t in result["targets"]}
-    # three of the step and the server, two of the engine process's (c=64, c=128), a stall target per server (no value for the unswept)
-    assert len(targets) == 3 + 2 + len(SERVERS) + len(UNSWEPT)
+    # three of the step and the server, four of the engine process's (c=64, c=128; one and two front ends), a stall target per server (no value for the unswept)
+    assert len(targets) == 3 + 4 + len(SERVERS) + len(UNSWEPT)
     assert targets["server c=64 over the bare CUDA-graph step, --engine-process"]["value"] is None  # no c=64 in a dry run
+    assert targets["server c=128 over the bare CUDA-graph step, --api-servers 2"]["value"] is None
     assert targets["c=32 chunk gap p99/p50, graphs, stream interval 4"]["value"] is None
     assert targets["decode steps as CUDA graphs over eager, B=1, embedded shape"]["value"] is not None
     assert targets["server c=64 over the bare CUDA-graph step (same work)"]["value"] is None  # no c=64 in a dry run
