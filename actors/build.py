@@ -59,7 +59,7 @@ def build_engine(config: RuntimeConfig) -> Engine:
         tokenizer = processor.tokenizer
         apply_template(config.chat_template, processor, tokenizer)
         images = ImagePrompts(processor, family)
-    refused = spawn_error(config, images is not None) if config.engine_process else None
+    refused = spawn_error(config) if config.engine_process else None
     if refused:
         raise ModelRefused(refused)
     runner = TorchRunner(

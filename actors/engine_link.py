@@ -16,6 +16,7 @@ only their socket (the child aborts what they left).
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import socket
@@ -28,7 +29,23 @@ import msgspec
 import trio
 
 from runtime.config import RuntimeConfig
-from runtime.engine_wire import ATTACH_ENV, CONFIG_ENV, FD_ENV, Abort, Failed, Frames, Ready, Step, Stop, Submit, ToFront, attach_key, frame
+from runtime.engine_wire import (
+    ATTACH_ENV,
+    CONFIG_ENV,
+    FD_ENV,
+    Abort,
+    AdapterCall,
+    AdapterDone,
+    Failed,
+    Frames,
+    Ready,
+    Step,
+    Stop,
+    Submit,
+    ToFront,
+    attach_key,
+    frame,
+)
 from runtime.errors import ModelRefused
 from runtime.logging import get_logger
 from runtime.messages import AbortReason, DropRequests, StepOutputs, TokenizedRequest
@@ -103,11 +120,32 @@ class EngineLink:
         self._queue_send, self._queue = trio.open_memory_channel[tuple[bytes, int]](math.inf)
         self._stopping = False
         self.process: trio.Process | None = None
+        self._calls = itertools.count()
+        self._replies: dict[int, trio.Event] = {}  # adapter calls waiting for their AdapterDone
+        self._done: dict[int, AdapterDone] = {}
         self.spare: list[socket.socket] = []  # the other front ends' ends (`--api-servers`), until handed on
         fd = msgspec.json.decode(os.environ.get(ATTACH_ENV, "{}"), type=dict[str, int]).get(attach_key(config))
         self.attached = socket.socket(fileno=fd) if fd is not None else None  # another front end: the child runs already
 
-    def send(self, message: Submit | Abort | Stop, requests: int = 0) -> None:
+    async def adapter(self, name: str, path: str | None) -> None:
+        """Load (`path`) or unload a LoRA adapter in the engine process: as actors/lora_control.py's
+        `load_into` / `forget_in`, whose ValueError or KeyError it raises here."""
+        call = next(self._calls)
+        self._replies[call] = reply = trio.Event()
+        try:
+            self.send(AdapterCall(call, name, path))
+            await reply.wait()
+        finally:
+            done = self._done.pop(call, None)
+            del self._replies[call]
+        if done is None:
+            raise EngineDied("the engine process went while loading an adapter")
+        if done.missing:
+            raise KeyError(name)
+        if done.error is not None:
+            raise ValueError(done.error)
+
+    def send(self, message: Submit | Abort | Stop | AdapterCall, requests: int = 0) -> None:
         self._stopping |= isinstance(message, Stop)
         self._queue_send.send_nowait((frame(message), requests))
 
@@ -134,6 +172,8 @@ class EngineLink:
                 await self._read(stream, frames)
             finally:
                 self.closed = True
+                for waiting in self._replies.values():  # adapter calls: the engine will not answer
+                    waiting.set()
                 nursery.cancel_scope.cancel()
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
@@ -166,6 +206,9 @@ class EngineLink:
                 for message in frames.feed(data):
                     if isinstance(message, Step):
                         await self._step(message)
+                    elif isinstance(message, AdapterDone) and message.call in self._replies:
+                        self._done[message.call] = message
+                        self._replies[message.call].set()
                     elif isinstance(message, Failed):
                         raise EngineDied(f"the engine process failed: {message.error}")
         if not self._stopping:
@@ -214,11 +257,9 @@ class EngineLink:
         return dict(self.counters)
 
 
-def spawn_error(config: RuntimeConfig, takes_images: bool) -> str | None:
+def spawn_error(config: RuntimeConfig) -> str | None:
     """Why this model cannot run in an engine process yet, or None."""
-    if takes_images:
-        return "--engine-process serves text models; a vision-language model runs in the server's process (start it without --engine-process)"
-    if config.enable_lora:
-        return "--engine-process and --enable-lora: adapters are not served in an engine process yet (start it without --engine-process)"
+    if config.enable_lora and config.api_servers > 1:
+        return "--api-servers and --enable-lora: adapters are not served by several front ends yet (start it with one)"
     return None
 

@@ -5,7 +5,8 @@ Owns the child's life: the config the front end passed (its environment), the mo
 `build_engine` loads it, then one trio loop: the two actors as in one process, a reader per
 front end (`--api-servers`: a socket each, the first the parent's: new requests, their grammar
 matchers compiled here from the guides their sampling parameters carry, cached per guide;
-aborts, landing before the next step; the stop, the parent's only) and one writer (a message a
+aborts, landing before the next step; LoRA adapters to load or unload; the stop, the parent's
+only) and one writer (a message a
 step to each front end: the outputs of the requests it sent, the scheduler's counters, and to
 the parent the steps' sizes and times for the metrics; the counters alone when they change
 between steps). A front end that goes has its requests aborted. It exits when the parent's
@@ -29,9 +30,10 @@ import trio
 from actors.build import build_engine
 from actors.executor import ExecutorActor
 from actors.guidance import GuideCompiler
+from actors.lora_control import forget_in, load_into
 from actors.scheduler import SchedulerActor
 from runtime.config import RuntimeConfig
-from runtime.engine_wire import CONFIG_ENV, FD_ENV, Abort, Failed, Frames, Ready, Step, Stop, Submit, ToEngine, frame
+from runtime.engine_wire import CONFIG_ENV, FD_ENV, Abort, AdapterCall, AdapterDone, Failed, Frames, Ready, Step, Stop, Submit, ToEngine, frame
 from runtime.errors import ModelRefused
 from runtime.logging import configure_logging, get_logger
 from runtime.messages import AbortReason, AbortRequest, DropRequests, Shutdown, StepOutputs, TokenDelta, TokenizedRequest
@@ -84,29 +86,31 @@ async def serve(config: RuntimeConfig, socks: list[socket.socket]) -> None:
         for stream in streams:
             await stream.send_all(frame(Ready(info=info, counters=scheduler.statistics())))
         reading, writer = trio.CancelScope(), _Writer(streams, scheduler, steps)
-        nursery.start_soon(_read_all, streams, requests_send, aborts_send, guides, reading, writer)
+        control = _Control(engine.runner, executor.thread, config.max_lora_rank, writer)
+        nursery.start_soon(_read_all, streams, requests_send, aborts_send, guides, reading, control)
         await writer.relay(out_recv)
         reading.cancel()
 
 
 async def _read_all(
     streams: list[trio.SocketStream], requests: trio.MemorySendChannel[Any], aborts: trio.MemorySendChannel[Any], guides: GuideCompiler, scope: trio.CancelScope,
-    writer: _Writer,
+    control: _Control,
 ) -> None:  # fmt: skip
     with scope:
         async with trio.open_nursery() as nursery, requests, aborts:
-            nursery.start_soon(writer.watch)
+            control.nursery = nursery
+            nursery.start_soon(control.writer.watch)
             for index, stream in enumerate(streams):
-                nursery.start_soon(_read, index, stream, requests.clone(), aborts.clone(), guides, writer)
+                nursery.start_soon(_read, index, stream, requests.clone(), aborts.clone(), guides, control)
 
 
 async def _read(
-    index: int, stream: trio.SocketStream, requests: trio.MemorySendChannel[Any], aborts: trio.MemorySendChannel[Any], guides: GuideCompiler, writer: _Writer,
+    index: int, stream: trio.SocketStream, requests: trio.MemorySendChannel[Any], aborts: trio.MemorySendChannel[Any], guides: GuideCompiler, control: _Control,
 ) -> None:  # fmt: skip
     """One front end's messages. The parent's socket closing ends the process; another's, its requests."""
-    frames = Frames(ToEngine)
+    writer, frames = control.writer, Frames(ToEngine)
     async with requests, aborts:
-        while data := await stream.receive_some(1 << 16):
+        while data := await _receive(stream):
             for message in frames.feed(data):
                 if isinstance(message, Submit):  # a request and its siblings reach the scheduler together, as in one process
                     group = [await _with_matcher(request, guides) for request in message.requests]
@@ -115,6 +119,8 @@ async def _read(
                         requests.send_nowait(request)  # room: each front end admits at most max_pending
                 elif isinstance(message, Abort):
                     aborts.send_nowait(AbortRequest(message.request_id, message.reason))
+                elif isinstance(message, AdapterCall):  # in its own task: aborts behind it must land
+                    control.nursery.start_soon(control.adapter, index, message)
                 elif isinstance(message, Stop) and index == 0:
                     await requests.send(Shutdown())
         if index == 0:  # the parent is gone: nothing will read what comes
@@ -125,12 +131,40 @@ async def _read(
         await stream.aclose()  # its link, stopping, reads the end
 
 
+async def _receive(stream: trio.SocketStream) -> bytes:
+    try:
+        return await stream.receive_some(1 << 16)
+    except trio.BrokenResourceError:  # reset: the front end went without closing, as an end
+        return b""
+
+
 async def _with_matcher(request: TokenizedRequest, guides: GuideCompiler) -> TokenizedRequest:
     guide = request.sampling.guide
     if guide is None:
         return request
     matcher = guides.cached(guide) or await trio.to_thread.run_sync(guides.matcher, guide)
     return msgspec.structs.replace(request, matcher=matcher)
+
+
+class _Control:
+    """LoRA adapters loaded and unloaded at run time, here where the runner lives (actors/lora_control.py)."""
+
+    def __init__(self, runner: Any, thread: Any, max_rank: int, writer: _Writer) -> None:
+        self.runner, self.thread, self.max_rank, self.writer = runner, thread, max_rank, writer
+        self.nursery: trio.Nursery
+
+    async def adapter(self, index: int, message: AdapterCall) -> None:
+        try:
+            if message.path is None:
+                await forget_in(self.runner, self.thread, message.name)
+            else:
+                await load_into(self.runner, self.thread, message.name, message.path, self.max_rank)
+            done = AdapterDone(message.call)
+        except KeyError:
+            done = AdapterDone(message.call, missing=True)
+        except ValueError as exc:
+            done = AdapterDone(message.call, error=str(exc))
+        await self.writer.reply(index, done)
 
 
 class _Writer:
@@ -164,6 +198,11 @@ class _Writer:
                     continue
                 mine = StepOutputs(step_id=outputs.step_id, items=items[index]) if outputs is not None and items[index] else None
                 await _send_or_lose(stream, frame(Step(outputs=mine, dropped=drops[index], steps=[] if index else done, counters=counters)), index, self.gone)
+
+    async def reply(self, index: int, message: AdapterDone) -> None:
+        async with self._lock:
+            if index not in self.gone:
+                await _send_or_lose(self.streams[index], frame(message), index, self.gone)
 
     async def relay(self, outputs: trio.MemoryReceiveChannel[Any]) -> None:
         async for message in outputs:

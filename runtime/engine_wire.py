@@ -4,10 +4,11 @@ Owns: the messages on the socket between the two (plain data: msgpack, never pic
 length-prefixed frames. The front end sends new requests (a `TokenizedRequest` without its
 grammar matcher, which the engine compiles from the guide the sampling parameters carry, and
 without its mailbox, which stays in the front end), aborts, and the stop; the engine answers
-once ready (its `ModelInfo`), then once per step with what the scheduler hands the
+once ready (its `ModelInfo`), to each adapter load or unload, then once per step with what the scheduler hands the
 detokenizer (every request's new tokens, logprobs and finish reasons; the requests it dropped),
-the step's size and time for the metrics, and now and then its scheduler's counters.
-Imports msgspec only.
+the step's size and time for the metrics, and now and then its scheduler's counters. A
+vision model's requests carry numpy arrays (an image's processor outputs, M-RoPE positions):
+they cross as msgpack extension values (dtype, shape, the bytes). Imports msgspec and numpy.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from runtime.messages import AbortReason, StepOutputs, TokenizedRequest
 from runtime.protocol import ModelInfo
@@ -46,6 +48,20 @@ class Stop(msgspec.Struct, tag="stop", frozen=True):
     """front end → engine: finish the step in flight, then exit."""
 
 
+class AdapterCall(msgspec.Struct, tag="adapter", frozen=True):
+    """front end → engine: load the LoRA adapter at `path` as `name` (None: unload it); answered by `AdapterDone`."""
+
+    call: int
+    name: str
+    path: str | None = None
+
+
+class AdapterDone(msgspec.Struct, tag="adapter_done", frozen=True):
+    call: int
+    error: str | None = None  # why it could not be loaded (ValueError's line)
+    missing: bool = False  # unloading a name that is not loaded (KeyError)
+
+
 class Ready(msgspec.Struct, tag="ready", frozen=True):
     info: ModelInfo
     counters: dict[str, int] = {}  # the scheduler's, idle
@@ -69,10 +85,29 @@ class Failed(msgspec.Struct, tag="failed", frozen=True):
     refused: bool = False  # the model cannot be served right: the server should not start
 
 
-ToEngine = Submit | Abort | Stop
-ToFront = Ready | Step | Failed
+ToEngine = Submit | Abort | Stop | AdapterCall
+ToFront = Ready | Step | Failed | AdapterDone
 
-_encoder = msgspec.msgpack.Encoder()
+_NDARRAY = 1  # msgpack extension code: a numpy array
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        array = np.ascontiguousarray(obj)
+        header = msgspec.msgpack.encode((array.dtype.str, array.shape))
+        return msgspec.msgpack.Ext(_NDARRAY, len(header).to_bytes(HEADER, "little") + header + array.tobytes())
+    raise NotImplementedError(f"{type(obj).__name__} cannot cross to an engine process")
+
+
+def _ext_hook(code: int, data: memoryview) -> Any:
+    if code != _NDARRAY:
+        raise ValueError(f"unknown msgpack extension {code}")
+    size = int.from_bytes(data[:HEADER], "little")
+    dtype, shape = msgspec.msgpack.decode(data[HEADER : HEADER + size])
+    return np.frombuffer(data[HEADER + size :], dtype=np.dtype(dtype)).reshape(shape).copy()  # writable, its own memory
+
+
+_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 
 
 def frame(message: ToEngine | ToFront) -> bytes:
@@ -84,7 +119,7 @@ class Frames:
     """Whole messages out of a byte stream that arrives in pieces."""
 
     def __init__(self, kind: Any) -> None:
-        self._decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(kind)
+        self._decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(kind, ext_hook=_ext_hook)
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[object]:

@@ -63,8 +63,8 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_process_arguments(p: argparse.ArgumentParser) -> None:
     """Which processes serve: the engine's own, and how many HTTP front ends."""
-    p.add_argument("--engine-process", action=argparse.BooleanOptionalAction, default=DEFAULTS.engine_process, help="run each generation model's scheduler and executor in a process of their own, which the server talks to over a socket, so the HTTP front end's Python never takes turns with the step's on one GIL (text models without adapters; default off)")
-    p.add_argument("--api-servers", type=_positive_int, default=DEFAULTS.api_servers, help="HTTP front ends serving the one port, each a process of its own talking to each model's one engine process (implies --engine-process); rate limits, serving endpoints and /metrics are shared by all (default %(default)s)")
+    p.add_argument("--engine-process", action=argparse.BooleanOptionalAction, default=DEFAULTS.engine_process, help="run each generation model's scheduler and executor in a process of their own, which the server talks to over a socket, so the HTTP front end's Python never takes turns with the step's on one GIL (default off)")
+    p.add_argument("--api-servers", type=_positive_int, default=DEFAULTS.api_servers, help="HTTP front ends serving the one port, each a process of its own talking to each model's one engine process (implies --engine-process; not yet with --enable-lora); rate limits, serving endpoints and /metrics are shared by all (default %(default)s)")
 
 
 def _add_serve_arguments(p: argparse.ArgumentParser) -> None:

@@ -11,7 +11,8 @@ detokenizes its own requests; the engine sends each its own outputs.
 Signals go to the parent alone (the others ignore SIGINT and SIGTERM): it tells the others
 to drain (`Drain`), drains its own requests, waits for them to exit, then stops the engines.
 An engine process that dies is not started again here (the others hold its sockets): the
-server drains and exits 1. A front end whose parent is gone exits at once.
+server drains and exits 1. A front end whose parent is gone exits at once; one that exits
+early is logged, and the others serve on.
 """
 
 from __future__ import annotations
@@ -68,9 +69,17 @@ class Parent:
                 link.spare[index - 1].close()
             peer = Peer(ours)
             self.hub.peers.append(peer)
-            nursery.start_soon(peer.serve, self.hub.handle)
+            nursery.start_soon(self._serve, peer, self.processes[-1], shutdown)
         nursery.start_soon(self._watch_engines, models, shutdown)
         log.info("front_ends_started", count=self.count, pids=[p.pid for p in self.processes])
+
+    async def _serve(self, peer: Peer, process: trio.Process, shutdown: trio.Event) -> None:
+        """The hub for one front end, until it goes; one that goes before the drain is logged
+        (the others serve on: the kernel gives its share of connections to them)."""
+        await peer.serve(self.hub.handle)
+        self.hub.peers.remove(peer)
+        if not shutdown.is_set():
+            log.error("front_end_exited", pid=process.pid, returncode=await process.wait())
 
     async def _watch_engines(self, models: ModelRegistry, shutdown: trio.Event) -> None:
         while not shutdown.is_set():

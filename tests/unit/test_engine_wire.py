@@ -23,3 +23,22 @@ def test_every_message_crosses_whole_however_the_stream_is_cut() -> None:
             frames = Frames(kind)
             got = [m for i in range(0, len(stream), cut) for m in frames.feed(stream[i : i + cut])]
             assert got == messages
+
+
+def test_a_vision_requests_arrays_cross_as_they_were() -> None:
+    """Images' processor arrays and M-RoPE positions (numpy) cross as msgpack extension values:
+    the same dtype, shape and values, writable (torch.from_numpy takes them)."""
+    import numpy as np
+
+    from runtime.messages import ImageFeatures, MultiModalPrompt
+
+    pixels = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)[:, ::2]  # not contiguous
+    grid, positions = np.array([[1, 4, 4]], dtype=np.int64), np.zeros((3, 9), dtype=np.int64)
+    image = ImageFeatures(hash="h", runs=((2, 4),), arrays={"pixel_values": pixels, "image_grid_thw": grid})
+    request = TokenizedRequest(request_id="r", prompt_token_ids=[1] * 9, sampling=SamplingParams(), max_tokens=4, seed=1, arrival_time=0.0,
+                               mm=MultiModalPrompt(images=(image,), mrope_positions=positions, mrope_delta=-3))  # fmt: skip
+    (got,) = Frames(ToEngine).feed(frame(Submit([request])))
+    crossed = got.requests[0].mm
+    assert crossed.mrope_delta == -3 and crossed.images[0].runs == ((2, 4),)
+    for sent, came in ((pixels, crossed.images[0].arrays["pixel_values"]), (grid, crossed.images[0].arrays["image_grid_thw"]), (positions, crossed.mrope_positions)):
+        assert came.dtype == sent.dtype and came.shape == sent.shape and (came == sent).all() and came.flags.writeable

@@ -16,8 +16,6 @@ import trio
 from tests.support.adapters import peft_greedy
 from tests.support.servers import KEY, auth, start_server, tiny_config
 
-pytestmark = pytest.mark.in_process  # the engine in the server's process (tests/conftest.py)
-
 PROMPT = [5, 17, 23, 9, 41, 2, 60]
 
 

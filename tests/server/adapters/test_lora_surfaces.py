@@ -19,8 +19,6 @@ from tests.support.adapters import ADAPTERS, peft_greedy
 from tests.support.servers import start_server, tiny_config
 from tests.support.waiting import in_thread
 
-pytestmark = pytest.mark.in_process  # the engine in the server's process (tests/conftest.py)
-
 PROMPT = [5, 17, 23, 9, 41, 2, 60]
 
 

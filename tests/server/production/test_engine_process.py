@@ -2,9 +2,10 @@
 command: the split server answers as the one-process server does (text, logprobs, a grammar,
 n > 1, streamed and not); a client that leaves is aborted across the hop and its blocks are
 free in the engine; the engine process dying ends every open stream with a clean error within
-a second and /health turns 503, then it is started again; it outlives a lull; what it cannot
-serve yet is refused at start in one line (a SIGKILL to the server leaving no engine process
-behind is tests/server/production/test_api_servers.py's).
+a second and /health turns 503, then it is started again; it outlives a lull; a vision model's
+images cross to it, and LoRA adapters (named at start, loaded and unloaded at run time); what
+it cannot serve yet (adapters with several front ends) is refused at start in one line. (A
+SIGKILL to the server leaving no engine process behind: test_api_servers.py.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import trio
 
 from runtime.config import RuntimeConfig
 from runtime.errors import ModelRefused
+from tests.support.adapters import peft_greedy
 from tests.support.servers import Server, start_server, tiny_config
+from tests.support.tiny_vlm import VISION_CASES, case, reference_generate, run_all
 from tests.support.waiting import in_thread, wait_until
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
@@ -142,9 +145,46 @@ async def test_the_engine_process_outlives_a_lull(tiny_model_dir: Path, monkeypa
         server.stop.set()
 
 
+async def test_a_vision_model_answers_from_an_engine_process_as_transformers_does(qwen2_vl_dir: Path) -> None:
+    """Qwen2-VL's requests carry numpy arrays across the socket (pixel values, the image grid,
+    M-RoPE positions): greedy tokens equal transformers' `generate`, one image, two, none."""
+    cases = [VISION_CASES[0], VISION_CASES[1], VISION_CASES[3]]
+    expected = [reference_generate(qwen2_vl_dir, *case(text, seeds)[::2], 8) for text, seeds in cases]
+    got, _ = await run_all(qwen2_vl_dir, cases, 0.003, 8, engine_process=True)
+    assert got == expected
+
+
+async def test_adapters_are_served_and_loaded_in_an_engine_process(tiny_model_dir: Path, lora_adapters: dict[str, Path]) -> None:
+    """A LoRA adapter named at start and one loaded at run time answer PEFT's own greedy text
+    from the engine process; a bad path is the same 400 as in one process; unloading is a 404 after."""
+    from transformers import AutoTokenizer
+
+    tokenizer, prompt = AutoTokenizer.from_pretrained(tiny_model_dir), [5, 17, 23, 9, 41, 2, 60]
+    expected = {name: tokenizer.decode(peft_greedy(tiny_model_dir, path, [prompt])[0][:8]) for name, path in lora_adapters.items()}
+    root = next(iter(lora_adapters.values())).parent
+    config = tiny_config(tiny_model_dir, engine_process=True, enable_lora=True, lora_dir=str(root), lora_modules={"fixed": str(root / "all-r8")}, spec_decoding="off")
+    async with trio.open_nursery() as nursery:
+        server = await start_server(nursery, config)
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as http:
+
+            async def text(model: str) -> str:
+                body = {"model": model, "prompt": prompt, "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+                return str((await http.post("/v1/completions", json=body)).json()["choices"][0]["text"])
+
+            assert await text("fixed") == expected["all-r8"]
+            assert (await http.post("/v1/load_lora_adapter", json={"lora_name": "q", "lora_path": "qv-r4"})).status_code == 200
+            assert await text("q") == expected["qv-r4"] and await text("fixed") == expected["all-r8"]
+            bad = await http.post("/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": "nope"})
+            assert bad.status_code == 400 and bad.json()["error"]["param"] == "lora_path", bad.text
+            assert (await http.post("/v1/unload_lora_adapter", json={"lora_name": "q"})).status_code == 200
+            gone = await http.post("/v1/completions", json={"model": "q", "prompt": prompt, "max_tokens": 2})
+            assert gone.status_code == 404, gone.text
+        server.stop.set()
+
+
 def test_what_an_engine_process_cannot_serve_yet_is_refused_at_start(tiny_model_dir: Path) -> None:
     from actors.build import build_engine
 
-    config = RuntimeConfig(model=str(tiny_model_dir), engine_process=True, enable_lora=True, port=0)
-    with pytest.raises(ModelRefused, match="--engine-process and --enable-lora"):
+    config = RuntimeConfig(model=str(tiny_model_dir), engine_process=True, api_servers=2, enable_lora=True, port=0)
+    with pytest.raises(ModelRefused, match="--api-servers and --enable-lora"):
         build_engine(config)

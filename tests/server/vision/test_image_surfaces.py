@@ -25,8 +25,6 @@ from tests.support.servers import Server, start_server, tiny_config
 from tests.support.tiny_vlm import reference_generate
 from tests.support.waiting import in_thread
 
-pytestmark = pytest.mark.in_process  # the engine in the server's process (tests/conftest.py)
-
 CLOSE = {"Connection": "close"}
 QUESTION = "What is in the picture?"
 NUM_NEW = 8
