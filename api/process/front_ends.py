@@ -1,11 +1,11 @@
 """`--api-servers N`: N HTTP front ends on one port, each a process, sharing each model's engine process.
 
-Owns their life. The parent is front end 0: it listens, starts each model's engine process
-(one socket more per other front end: actors/engine_link.py), serves, and once up starts the
-N-1 others (`python -m api.process.worker`), handing each the listening sockets (the
-kernel gives each connection to one of them), its sockets to the engines, a control socket
-to the parent's hub (api/process/hub.py: rate limits, serving endpoints, /metrics) and the
-command line, which each reads as the parent did. A front end tokenizes, streams and
+Owns their life. The parent is front end 0: it listens, starts the N-1 others (`python -m
+api.process.worker`) with the listening sockets (the kernel gives each connection to one of
+them), a control socket to the parent's hub (api/process/hub.py: rate limits, serving
+endpoints, /metrics) and the command line, which each reads as the parent did while the
+parent loads the models and starts each model's engine process (one socket more per other
+front end: actors/engine_link.py); once it serves, it hands each its engine sockets. A front end tokenizes, streams and
 detokenizes its own requests; the engine sends each its own outputs.
 
 Signals go to the parent alone (the others ignore SIGINT and SIGTERM): it tells the others
@@ -31,14 +31,15 @@ from hypercorn.config import Sockets
 from api.http.databricks.store import EndpointStore
 from api.http.shared.auth import RateLimiter
 from api.process.hub import Drain, Hub, Peer, TellingStore
-from runtime.engine_wire import ATTACH_ENV, attach_key
+from runtime.engine_wire import attach_key
 from runtime.logging import get_logger
 from runtime.registry import ModelRegistry
 
 log = get_logger("front_ends")
 
-# What the parent hands each other front end: the listening sockets' fds, the hub's fd, the
-# command line (JSON) and the front end's number.
+# What the parent hands each other front end at its start: the listening sockets' fds, the
+# hub's fd, the command line (JSON) and the front end's number (its engine sockets come later,
+# over the hub's socket).
 LISTEN_ENV, HUB_ENV, ARGV_ENV, INDEX_ENV = "SWITCHYARD_LISTEN_FDS", "SWITCHYARD_HUB_FD", "SWITCHYARD_ARGV", "SWITCHYARD_FRONT_END"
 
 
@@ -50,26 +51,35 @@ class Parent:
         self.hub = Hub(RateLimiter(platform), EndpointStore(platform.endpoints_db), lambda: b"")
         self.platform = dataclasses.replace(platform, rate_limiter=self.hub.limiter, endpoint_store=TellingStore(self.hub.store, self.hub), metrics_view=self.hub.merged)
         self.processes: list[trio.Process] = []
+        self._hubs: list[socket.socket] = []  # the parent's end of each one's control socket
         self.failed: str | None = None  # an engine process died: exit 1
 
+    async def prepare(self, nursery: trio.Nursery) -> None:
+        """Start the others now, so their imports and checks overlap the models' loading; each
+        waits for its engine sockets (`start`) before it builds its app."""
+        for index in range(1, self.count):
+            ours, theirs = socket.socketpair()
+            listening = [s.fileno() for s in self.sockets.insecure_sockets]
+            env = {**os.environ, HUB_ENV: str(theirs.fileno()), ARGV_ENV: msgspec.json.encode(self.argv).decode(), LISTEN_ENV: ",".join(map(str, listening)), INDEX_ENV: str(index)}
+            command = [sys.executable, "-m", "api.process.worker"]
+            self.processes.append(await nursery.start(partial(trio.run_process, command, env=env, pass_fds=[theirs.fileno(), *listening], check=False, deliver_cancel=_kill)))
+            theirs.close()
+            self._hubs.append(ours)
+
     async def start(self, nursery: trio.Nursery, models: ModelRegistry, app: Any, shutdown: trio.Event) -> None:
+        """Once this front end serves: each other one gets its end of each engine's sockets (over
+        its control socket, SCM_RIGHTS), then the hub answers it."""
         self.hub.exposition = app.extensions["metrics"].exposition
         self.hub.adopt = app.extensions["serving_endpoints"].adopt
         links = [link for runtime in models if (link := getattr(runtime, "link", None)) is not None]
-        for index in range(1, self.count):
-            ours, theirs = socket.socketpair()
-            attach = {attach_key(link.config): link.spare[index - 1].fileno() for link in links}
-            fds = [theirs.fileno(), *attach.values(), *(s.fileno() for s in self.sockets.insecure_sockets)]
-            env = {**os.environ, ATTACH_ENV: msgspec.json.encode(attach).decode(), HUB_ENV: str(theirs.fileno()), ARGV_ENV: msgspec.json.encode(self.argv).decode(),
-                   LISTEN_ENV: ",".join(str(s.fileno()) for s in self.sockets.insecure_sockets), INDEX_ENV: str(index)}  # fmt: skip
-            command = [sys.executable, "-m", "api.process.worker"]
-            self.processes.append(await nursery.start(partial(trio.run_process, command, env=env, pass_fds=fds, check=False)))
-            theirs.close()
+        for index, (ours, process) in enumerate(zip(self._hubs, self.processes, strict=True), 1):
+            keys = [attach_key(link.config) for link in links]
+            socket.send_fds(ours, [msgspec.json.encode(keys)], [link.spare[index - 1].fileno() for link in links])
             for link in links:
                 link.spare[index - 1].close()
             peer = Peer(ours)
             self.hub.peers.append(peer)
-            nursery.start_soon(self._serve, peer, self.processes[-1], shutdown)
+            nursery.start_soon(self._serve, peer, process, shutdown)
         nursery.start_soon(self._watch_engines, models, shutdown)
         log.info("front_ends_started", count=self.count, pids=[p.pid for p in self.processes])
 
@@ -108,3 +118,8 @@ class Parent:
                 log.warning("front_end_killed", pid=process.pid)
                 process.kill()
                 await process.wait()
+
+
+async def _kill(process: trio.Process) -> None:
+    """A start that failed: the others (which ignore SIGTERM) go at once."""
+    process.kill()

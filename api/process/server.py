@@ -47,8 +47,9 @@ async def serve_runtime(
     is loaded, so a taken port fails at once. `freeze_heap`: once the models are up, keep what
     is alive out of later garbage collections (runtime/memory.py; the process's own serve, not
     a test's in-process server, whose frozen objects would outlive it). `companions`: the other
-    front ends (`--api-servers`, api/process/front_ends.py), started once this one serves,
-    drained with it and waited for before the engines stop."""
+    front ends (`--api-servers`, api/process/front_ends.py), started before the models load and
+    given their engines once this one serves, drained with it and waited for before the
+    engines stop."""
     hconfig, companions = _hypercorn_config(config), companions or _Alone()
     sockets = sockets if sockets is not None else listen(config, hconfig)
     models, app = build_app([config, *extra_models], runtime_factory or build_engine, platform)
@@ -58,6 +59,7 @@ async def serve_runtime(
         # acted on once up) rather than killing the process mid-conversion.
         shutdown, force = trio.Event(), trio.Event()
         watcher: trio.CancelScope = await nursery.start(_watch_for_shutdown, shutdown_trigger, shutdown, force)
+        await companions.prepare(nursery)
         await nursery.start(models.run)
         if freeze_heap:
             freeze_startup_heap()
@@ -123,6 +125,7 @@ class BindError(Exception):
 
 
 class Companions(Protocol):
+    async def prepare(self, nursery: trio.Nursery) -> None: ...
     async def start(self, nursery: trio.Nursery, models: ModelRegistry, app: Any, shutdown: trio.Event) -> None: ...
     async def drain(self) -> None: ...
     async def wait(self, timeout: float) -> None: ...
@@ -130,6 +133,9 @@ class Companions(Protocol):
 
 class _Alone:
     """One front end: no one else to start, drain or wait for."""
+
+    async def prepare(self, nursery: trio.Nursery) -> None:
+        pass
 
     async def start(self, nursery: trio.Nursery, models: ModelRegistry, app: Any, shutdown: trio.Event) -> None:
         pass

@@ -1,10 +1,11 @@
 """Another HTTP front end (`--api-servers`, api/process/front_ends.py): its entry point and its side of the hub.
 
 Run as `python -m api.process.worker` by the parent, which hands it the listening sockets, a
-socket to each model's engine process, a control socket to the hub and the command line. It
-reads the command line as the parent did, serves the same app with the platform's shared
-pieces answered by the hub (api/process/hub.py), answers the hub (its metrics, endpoint
-changes, the drain), and ignores SIGINT and SIGTERM: the parent tells it when to drain.
+control socket to the hub and the command line, and later (over that socket) its end of each
+model's engine sockets. It reads the command line as the parent did while the parent loads,
+serves the same app with the platform's shared pieces answered by the hub (api/process/hub.py),
+answers the hub (its metrics, endpoint changes, the drain), and ignores SIGINT and SIGTERM: the
+parent tells it when to drain.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from api.process.front_ends import ARGV_ENV, HUB_ENV, INDEX_ENV, LISTEN_ENV
 from api.process.hub import Drain, Endpoints, HubLimiter, HubStore, MetricsAsk, Peer
 from api.process.main import load, usage_error
 from api.process.server import serve_runtime
+from runtime.engine_wire import ATTACH_ENV
 from runtime.logging import get_logger
 from runtime.registry import ModelRegistry
 
@@ -47,6 +49,9 @@ class Child:
             nursery.start_soon(self._serve_hub)
             await serve()
             self._hub.cancel()
+
+    async def prepare(self, nursery: trio.Nursery) -> None:
+        pass
 
     async def start(self, nursery: trio.Nursery, models: ModelRegistry, app: Any, shutdown: trio.Event) -> None:
         self.app = app
@@ -83,7 +88,12 @@ def main() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     launch = load(msgspec.json.decode(os.environ[ARGV_ENV], type=list[str]))
     listening = [socket.socket(fileno=int(fd)) for fd in os.environ[LISTEN_ENV].split(",")]
-    peer = Peer(socket.socket(fileno=int(os.environ[HUB_ENV])))
+    hub = socket.socket(fileno=int(os.environ[HUB_ENV]))
+    keys, fds, _, _ = socket.recv_fds(hub, 1 << 16, 64)  # the engines' sockets, once the parent serves
+    if not keys:
+        os._exit(1)  # the parent went before it served
+    os.environ[ATTACH_ENV] = msgspec.json.encode(dict(zip(msgspec.json.decode(keys, type=list[str]), fds, strict=True))).decode()  # actors/engine_link.py
+    peer = Peer(hub)
     child = Child(peer)
     platform = dataclasses.replace(
         launch.platform, endpoints=(), rate_limiter=HubLimiter(peer, launch.platform), endpoint_store=HubStore(peer, launch.platform.endpoints_db),
