@@ -1,6 +1,6 @@
 """Guided requests with n-gram drafts on the default configuration (slow: real weights).
 
-Each guided body replays 30 times against one server whose every step drafts (so from the
+Each guided body replays 20 times against one server whose every step drafts (so from the
 second answer on the n-gram pool holds the answer itself, and drafts run past the grammar's
 end: the newline and end of text the model wrote after it). Each must answer 200, the same
 text every time, and a completed grammar ends the request as without drafts (a JSON schema
@@ -23,7 +23,7 @@ from tests.support.waiting import in_thread
 
 pytestmark = [pytest.mark.slow, needs_kernels()]
 
-REPLAYS = 30
+REPLAYS = 20
 MODEL = "smollm2-135m-instruct"
 CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}, "population": {"type": "integer", "minimum": 0, "maximum": 99999999}}, "required": ["city", "population"], "additionalProperties": False}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}}}
