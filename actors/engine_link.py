@@ -16,7 +16,6 @@ only their socket (the child aborts what they left).
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import socket
@@ -50,6 +49,7 @@ from runtime.errors import ModelRefused
 from runtime.logging import get_logger
 from runtime.messages import AbortReason, DropRequests, StepOutputs, TokenizedRequest
 from runtime.protocol import ModelInfo
+from runtime.replies import Gone, Replies
 
 log = get_logger("runtime")
 
@@ -120,9 +120,7 @@ class EngineLink:
         self._queue_send, self._queue = trio.open_memory_channel[tuple[bytes, int]](math.inf)
         self._stopping = False
         self.process: trio.Process | None = None
-        self._calls = itertools.count()
-        self._replies: dict[int, trio.Event] = {}  # adapter calls waiting for their AdapterDone
-        self._done: dict[int, AdapterDone] = {}
+        self._replies = Replies()  # adapter calls waiting for their AdapterDone
         self.spare: list[socket.socket] = []  # the other front ends' ends (`--api-servers`), until handed on
         fd = msgspec.json.decode(os.environ.get(ATTACH_ENV, "{}"), type=dict[str, int]).get(attach_key(config))
         self.attached = socket.socket(fileno=fd) if fd is not None else None  # another front end: the child runs already
@@ -130,16 +128,10 @@ class EngineLink:
     async def adapter(self, name: str, path: str | None) -> None:
         """Load (`path`) or unload a LoRA adapter in the engine process: as actors/lora_control.py's
         `load_into` / `forget_in`, whose ValueError or KeyError it raises here."""
-        call = next(self._calls)
-        self._replies[call] = reply = trio.Event()
         try:
-            self.send(AdapterCall(call, name, path))
-            await reply.wait()
-        finally:
-            done = self._done.pop(call, None)
-            del self._replies[call]
-        if done is None:
-            raise EngineDied("the engine process went while loading an adapter")
+            done: AdapterDone = await self._replies.ask(lambda call: self.send(AdapterCall(call, name, path)))
+        except Gone:
+            raise EngineDied("the engine process went while loading an adapter") from None
         if done.missing:
             raise KeyError(name)
         if done.error is not None:
@@ -172,8 +164,7 @@ class EngineLink:
                 await self._read(stream, frames)
             finally:
                 self.closed = True
-                for waiting in self._replies.values():  # adapter calls: the engine will not answer
-                    waiting.set()
+                self._replies.fail_all()  # adapter calls: the engine will not answer
                 nursery.cancel_scope.cancel()
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
@@ -206,15 +197,12 @@ class EngineLink:
                 for message in frames.feed(data):
                     if isinstance(message, Step):
                         await self._step(message)
-                    elif isinstance(message, AdapterDone) and message.call in self._replies:
-                        self._done[message.call] = message
-                        self._replies[message.call].set()
+                    elif isinstance(message, AdapterDone):
+                        self._replies.answer(message.call, message)
                     elif isinstance(message, Failed):
                         raise EngineDied(f"the engine process failed: {message.error}")
         if not self._stopping:
             raise EngineDied("the engine process exited without being asked to")
-        if self.attached is not None:
-            return
 
     async def _step(self, message: Step) -> None:
         for tokens, elapsed, failed in message.steps:

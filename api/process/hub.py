@@ -15,7 +15,6 @@ The parent's own app uses the same limiter and a store that tells the others of 
 
 from __future__ import annotations
 
-import itertools
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -27,6 +26,7 @@ from api.http.databricks.store import EndpointStore
 from runtime.engine_wire import Frames, frame
 from runtime.logging import get_logger
 from runtime.metrics_merge import merge_expositions
+from runtime.replies import Gone, Replies
 
 log = get_logger("front_ends")
 
@@ -79,8 +79,7 @@ class Peer:
 
     def __init__(self, sock: socket.socket) -> None:
         self.stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
-        self._calls = itertools.count()
-        self._waiting: dict[int, trio.MemorySendChannel[Reply]] = {}
+        self._replies = Replies()
         self._lock = trio.Lock()
 
     async def send(self, message: Message) -> None:
@@ -88,14 +87,10 @@ class Peer:
             await self.stream.send_all(frame(message))  # type: ignore[arg-type]
 
     async def call(self, make: Callable[[int], Message]) -> Any:
-        number = next(self._calls)
-        send, receive = trio.open_memory_channel[Reply](1)
-        self._waiting[number] = send
         try:
-            await self.send(make(number))
-            reply = await receive.receive()
-        finally:
-            self._waiting.pop(number, None)
+            reply: Reply = await self._replies.ask(lambda number: self.send(make(number)))
+        except Gone:
+            raise OSError("the other front end went before it answered") from None
         if reply.error is not None:
             raise OSError(reply.error)
         return reply.value
@@ -107,11 +102,10 @@ class Peer:
             while data := await self._receive():
                 for message in frames.feed(data):
                     if isinstance(message, Reply):
-                        waiting = self._waiting.get(message.call)
-                        if waiting is not None:
-                            waiting.send_nowait(message)
+                        self._replies.answer(message.call, message)
                     else:
                         nursery.start_soon(self._answer, handle, message)
+            self._replies.fail_all()
             nursery.cancel_scope.cancel()
 
     async def _receive(self) -> bytes:
