@@ -88,7 +88,8 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
     # HTTP front end's Python never takes turns with the step's on one GIL.
     engine_process: bool = False
     # HTTP front ends on the one port (`--api-servers`), each its own process, all talking to
-    # each model's one engine process (api/process/front_ends.py); more than 1 implies engine_process.
+    # each model's one engine process (api/process/front_ends.py); more than 1 implies
+    # engine_process. The command line's "auto" is `front_ends_for` this machine.
     api_servers: int = 1
     # Speculative decoding (SPEC_DECODING_MODES): "ngram" drafts from each request's own tokens
     # and from the n-grams finished requests wrote (actors/drafting.py); "draft" from
@@ -155,6 +156,17 @@ class RuntimeConfig(msgspec.Struct, kw_only=True):
                 return "off"
             return "draft" if self.draft_model and not self.enable_lora else "ngram"
         return self.spec_decoding
+
+
+CORES_PER_FRONT_END, MAX_FRONT_ENDS = 8, 4
+
+
+def front_ends_for(engine_process: bool, cores: int) -> int:
+    """`--api-servers auto`: one HTTP front end, or with the engine in its own process one per
+    CORES_PER_FRONT_END cores (at most MAX_FRONT_ENDS), so a GPU host's cores share the HTTP
+    work while a small machine keeps one (docs/performance.md: on 2 cores a second only takes
+    turns). Provisional: the GPU check measures one and two."""
+    return max(1, min(MAX_FRONT_ENDS, cores // CORES_PER_FRONT_END)) if engine_process else 1
 
 
 def stretch_value(value: object) -> float | Literal["auto"] | None:

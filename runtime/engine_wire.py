@@ -110,7 +110,7 @@ def _ext_hook(code: int, data: memoryview) -> Any:
 _encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 
 
-def frame(message: ToEngine | ToFront) -> bytes:
+def frame(message: msgspec.Struct) -> bytes:
     body = _encoder.encode(message)
     return len(body).to_bytes(HEADER, "little") + body
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from dataclasses import dataclass
 from typing import Literal
 
 from api.http.platform import config as platform_config
 from runtime.adapters import parse_module
-from runtime.config import IMAGE_STEP_STRETCH, SPEC_DECODING_MODES, TEXT_STEP_STRETCH, RuntimeConfig, stretch_value
+from runtime.config import IMAGE_STEP_STRETCH, SPEC_DECODING_MODES, TEXT_STEP_STRETCH, RuntimeConfig, front_ends_for, stretch_value
 from runtime.generation_defaults import MODES as GENERATION_MODES
 from runtime.reasoning import PARSERS as REASONING_PARSERS
 from runtime.tool_formats import PARSERS as TOOL_PARSERS
@@ -64,7 +65,7 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
 def _add_process_arguments(p: argparse.ArgumentParser) -> None:
     """Which processes serve: the engine's own, and how many HTTP front ends."""
     p.add_argument("--engine-process", action=argparse.BooleanOptionalAction, default=DEFAULTS.engine_process, help="run each generation model's scheduler and executor in a process of their own, which the server talks to over a socket, so the HTTP front end's Python never takes turns with the step's on one GIL (default off)")
-    p.add_argument("--api-servers", type=_positive_int, default=DEFAULTS.api_servers, help="HTTP front ends serving the one port, each a process of its own talking to each model's one engine process (implies --engine-process; not yet with --enable-lora); rate limits, serving endpoints and /metrics are shared by all (default %(default)s)")
+    p.add_argument("--api-servers", type=_servers, default="auto", help="HTTP front ends serving the one port, each a process of its own talking to each model's one engine process (more than 1 implies --engine-process; not yet with --enable-lora); rate limits, serving endpoints and /metrics are shared by all (default auto: 1, or with --engine-process one per 8 cores, at most 4)")
 
 
 def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -198,6 +199,10 @@ def _number(text: str) -> float:
     return value
 
 
+def _servers(text: str) -> int | str:
+    return "auto" if text == "auto" else _positive_int(text)
+
+
 def _chunks(text: str) -> int | None:
     return None if text == "auto" else _positive_int(text)
 
@@ -223,4 +228,6 @@ def _runtime_config(args: argparse.Namespace) -> RuntimeConfig:
     # Every per-model flag is named as its RuntimeConfig field (task comes from the config file).
     values = {name: getattr(args, name) for name in RuntimeConfig.__struct_fields__ if hasattr(args, name)}
     values["lora_modules"] = dict(values.get("lora_modules") or [])  # NAME=DIR pairs
+    if values.get("api_servers") == "auto":
+        values["api_servers"] = front_ends_for(bool(values.get("engine_process")), os.cpu_count() or 1)
     return RuntimeConfig(**values)

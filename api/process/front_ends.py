@@ -72,11 +72,16 @@ class Parent:
         self.hub.exposition = app.extensions["metrics"].exposition
         self.hub.adopt = app.extensions["serving_endpoints"].adopt
         links = [link for runtime in models if (link := getattr(runtime, "link", None)) is not None]
+        keys = msgspec.json.encode([attach_key(link.config) for link in links])
         for index, (ours, process) in enumerate(zip(self._hubs, self.processes, strict=True), 1):
-            keys = [attach_key(link.config) for link in links]
-            socket.send_fds(ours, [msgspec.json.encode(keys)], [link.spare[index - 1].fileno() for link in links])
-            for link in links:
-                link.spare[index - 1].close()
+            try:
+                socket.send_fds(ours, [keys], [link.spare[index - 1].fileno() for link in links])
+            except OSError:  # it went while the models loaded (its log says why)
+                log.error("front_end_exited", pid=process.pid, returncode=process.returncode)
+                continue
+            finally:
+                for link in links:
+                    link.spare[index - 1].close()
             peer = Peer(ours)
             self.hub.peers.append(peer)
             nursery.start_soon(self._serve, peer, process, shutdown)

@@ -84,7 +84,7 @@ class Peer:
 
     async def send(self, message: Message) -> None:
         async with self._lock:
-            await self.stream.send_all(frame(message))  # type: ignore[arg-type]
+            await self.stream.send_all(frame(message))
 
     async def call(self, make: Callable[[int], Message]) -> Any:
         try:
@@ -115,14 +115,18 @@ class Peer:
             return b""
 
     async def _answer(self, handle: Callable[[Any], Awaitable[Any]], message: Any) -> None:
+        """One call answered: its value, or the line of what it raised (a store that cannot be
+        written, say), so that a failing call fails that call alone."""
         try:
-            value = await handle(message)
-        except (OSError, ValueError) as exc:
-            if hasattr(message, "call"):
-                await self.send(Reply(message.call, error=f"{type(exc).__name__}: {exc}"))
-            return
+            reply = Reply(getattr(message, "call", -1), value=await handle(message))
+        except Exception as exc:  # noqa: BLE001 - sent back to the caller, whose request fails cleanly
+            log.error("front_end_call_failed", message=type(message).__name__, error=repr(exc)[:300])
+            reply = Reply(getattr(message, "call", -1), error=f"{type(exc).__name__}: {exc}")
         if hasattr(message, "call"):
-            await self.send(Reply(message.call, value=value))
+            try:
+                await self.send(reply)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the caller went
 
 
 class Hub:

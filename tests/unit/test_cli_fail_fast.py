@@ -86,3 +86,13 @@ def test_front_ends_are_counted_from_one_and_are_serves_alone(tmp_path: Path) ->
     assert proc.returncode == 2 and "argument --api-servers: must be at least 1" in proc.stderr.splitlines()[-1], proc.stderr  # argparse's usage, then the line
     proc = run_cli("serve-ray", "--api-servers", "2", "--no-embeddings", tmp_path=tmp_path)
     assert_one_line_usage_error(proc, "--api-servers", "serve-ray")
+
+
+def test_front_ends_by_default_follow_the_cores_only_with_the_engine_process() -> None:
+    from api.process.flags import parse_args
+    from runtime.config import front_ends_for
+
+    assert [front_ends_for(False, cores) for cores in (2, 16, 64)] == [1, 1, 1]  # one process: one front end
+    assert [front_ends_for(True, cores) for cores in (2, 8, 16, 24, 64)] == [1, 1, 2, 3, 4]
+    assert parse_args(["serve", "--api-servers", "3"]).config.api_servers == 3
+    assert parse_args(["serve"]).config.api_servers == 1
