@@ -89,7 +89,9 @@ def main() -> None:
     launch = load(msgspec.json.decode(os.environ[ARGV_ENV], type=list[str]))
     listening = [socket.socket(fileno=int(fd)) for fd in os.environ[LISTEN_ENV].split(",")]
     hub = socket.socket(fileno=int(os.environ[HUB_ENV]))
-    keys, fds, _, _ = socket.recv_fds(hub, 1 << 16, 64)  # the engines' sockets, once the parent serves
+    # The engines' sockets, once the parent serves. Linux ends a read at the message that carries
+    # descriptors, so the hub's frames that follow are not read with it.
+    keys, fds, _, _ = socket.recv_fds(hub, 1 << 16, 64)
     if not keys:
         os._exit(1)  # the parent went before it served
     os.environ[ATTACH_ENV] = msgspec.json.encode(dict(zip(msgspec.json.decode(keys, type=list[str]), fds, strict=True))).decode()  # actors/engine_link.py
