@@ -2,10 +2,10 @@
 
 Run as `python -m api.process.worker` by the parent, which hands it the listening sockets, a
 control socket to the hub and the command line, and later (over that socket) its end of each
-model's engine sockets. It reads the command line as the parent did while the parent loads,
-serves the same app with the platform's shared pieces answered by the hub (api/process/hub.py),
-answers the hub (its metrics, endpoint changes, the drain), and ignores SIGINT and SIGTERM: the
-parent tells it when to drain.
+model's engine sockets. It reads the command line and builds its app as the parent did while
+the parent loads, serves it with the platform's shared pieces answered by the hub
+(api/process/hub.py), answers the hub (its metrics, endpoint changes, the drain), and ignores
+SIGINT and SIGTERM: the parent tells it when to drain.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ log = get_logger("front_ends")
 class Child:
     """Another front end's side: answers the hub (its exposition, endpoint changes, the drain)."""
 
-    def __init__(self, peer: Peer) -> None:
-        self.peer = peer
+    def __init__(self, peer: Peer, hub: socket.socket) -> None:
+        self.peer, self._raw = peer, hub
+        self._attached = trio.Event()
         self.drained = trio.Event()
         self.app: Any = None
         self._hub = trio.CancelScope()
@@ -51,7 +52,15 @@ class Child:
             self._hub.cancel()
 
     async def prepare(self, nursery: trio.Nursery) -> None:
-        pass
+        """The engines' sockets, once the parent serves (its app is built meanwhile). Linux ends a
+        read at the message that carries descriptors, so the hub's frames that follow are not
+        read with it; the hub's reader starts after it."""
+        await trio.lowlevel.wait_readable(self._raw)
+        keys, fds, _, _ = socket.recv_fds(self._raw, 1 << 16, 64)
+        if not keys:
+            os._exit(1)  # the parent went before it served
+        os.environ[ATTACH_ENV] = msgspec.json.encode(dict(zip(msgspec.json.decode(keys, type=list[str]), fds, strict=True))).decode()  # actors/engine_link.py
+        self._attached.set()
 
     async def start(self, nursery: trio.Nursery, models: ModelRegistry, app: Any, shutdown: trio.Event) -> None:
         self.app = app
@@ -60,6 +69,7 @@ class Child:
 
     async def _serve_hub(self) -> None:
         with self._hub:
+            await self._attached.wait()
             await self.peer.serve(self._handle)
             log.error("front_end_orphaned")  # the parent is gone: so are the engines
             os._exit(1)
@@ -89,14 +99,8 @@ def main() -> None:
     launch = load(msgspec.json.decode(os.environ[ARGV_ENV], type=list[str]))
     listening = [socket.socket(fileno=int(fd)) for fd in os.environ[LISTEN_ENV].split(",")]
     hub = socket.socket(fileno=int(os.environ[HUB_ENV]))
-    # The engines' sockets, once the parent serves. Linux ends a read at the message that carries
-    # descriptors, so the hub's frames that follow are not read with it.
-    keys, fds, _, _ = socket.recv_fds(hub, 1 << 16, 64)
-    if not keys:
-        os._exit(1)  # the parent went before it served
-    os.environ[ATTACH_ENV] = msgspec.json.encode(dict(zip(msgspec.json.decode(keys, type=list[str]), fds, strict=True))).decode()  # actors/engine_link.py
     peer = Peer(hub)
-    child = Child(peer)
+    child = Child(peer, hub)
     platform = dataclasses.replace(
         launch.platform, endpoints=(), rate_limiter=HubLimiter(peer, launch.platform), endpoint_store=HubStore(peer, launch.platform.endpoints_db),
         metrics_view=lambda: peer.call(MetricsAsk),
