@@ -115,7 +115,7 @@ async def _read(
                 if isinstance(message, Submit):  # a request and its siblings reach the scheduler together, as in one process
                     group = [await _with_matcher(request, guides) for request in message.requests]
                     for request in group:
-                        writer.owner[request.request_id] = index
+                        writer.claim(request.request_id, index)
                         requests.send_nowait(request)  # room: each front end admits at most max_pending
                 elif isinstance(message, Abort):
                     aborts.send_nowait(AbortRequest(message.request_id, message.reason))
@@ -181,23 +181,33 @@ class _Writer:
         self._lock = trio.Lock()
         self._sent: dict[str, int] = {}
 
+    def claim(self, request_id: str, index: int) -> None:
+        """A request came from front end `index` (its outputs go there); one front end owns all."""
+        if len(self.streams) > 1:
+            self.owner[request_id] = index
+
     async def send(self, outputs: StepOutputs | None = None, dropped: list[str] | None = None) -> None:
         async with self._lock:
             self._sent = counters = self.scheduler.statistics()  # a dozen ints: /metrics reads the latest
             done, self.steps[:] = list(self.steps), []
-            items: list[list[TokenDelta]] = [[] for _ in self.streams]
-            drops: list[list[str]] = [[] for _ in self.streams]
-            for delta in outputs.items if outputs is not None else ():
-                owner = self.owner.pop(delta.request_id, 0) if delta.finish_reason is not None else self.owner.get(delta.request_id, 0)
-                items[owner].append(delta)
-            for request_id in dropped or ():
-                drops[self.owner.pop(request_id, 0)].append(request_id)
             quiet = outputs is None and dropped is None  # the counters alone: to every front end
-            for index, stream in enumerate(self.streams):
-                if index in self.gone or (index and not quiet and not items[index] and not drops[index]):
+            for index, (mine, drops) in enumerate(self._split(outputs, dropped or [])):
+                if index in self.gone or (index and not quiet and mine is None and not drops):
                     continue
-                mine = StepOutputs(step_id=outputs.step_id, items=items[index]) if outputs is not None and items[index] else None
-                await _send_or_lose(stream, frame(Step(outputs=mine, dropped=drops[index], steps=[] if index else done, counters=counters)), index, self.gone)
+                await _send_or_lose(self.streams[index], frame(Step(outputs=mine, dropped=drops, steps=[] if index else done, counters=counters)), index, self.gone)
+
+    def _split(self, outputs: StepOutputs | None, dropped: list[str]) -> list[tuple[StepOutputs | None, list[str]]]:
+        """Each front end's share of a step's outputs and drops (one front end: all of it, as it is)."""
+        if len(self.streams) == 1:
+            return [(outputs, dropped)]
+        items: list[list[TokenDelta]] = [[] for _ in self.streams]
+        drops: list[list[str]] = [[] for _ in self.streams]
+        for delta in outputs.items if outputs is not None else ():
+            owner = self.owner.pop(delta.request_id, 0) if delta.finish_reason is not None else self.owner.get(delta.request_id, 0)
+            items[owner].append(delta)
+        for request_id in dropped:
+            drops[self.owner.pop(request_id, 0)].append(request_id)
+        return [(StepOutputs(step_id=outputs.step_id, items=mine) if outputs is not None and mine else None, gone) for mine, gone in zip(items, drops, strict=True)]
 
     async def reply(self, index: int, message: AdapterDone) -> None:
         async with self._lock:
