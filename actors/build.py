@@ -37,6 +37,7 @@ def build_engine(config: RuntimeConfig) -> Engine:
 
     from transformers import GenerationConfig
 
+    from actors.runners.runner_config import RunnerConfig
     from actors.runners.torch_runner import TorchRunner
     from actors.runners.vision.families import family_of as vision_family
 
@@ -62,14 +63,7 @@ def build_engine(config: RuntimeConfig) -> Engine:
     refused = spawn_error(config) if config.engine_process else None
     if refused:
         raise ModelRefused(refused)
-    runner = TorchRunner(
-        path, device=config.device, dtype=config.dtype, num_kv_blocks=config.num_kv_blocks, kv_cache_gib=config.kv_cache_gib, block_size=config.block_size,
-        memory_utilization=config.memory_utilization, memory_parts=config.memory_parts,
-        num_threads=config.num_threads, max_model_len=config.max_model_len, batch_invariant=config.batch_invariant, model_impl=config.model_impl,
-        compile=config.compile, quantization=config.quantization, cuda_graphs=config.cuda_graphs, max_num_seqs=config.max_num_seqs,
-        max_step_tokens=config.max_num_batched_tokens, draft_model=_draft_model(config),
-        lora=_lora(config),
-    )
+    runner = TorchRunner(path, RunnerConfig.of(config, _draft_model(config), _lora(config)))
     defaults = read_defaults(path, config.generation_config)
     return Engine(config, runner, tokenizer, config.served_name or name, frozenset(eos), images=images, sampling_defaults=defaults)
 

@@ -33,6 +33,7 @@ from actors.runners.kv_alloc import lazy_zeros
 from actors.runners.native import config as native_config
 from actors.runners.native import families
 from actors.runners.native.path import NativePath
+from actors.runners.runner_config import RunnerConfig
 from runtime.logging import get_logger
 from runtime.messages import DRAFT_TOKEN, ScheduledSeq
 
@@ -65,7 +66,7 @@ class DraftModel:
         if unsupported is not None:
             raise ValueError(f"--draft-model {self.model_dir}: the native path cannot run it ({unsupported})")
         started = time.perf_counter()
-        self.path = NativePath(self.model_dir, hf, dtype, device, False, max_len, compile=False, cuda_graphs=False, block_size=block_size)
+        self.path = NativePath(self.model_dir, hf, RunnerConfig(max_model_len=max_len, batch_invariant=False, compile=False, cuda_graphs=False, block_size=block_size), dtype, device)
         if self.path.vocab_size != vocab_size:
             raise ValueError(f"--draft-model {self.model_dir}: {self.path.vocab_size} tokens, the target {vocab_size}: it must share the target's vocabulary")
         shape = (self.path.num_kv_heads, num_slots, self.path.head_dim)

@@ -20,9 +20,9 @@ from actors.runners.invariant import module_fixed_block_linear
 from actors.runners.native import config as native_config
 from actors.runners.native import families, shipped
 from actors.runners.native.path import NativePath
+from actors.runners.runner_config import RunnerConfig
 from actors.runners.vision.families import family_of
 from actors.runners.vision.path import VisionPath
-from runtime.adapters import LoraSettings
 from runtime.checkpoints import checkpoint_error, fp8
 from runtime.errors import ModelRefused
 from runtime.logging import get_logger
@@ -124,16 +124,13 @@ def served_quantization(quantization: str | None, model_dir: Path, dtype_explici
     return shipped.SCHEME, None
 
 
-def choose(
-    model_dir: Path, model_impl: str, dtype: torch.dtype, device: torch.device, batch_invariant: bool | None, max_len: int | None, compile: bool | None = False,
-    quantization: str | None = None, cuda_graphs: bool | None = None, block_size: int = 16, max_num_seqs: int = 256, dtype_explicit: bool = False,
-    max_step_tokens: int = 0, lora: LoraSettings | None = None,
-) -> ModelPath:  # fmt: skip
-    """The native path when asked for or (auto) when it supports the model; else transformers.
-    `compile`, `quantization` and `cuda_graphs` apply to the native path only (transformers'
-    modules stay eager and dense); quantization with a model the native path cannot run is an
-    error. `quantization` None: the checkpoint's own quantized blocks where it ships them
-    (`served_quantization`), unless `dtype_explicit` (--dtype given) asks for the dense upcast."""
+def choose(model_dir: Path, config: RunnerConfig, dtype: torch.dtype, device: torch.device) -> ModelPath:
+    """The native path when asked for (`config.model_impl`) or (auto) when it supports the model;
+    else transformers. Compile, quantization, graphs and adapters apply to the native path only
+    (transformers' modules stay eager and dense); quantization with a model the native path
+    cannot run is an error. `config.quantization` None: the checkpoint's own quantized blocks
+    where it ships them (`served_quantization`), unless a dtype was asked for (the dense upcast)."""
+    model_impl, quantization, batch_invariant, max_len, lora = config.model_impl, config.quantization, config.batch_invariant, config.max_model_len, config.lora
     if model_impl not in ("auto", "native", "transformers"):
         raise ValueError(f"model_impl must be auto, native or transformers, not {model_impl!r}")
     _check_quantization(quantization, model_dir, model_impl, device, batch_invariant)
@@ -153,11 +150,8 @@ def choose(
         hf = native_config.load_hf_config(model_dir)
         unsupported = families.check(hf, max_len)
         if unsupported is None:
-            scheme, dense_because = served_quantization(quantization, model_dir, dtype_explicit, device, batch_invariant)
-            path: ModelPath = NativePath(
-                model_dir, hf, dtype, device, batch_invariant, max_len, compile=compile, quantization=scheme, cuda_graphs=cuda_graphs, block_size=block_size,
-                max_num_seqs=max_num_seqs, max_step_tokens=max_step_tokens, lora=lora,
-            )
+            scheme, dense_because = served_quantization(quantization, model_dir, config.dtype_explicit, device, batch_invariant)
+            path: ModelPath = NativePath(model_dir, hf, config.with_(quantization=scheme), dtype, device)
             extra = {"shipped_weights_served_dense": dense_because} if dense_because else {}
             log.info("model_path", impl=path.impl, model=str(model_dir), load_s=round(time.perf_counter() - started, 2), **extra)
             return path

@@ -28,9 +28,9 @@ from actors.runners.native.graph_steps import SCRATCH_TOKENS
 from actors.runners.native.lora import Adapters
 from actors.runners.native.path import NativePath
 from actors.runners.request_state import RequestStates
+from actors.runners.runner_config import RunnerConfig
 from actors.runners.sampler import SamplingBatch, apply_penalties, sample
 from actors.runners.vision.path import VisionPath
-from runtime.adapters import LoraSettings
 from runtime.kv_budget import GIB
 from runtime.logging import get_logger
 from runtime.messages import NewRequest, ScheduledSeq, StepPlan, StepResult
@@ -100,47 +100,11 @@ def _weights_identity(model_dir: Path) -> list[object]:
 
 
 class TorchRunner:
-    def __init__(
-        self,
-        model_dir: Path,
-        *,
-        device: str | None = None,
-        dtype: str | None = None,
-        num_kv_blocks: int | None = None,
-        kv_cache_gib: float | None = None,
-        memory_utilization: float | None = None,
-        memory_parts: int = 1,
-        block_size: int = 16,
-        num_threads: int | None = None,
-        max_model_len: int | None = None,
-        batch_invariant: bool | None = None,
-        model_impl: str = "auto",
-        compile: bool | None = False,
-        quantization: str | None = None,
-        cuda_graphs: bool | None = None,
-        max_num_seqs: int = 256,
-        max_step_tokens: int = 512,
-        draft_model: Path | None = None,
-        lora: LoraSettings | None = None,
-    ) -> None:
+    def __init__(self, model_dir: Path, config: RunnerConfig | None = None) -> None:
         self.model_dir = Path(model_dir)
-        self._lora = lora  # LoRA adapters (runtime/adapters.py), on the native path
-        self._requested_device = device
-        self.device_key = device_key(device)
-        self._requested_dtype = dtype
-        self._num_kv_blocks = num_kv_blocks
-        self._kv_cache_gib = kv_cache_gib  # None, with no block count: sized from memory (kv_alloc.py)
-        self._memory_utilization, self._memory_parts = memory_utilization, memory_parts
-        self.block_size = block_size
-        self._num_threads = num_threads
-        self._max_model_len = max_model_len
-        self._batch_invariant = batch_invariant
-        self._model_impl = model_impl
-        self._compile = compile
-        self._quantization = quantization
-        self._cuda_graphs = cuda_graphs
-        self._max_num_seqs = max_num_seqs
-        self._max_step_tokens = max_step_tokens
+        self.config = config = config or RunnerConfig()  # every setting, handed whole to what it builds
+        self.device_key = device_key(config.device)
+        self.block_size = config.block_size
         self.model: ModelPath | None = None
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
@@ -148,31 +112,28 @@ class TorchRunner:
         # releases the GIL), so constrained requests add little to the step's critical path.
         self.masks: GrammarMasks | None = None  # made with the vocabulary, at load
         self.requests = RequestStates()  # per-request history and grammar state; this thread its only writer
-        self.draft = DraftModel(draft_model) if draft_model is not None else None  # --spec-decoding draft
+        self.draft = DraftModel(config.draft_model) if config.draft_model is not None else None  # --spec-decoding draft
 
     # -- life cycle ---------------------------------------------------------------------------
 
     def load(self) -> ModelInfo:
-        if self._num_threads:
-            torch.set_num_threads(self._num_threads)
-        self.device = pick_device(self._requested_device)
+        config = self.config
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.device = pick_device(config.device)
         if self.device.type == "cuda":  # this is the device thread: its kernels, streams and graphs go here
             torch.cuda.set_device(self.device)
-        self.dtype = pick_dtype(self._requested_dtype, self.device)
+        self.dtype = pick_dtype(config.dtype, self.device)
         if self.device.type == "cpu":  # the step's large tensors reuse freed memory, not fresh pages (host_malloc.py)
             keep_freed_memory()
-        model = choose(
-            self.model_dir, self._model_impl, self.dtype, self.device, self._batch_invariant, self._max_model_len, self._compile, self._quantization,
-            self._cuda_graphs, self.block_size, self._max_num_seqs, dtype_explicit=self._requested_dtype not in (None, "auto"),
-            max_step_tokens=self._max_step_tokens, lora=self._lora,
-        )  # fmt: skip
+        model = choose(self.model_dir, config, self.dtype, self.device)
         self.model = model
         bytes_per_slot = 2 * model.num_layers * model.num_kv_heads * model.head_dim * torch.finfo(self.dtype).bits // 8
-        max_len = self._max_model_len or model.max_position_embeddings
-        reserve = 2 * self._max_num_seqs * model.vocab_size * 4 + (GIB if self.device.type == "cuda" else GIB // 4)  # logits, a step's work
+        max_len = config.max_model_len or model.max_position_embeddings
+        reserve = 2 * config.max_num_seqs * model.vocab_size * 4 + (GIB if self.device.type == "cuda" else GIB // 4)  # logits, a step's work
         num_blocks = kv_blocks(
-            self.device, bytes_per_slot * self.block_size, self.block_size, int(max_len), self._max_num_seqs,
-            num_blocks=self._num_kv_blocks, gib=self._kv_cache_gib, fraction=self._memory_utilization, parts=self._memory_parts, reserve=reserve,
+            self.device, bytes_per_slot * self.block_size, self.block_size, int(max_len), config.max_num_seqs,
+            num_blocks=config.num_kv_blocks, gib=config.kv_cache_gib, fraction=config.memory_utilization, parts=config.memory_parts, reserve=reserve,
         )  # fmt: skip
         # A compiled path keeps blocks past those it reports: the background compile runs its
         # steps there (graph_steps.SCRATCH_TOKENS says how many tokens the longest holds).
@@ -193,7 +154,7 @@ class TorchRunner:
                 raise ValueError(f"--spec-decoding draft: {self.model_dir} is a vision-language model; a draft model drafts for text models only")
             self.draft.load(self.dtype, self.device, num_slots, self.block_size, self.vocab_size, self._max_len)
         fingerprint_src = json.dumps(
-            [_weights_identity(self.model_dir), str(self.dtype), self.device.type, self._kv_request(), self.block_size, int(max_len), torch.__version__, self._batch_invariant, model.impl]
+            [_weights_identity(self.model_dir), str(self.dtype), self.device.type, self._kv_request(), self.block_size, int(max_len), torch.__version__, config.batch_invariant, model.impl]
         )
         return ModelInfo(
             max_model_len=int(max_len),
@@ -211,7 +172,8 @@ class TorchRunner:
     def _kv_request(self) -> list[Any]:
         """What the cache's size was asked as (not the blocks the memory gave: those may differ
         between starts and replicas, and change no answer)."""
-        return [self._num_kv_blocks, self._kv_cache_gib, self._memory_utilization, self._memory_parts]
+        config = self.config
+        return [config.num_kv_blocks, config.kv_cache_gib, config.memory_utilization, config.memory_parts]
 
     def warmup(self) -> list[calibration.Sample]:
         """Run a mixed prefill + decode step so first requests do not pay one-time costs, then

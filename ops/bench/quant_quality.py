@@ -71,13 +71,14 @@ def score(model_dir: str, variant: str, threads: int) -> tuple[Any, Any]:
     import torch
 
     from actors.runners.native.quant import QuantLinear
+    from actors.runners.runner_config import RunnerConfig
     from actors.runners.torch_runner import TorchRunner
 
     ids = load_tokenizer(model_dir)(TEXT)["input_ids"]
     blocks = -(-len(ids) // 16) + 1
     kernel, context = loading(variant.removeprefix(SERVED))
     quantization = {"bf16": "none", "w8a8": "int8", "w8a8-int4": "int4", "w8a8-shipped": "shipped"}.get(kernel, kernel)
-    runner = TorchRunner(Path(model_dir), dtype="bfloat16", num_kv_blocks=blocks, block_size=16, num_threads=threads, model_impl="native", quantization=quantization)
+    runner = TorchRunner(Path(model_dir), RunnerConfig(dtype="bfloat16", num_kv_blocks=blocks, block_size=16, num_threads=threads, model_impl="native", quantization=quantization))
     with context:
         runner.load()
     model: Any = runner.model  # loaded above

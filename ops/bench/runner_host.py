@@ -93,12 +93,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import torch
 
+    from actors.runners.runner_config import RunnerConfig
     from actors.runners.torch_runner import TorchRunner
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         model = trivial_model(args.vocab, Path(tmp))
-        runner = TorchRunner(model, device="cpu", dtype=args.dtype, num_kv_blocks=args.rows * (-(-(args.steps + 40) // 16)) + 8, num_threads=1, max_num_seqs=args.rows)
+        runner = TorchRunner(model, RunnerConfig(device="cpu", dtype=args.dtype, num_kv_blocks=args.rows * (-(-(args.steps + 40) // 16)) + 8, num_threads=1, max_num_seqs=args.rows))
         info = runner.load()
         runner.warmup()
         result: dict[str, Any] = {"cpu": cpu_model(), "rows": args.rows, "steps": args.steps, "vocab": args.vocab, "impl": info.impl, "modes": {}}

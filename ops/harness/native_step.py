@@ -63,6 +63,7 @@ def build_runner(
     The KV cache is the server's default size where that holds the rows (the cache's shape is in
     inductor's cache key: a compiled variant then loads a server's graphs, and a server this
     one's, instead of compiling for minutes), and every compiled graph is in before a timed step."""
+    from actors.runners.runner_config import RunnerConfig
     from actors.runners.torch_runner import TorchRunner
     from runtime.config import RuntimeConfig
 
@@ -71,12 +72,12 @@ def build_runner(
     per_seq = -(-(prompt_tokens + steps + 8) // BLOCK)
     needed = per_seq * max_batch + 4
     runner = TorchRunner(
-        Path(model_dir), device=device, dtype=dtype, kv_cache_gib=RuntimeConfig().kv_cache_gib, block_size=BLOCK, num_threads=threads, model_impl=impl, **options
+        Path(model_dir), RunnerConfig(device=device, dtype=dtype, kv_cache_gib=RuntimeConfig().kv_cache_gib, block_size=BLOCK, num_threads=threads, model_impl=impl, **options)
     )
     with context:
         runner.load()
     if runner.k_cache[0].shape[1] < needed * BLOCK:  # the default size is too small for these rows: as many blocks as they need
-        runner = TorchRunner(Path(model_dir), device=device, dtype=dtype, num_kv_blocks=needed, block_size=BLOCK, num_threads=threads, model_impl=impl, **options)
+        runner = TorchRunner(Path(model_dir), RunnerConfig(device=device, dtype=dtype, num_kv_blocks=needed, block_size=BLOCK, num_threads=threads, model_impl=impl, **options))
         with context:
             runner.load()
     graph = runner.compile_in_background()

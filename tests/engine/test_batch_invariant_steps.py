@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from actors.runners.runner_config import RunnerConfig
 from actors.runners.torch_runner import TorchRunner
 from tests.support.device import suite_device
 from tests.support.tiny_model import build_tiny_decoder
@@ -42,7 +43,7 @@ def _decode_logits(runner: TorchRunner, lengths: list[int]) -> torch.Tensor:
 
 @pytest.mark.parametrize("impl", ["native", "transformers"])
 def test_a_sequence_decodes_the_same_alone_or_beside_others(real_width_model: Path, impl: str) -> None:
-    runner = TorchRunner(real_width_model, device=suite_device(), dtype="bfloat16", num_kv_blocks=800, block_size=4, num_threads=1, model_impl=impl, batch_invariant=True)
+    runner = TorchRunner(real_width_model, RunnerConfig(device=suite_device(), dtype="bfloat16", num_kv_blocks=800, block_size=4, num_threads=1, model_impl=impl, batch_invariant=True))
     runner.load()
     alone = _decode_logits(runner, [37])[0]
     crowds = ([37, 5, 70, 130, 12], [100, 37] + [3 + 9 * i for i in range(15)])

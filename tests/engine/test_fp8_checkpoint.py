@@ -14,6 +14,7 @@ import torch
 
 from actors.runners.model_paths import choose
 from actors.runners.native.families import ARCHITECTURES
+from actors.runners.runner_config import RunnerConfig
 from runtime.checkpoints import checkpoint_error
 from runtime.errors import ModelRefused
 from tests.support.equivalence import make_prompts, reference, run_engine
@@ -75,7 +76,7 @@ def _own_logits(model_dir: Path, prompt: list[int]) -> torch.Tensor:
 def _logits(model_dir: Path, prompt: list[int]) -> torch.Tensor:
     from actors.runners.torch_runner import TorchRunner
 
-    runner = TorchRunner(model_dir, device="cpu", dtype="float32", compile=False, num_kv_blocks=16, block_size=16, model_impl="native")
+    runner = TorchRunner(model_dir, RunnerConfig(device="cpu", dtype="float32", compile=False, num_kv_blocks=16, block_size=16, model_impl="native"))
     runner.load()
     with torch.inference_mode():
         step, positions = runner.model.build_step([(0, len(prompt))], [[0, 1]], 16, runner.k_cache, runner.v_cache)
@@ -84,14 +85,14 @@ def _logits(model_dir: Path, prompt: list[int]) -> torch.Tensor:
 
 def test_fp8_is_served_in_bf16_by_the_default_kernels(dense: Path, tmp_path: Path) -> None:
     fp8 = to_fp8(dense, tmp_path / "fp8", 32)
-    path = choose(fp8, "auto", torch.bfloat16, torch.device("cpu"), None, None)
+    path = choose(fp8, RunnerConfig(), torch.bfloat16, torch.device("cpu"))
     assert path.impl == "native+bf16+rowwise", path.impl
 
 
 def test_fp8_off_the_native_path_is_refused_in_one_line(dense: Path, tmp_path: Path) -> None:
     fp8 = to_fp8(dense, tmp_path / "fp8", 32)
     with pytest.raises(ModelRefused, match="FP8, served on the native path only"):
-        choose(fp8, "transformers", torch.float32, torch.device("cpu"), None, None)
+        choose(fp8, RunnerConfig(model_impl="transformers"), torch.float32, torch.device("cpu"))
     config = json.loads((fp8 / "config.json").read_text())
     (fp8 / "config.json").write_text(json.dumps({**config, "architectures": ["GPT2LMHeadModel"]}))
     assert "served on the native path only" in (checkpoint_error(str(fp8), native=ARCHITECTURES) or "")

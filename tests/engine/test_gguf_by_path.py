@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from actors.runners.runner_config import RunnerConfig
 from runtime.model_store import gguf_error, resolve_model
 from runtime.request import Prompt
 from tests.support.equivalence import NUM_NEW, greedy_concurrently, reference
@@ -83,7 +84,7 @@ def test_blocks_are_served_as_shipped_within_the_bound(files: dict[str, Path], k
 
     _, stored = resolve_model(str(files[kind]))
     assert (stored / "shipped.safetensors").is_file()
-    runner = TorchRunner(stored, device="cpu", compile=False, num_kv_blocks=16, block_size=16)
+    runner = TorchRunner(stored, RunnerConfig(device="cpu", compile=False, num_kv_blocks=16, block_size=16))
     info = runner.load()
     assert info.impl.startswith("native+q4_1" if kind == "q4_0" else "native+q8_0"), info.impl
     own = AutoModelForCausalLM.from_pretrained(stored, dtype=torch.float32).eval()  # transformers' dequantization of the file, as stored
@@ -103,7 +104,7 @@ def test_blocks_are_served_as_shipped_within_the_bound(files: dict[str, Path], k
 def _served(stored: Path, prompt: list[int]) -> torch.Tensor:
     from actors.runners.torch_runner import TorchRunner
 
-    runner = TorchRunner(stored, device="cpu", compile=False, num_kv_blocks=16, block_size=16)
+    runner = TorchRunner(stored, RunnerConfig(device="cpu", compile=False, num_kv_blocks=16, block_size=16))
     runner.load()
     with torch.inference_mode():
         step, positions = runner.model.build_step([(0, len(prompt))], [[0, 1]], 16, runner.k_cache, runner.v_cache)

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from actors.runners.kv_alloc import lazy_zeros
+from actors.runners.runner_config import RunnerConfig
 from actors.runners.torch_runner import TorchRunner
 from runtime.kv_budget import host_memory
 from tests.support.tiny_model import build_tiny_decoder
@@ -18,7 +19,7 @@ WINDOW = 32_768
 
 
 def _runner(model: Path, **options: object) -> TorchRunner:
-    return TorchRunner(model, device="cpu", dtype="float32", max_num_seqs=128, compile=False, **options)  # type: ignore[arg-type]
+    return TorchRunner(model, RunnerConfig(device="cpu", dtype="float32", max_num_seqs=128, compile=False, **options))  # type: ignore[arg-type]
 
 
 def test_a_model_gets_its_whole_window_and_the_cache_costs_nothing_until_used(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from actors.runners.native.lora import Adapters
+from actors.runners.runner_config import RunnerConfig
 from runtime.adapters import LoraSettings, lora_error, read_adapter
 from runtime.request import Prompt
 from tests.support.adapters import ADAPTERS, peft_greedy
@@ -123,7 +124,7 @@ async def test_an_int4_base_takes_adapters_within_the_bound(tiny_model_dir: Path
 
     configs = tuple(read_adapter(n, str(p), 16) for n, p in lora_adapters.items())
     lora = LoraSettings(configs, 4, 16)
-    runner = TorchRunner(tiny_model_dir, device="cpu", dtype="float32", compile=False, num_kv_blocks=16, block_size=16, model_impl="native", quantization="int4", lora=lora)
+    runner = TorchRunner(tiny_model_dir, RunnerConfig(device="cpu", dtype="float32", compile=False, num_kv_blocks=16, block_size=16, model_impl="native", quantization="int4", lora=lora))
     runner.load()
     assert runner.model is not None and runner.model.impl.endswith("+lora"), runner.model.impl
     prompt = make_prompts(100)[6]
@@ -185,7 +186,7 @@ def test_the_row_invariant_kernels_take_adapters_and_keep_every_row_invariant(ti
     from actors.runners.torch_runner import TorchRunner
 
     lora = LoraSettings(tuple(read_adapter(n, str(p), 16) for n, p in lora_adapters.items()), 4, 16)
-    runner = TorchRunner(tiny_model_dir, device="cpu", dtype="bfloat16", compile=False, num_kv_blocks=16, block_size=16, model_impl="native", lora=lora)
+    runner = TorchRunner(tiny_model_dir, RunnerConfig(device="cpu", dtype="bfloat16", compile=False, num_kv_blocks=16, block_size=16, model_impl="native", lora=lora))
     runner.load()
     assert runner.model is not None and runner.model.impl == "native+bf16+rowwise+lora", runner.model.impl
     base, tuned = make_prompts(100)[6], make_prompts(100)[7]

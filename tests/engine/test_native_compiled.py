@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from actors.runners.runner_config import RunnerConfig
 from actors.runners.torch_runner import TorchRunner
 from runtime.messages import NewRequest, ScheduledSeq, StepPlan
 from runtime.sampling import SamplingParams
@@ -48,12 +49,12 @@ def _run(runner: TorchRunner) -> list[dict[str, int]]:
 
 def test_compiled_steps_never_recompile_and_match_eager(tiny_model_dir: Path) -> None:
     kwargs = dict(device="cpu", dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
-    eager = TorchRunner(tiny_model_dir, **kwargs)
+    eager = TorchRunner(tiny_model_dir, RunnerConfig(**kwargs))
     eager.load()
     # One sequence a step at most (max_num_seqs=1), so the graphs of several rows are never
     # compiled: their compiling would go on in the background through the tests after this
     # one (test_native_decode_graph.py has them). The steps of 2 and 3 sequences run eager.
-    compiled = TorchRunner(tiny_model_dir, compile=True, max_num_seqs=1, **kwargs)
+    compiled = TorchRunner(tiny_model_dir, RunnerConfig(compile=True, max_num_seqs=1, **kwargs))
     assert compiled.load().impl == "native+compiled"
     compiled.warmup()
     graph = compiled.model.decode_graph
@@ -83,8 +84,9 @@ def fake_compile(fn, **kwargs):  # what torch.compile does first: import inducto
     import torch._inductor.config  # noqa: F401
     return fn
 torch.compile = fake_compile
+from actors.runners.runner_config import RunnerConfig
 from actors.runners.torch_runner import TorchRunner
-TorchRunner(sys.argv[1], device="cpu", dtype="float32", num_kv_blocks=8, block_size=4, num_threads=1, compile=True).load()
+TorchRunner(sys.argv[1], RunnerConfig(device="cpu", dtype="float32", num_kv_blocks=8, block_size=4, num_threads=1, compile=True)).load()
 print(seen[0], os.environ["TORCHINDUCTOR_CACHE_DIR"])
 """
 
@@ -116,10 +118,10 @@ def test_the_cpu_default_compiles_in_the_background_and_the_flag_turns_it_off(ti
     assert parse_args(["serve"]).config.compile is None
     assert parse_args(["serve", "--no-compile"]).config.compile is False
     kwargs = dict(device="cpu", dtype="float32", num_kv_blocks=8, block_size=4, num_threads=1)
-    default = TorchRunner(tiny_model_dir, compile=None, **kwargs)
+    default = TorchRunner(tiny_model_dir, RunnerConfig(compile=None, **kwargs))
     info = default.load()
     assert info.impl == "native+compiled" and info.num_kv_blocks == 8
     assert default.k_cache[0].shape[1] == (8 + -(-SCRATCH_TOKENS // 4)) * 4
     for settings in (dict(compile=False), dict(compile=None, batch_invariant=True)):
-        eager = TorchRunner(tiny_model_dir, **kwargs, **settings)
+        eager = TorchRunner(tiny_model_dir, RunnerConfig(**kwargs, **settings))
         assert "compiled" not in eager.load().impl and eager.k_cache[0].shape[1] == 8 * 4

@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM
 
 from actors.runners.native import cuda_graphs
 from actors.runners.native.cuda_graphs import BucketedDecode, DecodeBatch, batch_bucket, decode_step, length_buckets
+from actors.runners.runner_config import RunnerConfig
 from actors.runners.torch_runner import TorchRunner
 from tests.support.device import on_gpu, suite_device
 from tests.support.equivalence import SHAPES, make_prompts, reference, run_engine
@@ -45,7 +46,7 @@ BUCKETED = "native+cudagraphs" if on_gpu() else "native+buckets"  # captured on 
 
 def _runner(model_dir: Path, **settings: object) -> TorchRunner:
     settings = {"device": suite_device(), **settings}
-    runner = TorchRunner(model_dir, dtype="float32", num_kv_blocks=64, block_size=BLOCK, num_threads=1, max_model_len=300, **settings)
+    runner = TorchRunner(model_dir, RunnerConfig(dtype="float32", num_kv_blocks=64, block_size=BLOCK, num_threads=1, max_model_len=300, **settings))
     runner.load()
     return runner
 

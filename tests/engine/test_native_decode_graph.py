@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from actors.runners.runner_config import RunnerConfig
 from actors.runners.torch_runner import TorchRunner
 
 BLOCK = 4
@@ -58,9 +59,9 @@ def pair(request: pytest.FixtureRequest, tiny_model_dir: Path) -> Iterator[Pair]
     recompiles into errors, and the few-token graph's second token count is one."""
     dtype, quantization, tolerance, max_num_seqs = PAIRS[request.param]
     kwargs = dict(device="cpu", num_kv_blocks=32, block_size=BLOCK, num_threads=1, dtype=dtype, quantization=quantization)
-    eager = TorchRunner(tiny_model_dir, **kwargs)
+    eager = TorchRunner(tiny_model_dir, RunnerConfig(**kwargs))
     eager.load()
-    compiled = TorchRunner(tiny_model_dir, compile=True, max_num_seqs=max_num_seqs, **kwargs)
+    compiled = TorchRunner(tiny_model_dir, RunnerConfig(compile=True, max_num_seqs=max_num_seqs, **kwargs))
     compiled.load()
     compiled.warmup()
     graph = compiled.model.decode_graph

@@ -15,6 +15,7 @@ import torch
 from actors.runners.model_paths import choose
 from actors.runners.native import families, llama
 from actors.runners.native.config import load_hf_config
+from actors.runners.runner_config import RunnerConfig
 from actors.runners.torch_runner import TorchRunner
 
 TABLE = list(range(8))
@@ -35,7 +36,7 @@ def _greedy(runner: TorchRunner, prompt: list[int], steps: int) -> list[int]:
 
 @pytest.mark.parametrize("cuda_graphs", [False, True], ids=["eager", "bucketed"])
 def test_every_step_runs_the_familys_one_forward(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, cuda_graphs: bool) -> None:
-    runner = TorchRunner(tiny_model_dir, device="cpu", dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1, compile=False, cuda_graphs=cuda_graphs)
+    runner = TorchRunner(tiny_model_dir, RunnerConfig(device="cpu", dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1, compile=False, cuda_graphs=cuda_graphs))
     runner.load()
     assert runner.model is not None and ("+buckets" in runner.model.impl) is cuda_graphs
     expected = _greedy(runner, [5, 9, 12, 3], 4)
@@ -61,5 +62,5 @@ def test_an_architecture_added_to_the_table_is_served_by_its_familys_module(tiny
     assert "is not one of" in (families.check(load_hf_config(renamed)) or "")
     monkeypatch.setitem(families.ARCHITECTURES, "RenamedLlamaForCausalLM", ("llama", "llama"))
     assert families.check(load_hf_config(renamed)) is None
-    path = choose(renamed, "auto", torch.float32, torch.device("cpu"), None, None)
+    path = choose(renamed, RunnerConfig(), torch.float32, torch.device("cpu"))
     assert path.impl.startswith("native")

@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM
 
 from actors.runners.native.config import load_hf_config
 from actors.runners.native.families import check
+from actors.runners.runner_config import RunnerConfig
 from actors.runners.torch_runner import TorchRunner
 from tests.support.device import on_gpu, suite_device
 from tests.support.equivalence import SHAPES, make_prompts, reference, run_engine
@@ -31,7 +32,7 @@ def shaped_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 def _packed_logits(model_dir: Path, sequences: list[list[int]], splits: list[list[int]]) -> list[torch.Tensor]:
     """Run each sequence through the native runner in the given chunk sizes, all sequences in
     the same steps; every position's logits, per sequence."""
-    runner = TorchRunner(model_dir, device=suite_device(), dtype="float32", num_kv_blocks=128, block_size=4, num_threads=1, model_impl="native")
+    runner = TorchRunner(model_dir, RunnerConfig(device=suite_device(), dtype="float32", num_kv_blocks=128, block_size=4, num_threads=1, model_impl="native"))
     runner.load()
     assert runner.model is not None and runner.model.impl == ("native+cudagraphs" if on_gpu() else "native")
     tables = [list(range(i * 24, (i + 1) * 24)) for i in range(len(sequences))]
@@ -83,10 +84,10 @@ async def test_native_greedy_matches_generate_under_concurrency(name: str, tmp_p
 def test_unsupported_shapes_fall_back_with_a_reason(tmp_path: Path) -> None:
     model_dir = build_tiny_decoder(tmp_path, "llama", mlp_bias=True)
     assert check(load_hf_config(model_dir)) == "mlp_bias"
-    runner = TorchRunner(model_dir, device=suite_device(), dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
+    runner = TorchRunner(model_dir, RunnerConfig(device=suite_device(), dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1))
     assert runner.load().impl == "transformers"
     with pytest.raises(ValueError, match="mlp_bias"):
-        TorchRunner(model_dir, device=suite_device(), dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1, model_impl="native").load()
+        TorchRunner(model_dir, RunnerConfig(device=suite_device(), dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1, model_impl="native")).load()
 
 
 def test_a_sliding_window_is_refused_on_both_paths_past_it(tmp_path: Path) -> None:
@@ -94,4 +95,4 @@ def test_a_sliding_window_is_refused_on_both_paths_past_it(tmp_path: Path) -> No
     assert check(load_hf_config(model_dir)) == "sliding-window attention" and check(load_hf_config(model_dir), 16) is None
     for impl in ("auto", "transformers"):  # the transformers path's paged attention would attend past the window
         with pytest.raises(ValueError, match="16-token window"):
-            TorchRunner(model_dir, device=suite_device(), dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1, model_impl=impl).load()
+            TorchRunner(model_dir, RunnerConfig(device=suite_device(), dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1, model_impl=impl)).load()

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from actors.runners.native import quant, smoothing
+from actors.runners.runner_config import RunnerConfig
 from actors.runners.torch_runner import TorchRunner
 from tests.support.tiny_model import build_tiny_decoder
 
@@ -28,9 +29,9 @@ def _logits(runner: TorchRunner, rows: int) -> torch.Tensor:
 @pytest.mark.parametrize("scheme", ["int8", "int4"])
 def test_each_row_count_runs_its_kernel_and_stays_close_to_dense(tiny_model_dir: Path, scheme: str) -> None:
     kwargs = dict(device="cpu", dtype="bfloat16", num_kv_blocks=32, block_size=4, num_threads=1)
-    dense = TorchRunner(tiny_model_dir, **kwargs)
+    dense = TorchRunner(tiny_model_dir, RunnerConfig(**kwargs))
     dense.load()
-    quantized = TorchRunner(tiny_model_dir, quantization=scheme, **kwargs)
+    quantized = TorchRunner(tiny_model_dir, RunnerConfig(quantization=scheme, **kwargs))
     assert quantized.load().impl == f"native+{scheme}"
     assert quantized.model is not None
     limit = quant.MAX_ROWS[{"int8": 8, "int4": 4}[scheme]]
@@ -60,7 +61,7 @@ def test_each_row_count_runs_its_kernel_and_stays_close_to_dense(tiny_model_dir:
 )
 def test_quantization_settings_that_cannot_run_are_refused_at_load(tiny_model_dir: Path, settings: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        TorchRunner(tiny_model_dir, device="cpu", num_kv_blocks=32, block_size=4, **settings).load()
+        TorchRunner(tiny_model_dir, RunnerConfig(device="cpu", num_kv_blocks=32, block_size=4, **settings)).load()
 
 
 def test_kernels_compute_the_dequantized_product() -> None:
@@ -110,7 +111,7 @@ def test_int8_gemm_is_the_product_of_the_row_quantized_activations() -> None:
 def test_folded_smoothing_leaves_the_dense_model_unchanged(tmp_path: Path, family: str) -> None:
     model_dir = build_tiny_decoder(tmp_path, family)
     kwargs = dict(device="cpu", dtype="bfloat16", num_kv_blocks=32, block_size=4, num_threads=1, batch_invariant=False)  # llama.py's model, which smoothing folds into
-    runner = TorchRunner(model_dir, **kwargs)
+    runner = TorchRunner(model_dir, RunnerConfig(**kwargs))
     runner.load()
     assert runner.model is not None
     model = runner.model.model
@@ -124,7 +125,7 @@ def test_folded_smoothing_leaves_the_dense_model_unchanged(tmp_path: Path, famil
     assert torch.equal(model.w.embed, original_embed)  # the lookup reads the unsmoothed matrix
     if family == "qwen3":  # tied: the lm_head got a smoothed copy of its own
         assert model.w.lm_head is not model.w.embed and not torch.equal(model.w.lm_head, model.w.embed)
-    quantized = TorchRunner(model_dir, quantization="int8", **kwargs)  # the load path folds too
+    quantized = TorchRunner(model_dir, RunnerConfig(quantization="int8", **kwargs))  # the load path folds too
     quantized.load()
     assert quantized.model is not None
     assert torch.equal(quantized.model.model.w.embed, original_embed)
@@ -150,13 +151,13 @@ def _with_outlier_channel(model_dir: Path, out: Path, channel: int = 5, factor: 
 def test_smoothing_brings_the_int8_gemm_closer_to_dense_with_an_outlier_channel(tiny_model_dir: Path, tmp_path: Path, scheme: str) -> None:
     model_dir = _with_outlier_channel(tiny_model_dir, tmp_path / "outlier")
     kwargs = dict(device="cpu", dtype="bfloat16", num_kv_blocks=32, block_size=4, num_threads=1)
-    dense = TorchRunner(model_dir, **kwargs)
+    dense = TorchRunner(model_dir, RunnerConfig(**kwargs))
     dense.load()
     rows = quant.MAX_ROWS[{"int8": 8, "int4": 4}[scheme]] + 8  # past the limit: the int8 GEMM
     d = _logits(dense, rows)
 
     def error(alpha: float | None) -> float:
-        runner = TorchRunner(model_dir, quantization=scheme, **kwargs)
+        runner = TorchRunner(model_dir, RunnerConfig(quantization=scheme, **kwargs))
         with smoothing.alpha_while_loading(alpha):
             runner.load()
         return float((_logits(runner, rows) - d).norm() / d.norm())

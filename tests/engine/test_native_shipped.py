@@ -22,6 +22,7 @@ import trio
 from actors.build import build_engine
 from actors.runners.native import quant, shipped
 from actors.runners.native.kernels import ops as kernels
+from actors.runners.runner_config import RunnerConfig
 from actors.runners.torch_runner import TorchRunner
 from runtime.config import RuntimeConfig
 from runtime.request import Prompt
@@ -52,7 +53,7 @@ def _logits(runner: TorchRunner, rows: int) -> torch.Tensor:
 
 @needs_kernels()
 def test_the_default_serves_the_shipped_blocks_and_says_so(shipped_dir: Path) -> None:
-    default = TorchRunner(shipped_dir, **KWARGS)
+    default = TorchRunner(shipped_dir, RunnerConfig(**KWARGS))
     info = default.load()
     assert info.impl == "native+q4_1+rowwise" and info.rowwise
     assert default.model is not None
@@ -60,16 +61,16 @@ def test_the_default_serves_the_shipped_blocks_and_says_so(shipped_dir: Path) ->
     assert isinstance(weights.layers[0].qkv, kernels.Packed) and weights.layers[0].qkv.fmt == kernels.Q4_1
     assert isinstance(weights.lm_head, kernels.Packed) and weights.lm_head.fmt == kernels.Q8_0  # the tied Q8_0 embedding
     assert weights.embed.dtype == default.dtype == torch.bfloat16  # the lookup reads the dense upcast
-    dense = TorchRunner(shipped_dir, quantization="none", **KWARGS)
+    dense = TorchRunner(shipped_dir, RunnerConfig(quantization="none", **KWARGS))
     dense_info = dense.load()
     assert dense_info.impl == "native+bf16+rowwise" and dense_info.fingerprint != info.fingerprint
     default.warmup()  # mixed prefill + decode steps, sampling, calibration: the whole execute path
 
 
 def test_float32_shipped_steps_are_the_dense_weights_at_every_width(shipped_dir: Path) -> None:
-    shipped = TorchRunner(shipped_dir, dtype="float32", quantization="shipped", **KWARGS)
+    shipped = TorchRunner(shipped_dir, RunnerConfig(dtype="float32", quantization="shipped", **KWARGS))
     assert shipped.load().impl == "native+q4_1"
-    dense = TorchRunner(shipped_dir, dtype="float32", **KWARGS)
+    dense = TorchRunner(shipped_dir, RunnerConfig(dtype="float32", **KWARGS))
     assert dense.load().impl == "native"  # an explicit --dtype serves the dense upcast
     for rows in (1, quant.MAX_ROWS[4], quant.MAX_ROWS[4] + 5, 13):
         s, d = _logits(shipped, rows), _logits(dense, rows)
@@ -79,9 +80,9 @@ def test_float32_shipped_steps_are_the_dense_weights_at_every_width(shipped_dir:
 @pytest.mark.parametrize("dense_rows", [None, 8])
 def test_past_the_dense_row_limit_steps_run_the_kept_dense_matrices(shipped_dir: Path, monkeypatch: pytest.MonkeyPatch, dense_rows: int | None) -> None:
     monkeypatch.setattr(shipped, "dense_past_rows", lambda device: dense_rows)  # AMX or not, whatever this CPU is
-    served = TorchRunner(shipped_dir, dtype="float32", quantization="shipped", **KWARGS)
+    served = TorchRunner(shipped_dir, RunnerConfig(dtype="float32", quantization="shipped", **KWARGS))
     served.load()
-    dense = TorchRunner(shipped_dir, dtype="float32", **KWARGS)
+    dense = TorchRunner(shipped_dir, RunnerConfig(dtype="float32", **KWARGS))
     dense.load()
     assert served.model is not None
     kept = served.model.model.w.layers[0].gate_up
@@ -109,7 +110,7 @@ def test_past_the_dense_row_limit_steps_run_the_kept_dense_matrices(shipped_dir:
 )
 @needs_kernels()
 def test_every_other_choice_keeps_its_own_weights(shipped_dir: Path, settings: dict, impl: str) -> None:
-    assert TorchRunner(shipped_dir, **KWARGS, **settings).load().impl == impl
+    assert TorchRunner(shipped_dir, RunnerConfig(**KWARGS, **settings)).load().impl == impl
 
 
 @pytest.mark.parametrize(
@@ -118,12 +119,12 @@ def test_every_other_choice_keeps_its_own_weights(shipped_dir: Path, settings: d
 )
 def test_shipped_settings_that_cannot_run_are_refused(shipped_dir: Path, settings: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        TorchRunner(shipped_dir, **KWARGS, **settings).load()
+        TorchRunner(shipped_dir, RunnerConfig(**KWARGS, **settings)).load()
 
 
 def test_shipped_is_refused_for_a_checkpoint_that_ships_no_blocks(tiny_model_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="ships no quantized weights"):
-        TorchRunner(Path(shutil.copytree(tiny_model_dir, tmp_path / "m")), quantization="shipped", **KWARGS).load()
+        TorchRunner(Path(shutil.copytree(tiny_model_dir, tmp_path / "m")), RunnerConfig(quantization="shipped", **KWARGS)).load()
 
 
 async def _greedy(config: RuntimeConfig, prompt: list[int], max_tokens: int) -> tuple[str, list[int]]:

@@ -67,11 +67,12 @@ async def test_drafts_change_no_token(tiny_model_dir: Path, overrides: dict) -> 
 def test_a_verify_row_samples_what_the_step_by_step_loop_samples(tiny_model_dir: Path) -> None:
     """The runner alone: a draft that is the true continuation is kept whole, and the token after
     it is the step-by-step loop's, penalties counting the draft tokens before each row."""
+    from actors.runners.runner_config import RunnerConfig
     from actors.runners.torch_runner import TorchRunner
     from runtime.messages import NewRequest, ScheduledSeq, StepPlan
 
     sampling = SamplingParams(temperature=0.0, frequency_penalty=1.5, presence_penalty=0.5, repetition_penalty=1.5, max_tokens=16)
-    runner = TorchRunner(tiny_model_dir, dtype="float32", num_kv_blocks=64, block_size=4, num_threads=1)
+    runner = TorchRunner(tiny_model_dir, RunnerConfig(dtype="float32", num_kv_blocks=64, block_size=4, num_threads=1))
     runner.load()
 
     def step(rid: str, tokens: list[int], start: int, draft: int = 0, new: tuple[int, ...] = ()) -> tuple[int, int]:

@@ -128,11 +128,12 @@ def test_the_draft_cache_holds_what_the_target_cache_holds(tiny_model_dir: Path)
     included; and a draft that is the true continuation is kept whole."""
     import torch
 
+    from actors.runners.runner_config import RunnerConfig
     from actors.runners.torch_runner import TorchRunner
     from runtime.messages import DRAFT_TOKEN, NewRequest, ScheduledSeq, StepPlan
 
     greedy = SamplingParams(temperature=0.0, max_tokens=64)
-    runner = TorchRunner(tiny_model_dir, dtype="float32", num_kv_blocks=64, block_size=4, num_threads=1, draft_model=tiny_model_dir)
+    runner = TorchRunner(tiny_model_dir, RunnerConfig(dtype="float32", num_kv_blocks=64, block_size=4, num_threads=1, draft_model=tiny_model_dir))
     runner.load()
     prompt = [5, 6, 7, 5, 6, 7, 11]
     table = list(range(3, 19))

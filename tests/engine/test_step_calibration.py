@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from actors.runners import calibration
+from actors.runners.runner_config import RunnerConfig
 from actors.runners.torch_runner import TorchRunner
 from tests.support.device import suite_device
 
@@ -15,7 +16,7 @@ from tests.support.device import suite_device
 @pytest.mark.parametrize("num_kv_blocks", [64, 6])  # room for every shape; a cache too small for them
 def test_warmup_times_each_shape_and_leaves_the_cache_clean(tiny_model_dir: Path, num_kv_blocks: int) -> None:
     # On a GPU the warm-up also captures every batch bucket's CUDA graph before it times the steps.
-    runner = TorchRunner(tiny_model_dir, device=suite_device(), dtype="float32", num_kv_blocks=num_kv_blocks, block_size=4, num_threads=1)
+    runner = TorchRunner(tiny_model_dir, RunnerConfig(device=suite_device(), dtype="float32", num_kv_blocks=num_kv_blocks, block_size=4, num_threads=1))
     runner.load()
     samples = runner.warmup()
     assert [(rows, tokens > 0) for rows, tokens, _ in samples] == [(1, False), (calibration.ROWS, False), (0, True), (1, True), (calibration.ROWS, True)]

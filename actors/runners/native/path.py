@@ -27,6 +27,7 @@ from actors.runners.native.kernels.build import KernelsUnavailable, library
 from actors.runners.native.loader import load_weights
 from actors.runners.native.lora import Adapters
 from actors.runners.native.rowwise import RowwiseModel, pack_weights
+from actors.runners.runner_config import RunnerConfig
 from runtime.adapters import LoraSettings
 from runtime.logging import get_logger
 
@@ -66,22 +67,9 @@ class NativePath:
     takes_images = False
     impl = "native"  # with "+int8" / "+int4" / "+q4_1" (as shipped), "+compiled", "+cudagraphs" when so (shown in /v1/models)
 
-    def __init__(
-        self,
-        model_dir: Path,
-        hf: Any,
-        dtype: torch.dtype,
-        device: torch.device,
-        batch_invariant: bool | None,
-        max_len: int | None,
-        compile: bool | None = False,
-        quantization: str | None = None,
-        cuda_graphs: bool | None = None,
-        block_size: int = 16,
-        max_num_seqs: int = 256,
-        max_step_tokens: int = 0,
-        lora: LoraSettings | None = None,
-    ) -> None:
+    def __init__(self, model_dir: Path, hf: Any, config: RunnerConfig, dtype: torch.dtype, device: torch.device) -> None:
+        """`config.quantization` is the scheme served (model_paths.served_quantization resolved it)."""
+        batch_invariant, max_len, compile, quantization, lora = config.batch_invariant, config.max_model_len, config.compile, config.quantization, config.lora
         cfg = families.native_config(hf)
         family = families.family(hf)
         self.cfg = cfg
@@ -114,7 +102,7 @@ class NativePath:
         if lora is not None:  # per row: grouped on the eager forward, gathered in the CUDA graphs' buckets; no --compile graphs
             self._adapt(lora, cfg, dtype, device)
             compile = False
-        self._graphs(cuda_graphs, compile, batch_invariant, device, max_len or cfg.max_position_embeddings, block_size, max_num_seqs, max_step_tokens)
+        self._graphs(config, compile, device, max_len or cfg.max_position_embeddings)
         if self.adapters is not None and self.bucketed is not None:
             self.adapters.fix_rows(self.bucketed.batches[-1], device)
 
@@ -128,13 +116,12 @@ class NativePath:
         log.info("lora_adapters_loaded", adapters=[a.name for a in lora.adapters], seconds=round(time.perf_counter() - started, 3))
         self.impl += "+lora"
 
-    def _graphs(
-        self, cuda_graphs: bool | None, compile: bool | None, batch_invariant: bool | None, device: torch.device, max_len: int, block_size: int,
-        max_num_seqs: int, max_step_tokens: int,
-    ) -> None:  # fmt: skip
+    def _graphs(self, config: RunnerConfig, compile: bool | None, device: torch.device, max_len: int) -> None:
         """The steps' graphs: CUDA graphs on by default on a GPU (None), off when asked (False);
         True on a CPU runs the same bucketed steps without capture, which is how the CPU suite
-        checks them. --compile's decode graphs (default: on a CPU off the buckets)."""
+        checks them. --compile's decode graphs (default: on a CPU off the buckets; never with
+        adapters: `compile` is the config's, or False)."""
+        cuda_graphs, batch_invariant, block_size, max_num_seqs, max_step_tokens = config.cuda_graphs, config.batch_invariant, config.block_size, config.max_num_seqs, config.max_step_tokens
         if cuda_graphs is None:
             cuda_graphs = device.type == "cuda"
         if cuda_graphs and not batch_invariant:  # batch invariance groups decodes by its own buckets

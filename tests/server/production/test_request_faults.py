@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from actors.runners import torch_runner
+from actors.runners.runner_config import RunnerConfig
 from runtime.messages import NewRequest, ScheduledSeq, StepPlan, StepResult
 from runtime.sampling import Guide, SamplingParams
 from tests.support.servers import Server
@@ -27,7 +28,7 @@ POISON_SEED = 1313
 def one_greedy_step(model_dir: Path, requests: list[tuple[str, object]]) -> StepResult:
     """One real step on the tiny model: each (request id, matcher or None) prefills [5, 6, 7]
     (the plan introduces each request, handing the runner its matcher)."""
-    runner = torch_runner.TorchRunner(model_dir, dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1)
+    runner = torch_runner.TorchRunner(model_dir, RunnerConfig(dtype="float32", num_kv_blocks=32, block_size=4, num_threads=1))
     runner.load()
     try:
         greedy = SamplingParams(temperature=0.0, max_tokens=4)
