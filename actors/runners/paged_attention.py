@@ -20,8 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+
+from actors.runners.step_index import StepIndex
 
 ATTN_NAME = "switchyard_paged"
 
@@ -209,56 +212,45 @@ def build_step(
     """
     device = k_cache[0].device
     kv_heads, num_slots, _ = k_cache[0].shape
-    positions: list[int] = []
-    slots: list[int] = []
-    decode_tok: list[int] = []
-    decode_tables: list[list[int]] = []
-    decode_lens: list[int] = []
+    index = StepIndex.of(seqs, block_tables, block_size)
+    decoding = index.counts == 1
     prefills: list[PrefillChunk] = []
     chunk_meta: list[tuple[PrefillChunk, list[int], int]] = []
-    cursor = 0
-    for (start, num_new), table in zip(seqs, block_tables):
-        end = start + num_new
-        for pos in range(start, end):
-            slots.append(table[pos // block_size] * block_size + pos % block_size)
-        positions.extend(range(start, end))
-        if num_new == 1:
-            decode_tok.append(cursor)
-            decode_tables.append(table)
-            decode_lens.append(end)
-        else:
-            chunk = PrefillChunk(start=cursor, end=cursor + num_new, fresh=start == 0)
-            prefills.append(chunk)
-            if not chunk.fresh and chunk_metadata:
-                chunk_meta.append((chunk, table, start))
-        cursor += num_new
-
+    if not index.decode_only:
+        for (start, num_new), table, cursor in zip(seqs, block_tables, index.cursors.tolist()):
+            if num_new > 1:
+                chunk = PrefillChunk(start=cursor, end=cursor + num_new, fresh=start == 0)
+                prefills.append(chunk)
+                if not chunk.fresh and chunk_metadata:
+                    chunk_meta.append((chunk, table, start))
+    decode_lens = (index.starts[decoding] + 1).tolist()
     step = PagedStep(
         k_cache=k_cache,
         v_cache=v_cache,
-        write_rows=cache_rows(torch.tensor(slots, dtype=torch.long), kv_heads, num_slots).to(device),
+        write_rows=torch.from_numpy(_host_cache_rows(index.slots, kv_heads, num_slots)).to(device),
         prefills=prefills,
         decode_lens=decode_lens,
         per_sequence_decode=per_sequence_decode,
     )
-    if decode_tok:
-        step.decode_idx = torch.tensor(decode_tok, dtype=torch.long, device=device)
-        _decode_metadata(step, decode_tables, block_size, kv_heads, num_slots, device)
+    if decode_lens:
+        step.decode_idx = torch.from_numpy(index.cursors[decoding]).to(device)
+        _decode_metadata(step, index.tables[decoding], block_size, kv_heads, num_slots, device)
     for chunk, table, start in chunk_meta:
         ctx = start + (chunk.end - chunk.start)
         chunk.rows = cache_rows(_slots_of(table, ctx, block_size), kv_heads, num_slots).to(device)
         q_pos = torch.arange(start, ctx, device=device)
         chunk.mask = torch.arange(ctx, device=device)[None, :] <= q_pos[:, None]
-    return step, torch.tensor(positions, dtype=torch.long, device=device)
+    return step, torch.from_numpy(index.positions).to(device)
 
 
-def _decode_metadata(step: PagedStep, tables: list[list[int]], block_size: int, kv_heads: int, num_slots: int, device: torch.device) -> None:
+def _decode_metadata(step: PagedStep, tables: np.ndarray, block_size: int, kv_heads: int, num_slots: int, device: torch.device) -> None:
     """The decode group's gather rows and padding bias (batch-invariant mode: one per bucket)."""
     if step.per_sequence_decode:
         step.decode_groups = _invariant_groups(tables, step.decode_lens, block_size, kv_heads, num_slots, device)
         return
-    slots, step.decode_bias = _decode_gather(tables, step.decode_lens, block_size, device)
-    step.decode_rows = cache_rows(slots.reshape(-1), kv_heads, num_slots).to(device)
+    slots, bias = _decode_gather(tables, np.array(step.decode_lens), block_size)
+    step.decode_rows = torch.from_numpy(_host_cache_rows(slots, kv_heads, num_slots)).to(device)
+    step.decode_bias = torch.from_numpy(bias).to(device)
     step.decode_len = slots.shape[1]
 
 
@@ -305,7 +297,7 @@ def _slots_of(table: list[int], ctx: int, block_size: int) -> torch.Tensor:
 
 
 def _invariant_groups(
-    tables: list[list[int]], lens: list[int], block_size: int, kv_heads: int, num_slots: int, device: torch.device
+    tables: np.ndarray, lens: list[int], block_size: int, kv_heads: int, num_slots: int, device: torch.device
 ) -> list[DecodeGroup]:
     """Decode sequences grouped by their own length's bucket, each padded to that bucket."""
     buckets: dict[int, list[int]] = {}
@@ -313,17 +305,25 @@ def _invariant_groups(
         buckets.setdefault(-(-length // INVARIANT_KV_BUCKET) * INVARIANT_KV_BUCKET, []).append(i)
     groups = []
     for padded, members in sorted(buckets.items()):
-        slots, bias = _decode_gather([tables[i] for i in members], [lens[i] for i in members], block_size, device, padded)
-        rows = cache_rows(slots.reshape(-1), kv_heads, num_slots).to(device)
-        groups.append(DecodeGroup(torch.tensor(members, dtype=torch.long, device=device), rows, padded, bias))
+        slots, bias = _decode_gather(tables[members], np.array([lens[i] for i in members]), block_size, padded)
+        rows = torch.from_numpy(_host_cache_rows(slots, kv_heads, num_slots)).to(device)
+        groups.append(DecodeGroup(torch.tensor(members, dtype=torch.long, device=device), rows, padded, torch.from_numpy(bias).to(device)))
     return groups
 
 
-def _decode_gather(
-    tables: list[list[int]], lens: list[int], block_size: int, device: torch.device, padded_len: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each sequence's slots, padded to the longest (or `padded_len`), and the -inf padding bias."""
-    max_len = padded_len or max(lens)
-    max_blocks = max(max(len(t) for t in tables), -(-max_len // block_size))
-    padded = torch.tensor([[*table, *[0] * (max_blocks - len(table))] for table in tables], dtype=torch.long)  # one conversion, not one a row
-    return table_slots(padded, block_size, max_len), padding_bias(torch.tensor(lens), max_len).to(device)
+def _decode_gather(tables: np.ndarray, lens: np.ndarray, block_size: int, padded_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Each sequence's slots `[B, L]` (`tables`: 0-padded `[B, blocks]`), padded to the longest
+    (or `padded_len`), and the -inf padding bias `[1, B, 1, L]` (float32), on the host."""
+    max_len = padded_len or int(lens.max())
+    max_blocks = -(-max_len // block_size)
+    if tables.shape[1] < max_blocks:
+        tables = np.pad(tables, ((0, 0), (0, max_blocks - tables.shape[1])))
+    slots = (tables[:, :max_blocks, None] * block_size + np.arange(block_size)).reshape(len(tables), -1)[:, :max_len]
+    bias = np.zeros((len(tables), max_len), dtype=np.float32)
+    bias[np.arange(max_len)[None, :] >= lens[:, None]] = -np.inf
+    return slots, bias[None, :, None, :]
+
+
+def _host_cache_rows(slots: np.ndarray, kv_heads: int, num_slots: int) -> np.ndarray:
+    """`cache_rows` on the host (numpy's small operations cost a fraction of torch's)."""
+    return (np.arange(kv_heads, dtype=np.int64)[:, None] * num_slots + slots.reshape(-1)[None, :]).reshape(-1)

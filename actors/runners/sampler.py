@@ -38,8 +38,11 @@ class SamplingBatch:
 
     @classmethod
     def build(cls, rows: list[tuple[float, int, float, int, int]], device: torch.device) -> "SamplingBatch":
+        """The rows' parameters; an all-greedy batch (the argmax alone) gets no tensors."""
         temps = [r[0] for r in rows]
         top_ks = [r[1] for r in rows]
+        if all(t == 0.0 or k == 1 for t, k in zip(temps, top_ks)):
+            return cls(*(_NONE,) * 5, all_greedy=True, any_filter=False, unit_temperature=True)
         top_ps = [r[2] for r in rows]
         return cls(
             temperature=torch.tensor(temps, dtype=torch.float32, device=device),
@@ -47,10 +50,13 @@ class SamplingBatch:
             top_p=torch.tensor(top_ps, dtype=torch.float32, device=device),
             seed=torch.tensor([r[3] & 0x7FFFFFFFFFFFFFFF for r in rows], dtype=torch.long, device=device),
             position=torch.tensor([r[4] for r in rows], dtype=torch.long, device=device),
-            all_greedy=all(t == 0.0 or k == 1 for t, k in zip(temps, top_ks)),
+            all_greedy=False,
             any_filter=any(k > 1 for k in top_ks) or any(p < 1.0 for p in top_ps),
             unit_temperature=all(t in (0.0, 1.0) or k == 1 for t, k in zip(temps, top_ks)),
         )
+
+
+_NONE = torch.empty(0)  # an all-greedy batch's parameters: never read
 
 
 def _fmix32(x: torch.Tensor) -> torch.Tensor:

@@ -27,10 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from actors.runners.native.attention import write_kv
 from actors.runners.paged_attention import cache_rows, grouped_decode_attention, padding_bias, table_slots
+from actors.runners.step_index import padded_tables
 from runtime.logging import get_logger
 
 log = get_logger("runner")
@@ -204,10 +206,8 @@ class BucketedDecode:
     def _fill(self, input_ids: torch.Tensor, plan: DecodeBatch) -> None:
         """Copy the step into the static buffers; pad rows repeat the last real sequence."""
         real, blocks = len(plan.lens), plan.length // self.block_size
-        padded: dict[int, list[int]] = {}  # a chunk's rows share their sequence's table: padded once
-        rows = [padded.get(id(t)) or padded.setdefault(id(t), t[:blocks] + [0] * (blocks - len(t))) for t in plan.tables]
-        rows += [rows[-1]] * (plan.batch - real)
-        tables = torch.tensor(rows, dtype=torch.long)  # built whole: one tensor, one copy
+        rows = padded_tables(plan.tables, blocks)
+        tables = torch.from_numpy(np.concatenate([rows, np.repeat(rows[-1:], plan.batch - real, axis=0)]))  # built whole: one tensor, one copy
         lens = torch.tensor(plan.lens + [plan.lens[-1]] * (plan.batch - real), dtype=torch.long)
         self.tables[: plan.batch, :blocks].copy_(tables.to(self.device, non_blocking=True))
         self.lens[: plan.batch].copy_(lens.to(self.device, non_blocking=True))

@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from actors.runners.native.kernels import build
+from actors.runners.step_index import StepIndex
 
 BF16, Q4_1, Q8_0 = 0, 1, 2
 GROUP = 32  # input columns a Q4_1 / Q8_0 block scales together
@@ -170,20 +172,12 @@ class RowStep:
 
     @classmethod
     def build(cls, seqs: list[tuple[int, int]], tables: list[list[int]], block_size: int) -> "RowStep":
-        pos: list[int] = []
-        seq_of: list[int] = []
-        slots: list[int] = []
-        for i, ((start, n), table) in enumerate(zip(seqs, tables)):
-            for p in range(start, start + n):
-                pos.append(p)
-                seq_of.append(i)
-                slots.append(table[p // block_size] * block_size + p % block_size)
-        width = max(1, max(len(t) for t in tables))
-        padded = torch.zeros(len(tables), width, dtype=torch.int32)
-        for i, table in enumerate(tables):
-            padded[i, : len(table)] = torch.tensor(table, dtype=torch.int32)
-        positions = torch.tensor(pos, dtype=torch.int64)
-        return cls(positions, torch.tensor(slots, dtype=torch.int64), torch.tensor(seq_of, dtype=torch.int32), positions.to(torch.int32), padded, block_size)
+        index = StepIndex.of(seqs, tables, block_size)
+        positions = torch.from_numpy(index.positions)
+        return cls(
+            positions, torch.from_numpy(index.slots), torch.from_numpy(index.seq_of.astype(np.int32)), positions.to(torch.int32),
+            torch.from_numpy(index.tables.astype(np.int32)), block_size,
+        )  # fmt: skip
 
 
 def rope_write(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, sin: torch.Tensor, step: RowStep, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
