@@ -271,7 +271,10 @@ class TorchRunner:
             return StepResult(step_id=plan.step_id, sampled={}, elapsed=time.perf_counter() - started)
         all_logits = logits.float()  # [rows, V], raw model scores
         logprob_rows = rows.logprob_rows()
-        logprobs = torch.log_softmax(all_logits[logprob_rows], dim=-1) if logprob_rows else None
+        if logprob_rows:  # every row in order (each request asked for them) reads the logits as they are, no copy
+            logprobs = torch.log_softmax(all_logits if logprob_rows == list(range(all_logits.shape[0])) else all_logits[logprob_rows], dim=-1)
+        else:
+            logprobs = None
         sampled: dict[str, int] = {}
         failed: dict[str, str] = {}
         kept: dict[str, int] = {}

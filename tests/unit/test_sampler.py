@@ -147,20 +147,33 @@ def test_top_k_keeps_only_the_k_best() -> None:
 
 @pytest.mark.parametrize(
     ("top_k", "top_p"),
-    [(0, 0.9), (100, 0.5), (2048, 0.99), (3000, 1.0), (3000, 0.9), (5999, 0.5), (0, 1.0)],
+    [(0, 0.9), (50, 0.9), (100, 0.5), (2048, 0.99), (3000, 1.0), (3000, 0.9), (5999, 0.5), (0, 1.0)],
 )
-def test_candidate_filter_equals_a_full_sort(top_k: int, top_p: float) -> None:
-    # A flat tail (the cut falls far past the 2048 candidates) and a peaked head, over a
-    # vocabulary wider than the candidates: the fast path must keep exactly what a full sort does.
+def test_the_candidate_tiers_draw_what_a_full_sort_draws(top_k: int, top_p: float) -> None:
+    # A flat tail (the cut falls far past the candidates), a peaked head and one in between,
+    # over a vocabulary wider than the candidates and not a whole number of chunks: the best 64
+    # and the best 2048 must draw, for every u, the token a full sort of the row draws.
     gen = torch.Generator().manual_seed(top_k + int(top_p * 100))
-    flat = torch.randn(2, 6000, generator=gen) * 0.05
-    peaked = torch.randn(2, 6000, generator=gen) * 3.0
-    logits = torch.cat([flat, peaked])
-    k = torch.full((4,), top_k)
-    p = torch.full((4,), top_p)
-    fast = sampler_mod._apply_top_k_top_p(logits, k, p)
-    exact = sampler_mod._filter_sorted(logits, torch.where(k > 0, k, torch.full_like(k, 6000)), p)
-    assert torch.equal(torch.isinf(fast), torch.isinf(exact)), (torch.isinf(fast).sum(-1), torch.isinf(exact).sum(-1))
+    vocab, rows = 10_001, 48
+    scales = torch.tensor([0.05, 1.0, 3.0, 8.0]).repeat_interleave(rows // 4)[:, None]
+    logits = torch.randn(rows, vocab, generator=gen) * scales
+    k, p = torch.full((rows,), top_k), torch.full((rows,), top_p)
+    temperature = torch.linspace(0.5, 1.5, rows)
+    for seed in range(5):
+        u = hashed_uniform(torch.arange(rows) + 100 * seed, torch.zeros(rows, dtype=torch.long))
+        tiered = sampler_mod._draw_filtered(logits, temperature, k, p, u)
+        exact = sampler_mod._draw_filtered(logits, temperature, k, p, u, widths=())
+        assert torch.equal(tiered, exact), (tiered != exact).nonzero()
+
+
+def test_the_best_chunks_hold_the_best_tokens() -> None:
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(8, 10_000, generator=gen) * torch.tensor([0.01, 1.0, 10.0, 100.0]).repeat(2)[:, None]
+    logits[0, 9_990:] = 50.0  # the best tokens in the tail past the last whole chunk
+    values, ids = sampler_mod._best(logits, 64)
+    expected_values, _ = logits.topk(64, dim=-1)
+    assert torch.equal(values, expected_values)
+    assert torch.equal(logits.gather(1, ids), values)
 
 
 @pytest.mark.parametrize(
