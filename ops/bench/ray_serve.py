@@ -1,7 +1,7 @@
 """What does Ray Serve add to one replica, and does prefix routing beat power of two?
 `switchyard serve-ray` against plain `switchyard serve`.
 
-    PYTHONPATH=$PWD python -m ops.bench.ray_serve [--levels 1,16] [--topology direct|relay] [--skip-overhead] [--skip-routing] [--out PATH]
+    PYTHONPATH=$PWD python -m ops.bench.ray_serve [--levels 1,16] [--topology direct|relay] [--split] [--skip-overhead] [--skip-routing] [--out PATH]
 
 1. Overhead (one run, same machine, same model, same threads): `switchyard serve` and then
    `switchyard serve-ray --replicas 1 --topology T` (a local Ray instance; --topology direct:
@@ -9,7 +9,9 @@
    streaming load sweep of ops.harness.load (128-token unique prompts,
    64 tokens out), alternated for --rounds rounds. Reported as ratios (medians over rounds):
    tok/s at c=16 (Ray / plain) and TTFT p50 at c=1 (Ray - plain, ms). Targets: at most 10%
-   lower throughput, at most 20 ms added TTFT.
+   lower throughput, at most 20 ms added TTFT. With --split the two servers are serve-ray and
+   serve-ray --engine-process (each replica's scheduler and executor in a process of its own):
+   whether the split pays inside a replica.
    Then the added TTFT alone, paired: both servers up at once and one request at a time to
    each in turn (--pairs), so each pair sees the same machine load; the median difference.
 2. Routing quality: `serve-ray --replicas 2` with `--router prefix`, then with `--router pow2`
@@ -56,20 +58,26 @@ def overhead(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     kwargs = dict(max_tokens=OUTPUT_TOKENS, requests_per_slot=args.requests_per_slot, min_requests=args.min_requests,
                   warmup_requests=args.warmup, expected_prompt_tokens=PROMPT_TOKENS)  # fmt: skip
     rounds: list[dict[str, Any]] = []
+    servers = split_servers(args) if args.split else (("plain", "serve", PLAIN_ARGS), ("ray", "serve-ray", ray_args(args)))
     for i in range(args.rounds):  # alternated, so drift in the machine's load hits both alike
         current: dict[str, Any] = {}
-        for name, command, extra in (("plain", "serve", PLAIN_ARGS), ("ray", "serve-ray", ray_args(args))):
+        for name, command, extra in servers:
             with switchyard_server(log_dir / f"{name}-{i}.log", [*common, *extra], args.startup_timeout, command=command) as srv:
                 current[name] = {"cmd": srv.cmd, "startup_s": srv.startup_s}
                 current[name]["sweep"] = asyncio.run(sweep(switchyard_target(srv.base_url, SERVED), prompts, args.levels, **kwargs))
-        current["ratios"] = overhead_ratios(current)
+        current["ratios"] = overhead_ratios(current, servers[0][0], servers[1][0])
         log(f"[overhead round {i}] {current['ratios']}")
         rounds.append(current)
     ratios = {key: round(statistics.median(r["ratios"][key] for r in rounds if key in r["ratios"]), 3) for key in rounds[0]["ratios"]}
-    return {"rounds": rounds, "ratios": ratios, "threads": args.threads, "topology": args.topology}
+    return {"rounds": rounds, "ratios": ratios, "threads": args.threads, "topology": args.topology, "servers": [name for name, _, _ in servers]}
 
 
 PLAIN_ARGS: list[str] = []
+
+
+def split_servers(args: argparse.Namespace) -> tuple[tuple[str, str, list[str]], ...]:
+    """--split: the replica with its engine in the replica's process, then in its own."""
+    return (("ray", "serve-ray", ray_args(args)), ("ray_split", "serve-ray", [*ray_args(args), "--engine-process"]))
 
 
 def ray_args(args: argparse.Namespace) -> list[str]:
@@ -108,8 +116,9 @@ def _level(section: dict[str, Any], c: int) -> dict[str, Any] | None:
     return next((lv for lv in section["sweep"]["levels"] if lv["concurrency"] == c), None)
 
 
-def overhead_ratios(result: dict[str, Any]) -> dict[str, Any]:
-    plain, ray = result["plain"], result["ray"]
+def overhead_ratios(result: dict[str, Any], first: str = "plain", second: str = "ray") -> dict[str, Any]:
+    """The second server over the first: tok/s at the highest level, TTFT p50 added at c=1."""
+    plain, ray = result[first], result[second]
     out: dict[str, Any] = {}
     hi = max(plain["sweep"]["config"]["levels"])
     p_hi, r_hi, p_1, r_1 = _level(plain, hi), _level(ray, hi), _level(plain, 1), _level(ray, 1)
@@ -171,7 +180,7 @@ def markdown(result: dict[str, Any]) -> str:
     if "overhead" in result:
         lines += ["| round | server | c | tok/s | TTFT p50 ms | TTFT p99 ms | errors |", "|---|---|---|---|---|---|---|"]
         for i, current in enumerate(result["overhead"]["rounds"]):
-            for name in ("plain", "ray"):
+            for name in result["overhead"].get("servers", ("plain", "ray")):
                 for lv in current[name]["sweep"]["levels"]:
                     lines.append(f"| {i} | {name} | {lv['concurrency']} | {lv['output_tok_s']} | {lv['ttft_ms']['p50']} | {lv['ttft_ms']['p99']} | {lv['errors']} |")
         lines += ["", f"ratios (median over rounds, topology {result['overhead'].get('topology')}): {json.dumps(result['overhead']['ratios'])}", ""]
@@ -204,6 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mix-concurrency", type=int, default=4)
     p.add_argument("--kv-blocks", type=int, default=320, help="KV blocks (16 tokens) per replica in the routing runs")
     p.add_argument("--startup-timeout", type=float, default=600.0)
+    p.add_argument("--split", action="store_true", help="the overhead runs compare serve-ray against serve-ray --engine-process (each replica's engine in a process of its own), not serve against serve-ray")
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--skip-routing", action="store_true")
     p.add_argument("--out", default=None)
