@@ -120,6 +120,23 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        children = _children(todo.pop())
+        found += children
+        todo += children
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def _running(pid: int) -> bool:
     """Alive and not a zombie (this container's init may be slow to reap an orphan)."""
     try:
@@ -130,19 +147,24 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
-@pytest.mark.parametrize("serve_ray", [("--num-threads", "1", "--replica-cpus", "0.5", "--log-level", "info")], indirect=True)
+@pytest.mark.parametrize("serve_ray", [("--num-threads", "1", "--replica-cpus", "0.5", "--log-level", "info", "--engine-process")], indirect=True)
 def test_sigkill_to_the_supervisor_still_stops_the_driver_and_its_ray_instance(serve_ray: tuple[subprocess.Popen[bytes], str, Path]) -> None:
     # Nothing can catch a SIGKILL: the supervisor dies at once and the driver, in a session of
     # its own, would go on serving (and keep the local Ray instance up) if the kernel's
-    # parent-death signal did not hand it a SIGTERM.
+    # parent-death signal did not hand it a SIGTERM. The replica runs its engine in a process
+    # of its own (--engine-process): that one goes with it.
     proc, url, log_path = serve_ray
     wait_ready(proc, log_path)
     (driver,) = _children(proc.pid)
+    engines = [pid for pid in _descendants(driver) if b"actors.engine_process" in _cmdline(pid)]
+    assert engines, "the replica's engine process is not among the driver's descendants"
+    body = {"model": "tiny", "prompt": "hello", "max_tokens": 2}
+    assert httpx.post(f"{url}/v1/completions", json=body, timeout=60).json()["usage"]["completion_tokens"] == 2
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     killed = time.monotonic()
     try:
-        while _running(driver) or not refuses(url):
+        while _running(driver) or not refuses(url) or any(map(_running, engines)):
             assert time.monotonic() - killed < STOP_BOUND_S, f"the driver outlived its supervisor by {STOP_BOUND_S:.0f}s:\n{log_tail(log_path)}"
             time.sleep(0.25)
     finally:
