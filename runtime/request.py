@@ -85,6 +85,8 @@ from runtime.sampling import SamplingParams
 #     RequestState.thinking            runner       (runner only: where a thinking request's grammar starts)
 #     RequestState.grammar_from        runner       (runner only)
 #     RequestState.tracked             runner       (runner only)
+#     RequestState.array               runner       (runner only: the history as int64, which penalties read)
+#     RequestState.synced              runner       (runner only: how much of it is the history's)
 #     DecodeState.start                detokenizer  (the RegisterRequest it was created from)
 #     DecodeState.detok                detokenizer  on_finish hooks, after it finished
 #     DecodeState.num_output_tokens    detokenizer  Usage.completion_tokens

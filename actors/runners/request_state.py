@@ -1,4 +1,4 @@
-"""What a runner keeps of each request between steps: `RequestStates`. Pure Python, no torch.
+"""What a runner keeps of each request between steps: `RequestStates`. No torch.
 
 Owns: per-request device-side state, keyed by request id, with the device thread as its only
 writer: the token history (the prompt, then every token sampled for the request: penalties,
@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from runtime.messages import PENDING_TOKEN, ScheduledSeq, StepPlan
 from runtime.reasoning import ThinkingTracker
 from runtime.sampling import Thinking
@@ -37,6 +39,23 @@ class RequestState:
     thinking: Any = None  # runtime.reasoning.ThinkingTracker
     grammar_from: int | None = None
     tracked: int = 0
+    # The history as int64 (penalties read all of it every step): its first `synced` entries are
+    # the history's; tokens are only appended to the history, or cut by `rewind`.
+    array: np.ndarray | None = None
+    synced: int = 0
+
+    def history_array(self) -> np.ndarray:
+        """The history as an int64 array, its new tokens copied in (a view: read it this step)."""
+        size = len(self.history)
+        if self.array is None or len(self.array) < size:
+            grown = np.empty(max(64, 2 * size), dtype=np.int64)
+            if self.array is not None:
+                grown[: self.synced] = self.array[: self.synced]
+            self.array = grown
+        if self.synced < size:
+            self.array[self.synced : size] = self.history[self.synced : size]
+            self.synced = size
+        return self.array[:size]
 
     def live_matcher(self, spec: Thinking | None) -> Any:
         """The matcher when it constrains the next token: always for a request that does not
@@ -77,6 +96,7 @@ class RequestState:
         if self.thinking is not None and self.tracked > position:
             self.thinking, self.tracked = None, 0  # followed again from the prompt's end
         del self.history[position:]
+        self.synced = min(self.synced, position)
 
 
 class UnknownRequest(KeyError):

@@ -19,8 +19,10 @@ step. One number per row plus softmax and cumsum costs a few float32 passes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 _MASK32 = 0xFFFFFFFF
@@ -237,37 +239,46 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 def apply_penalties(
     logits: torch.Tensor,
-    histories: list[tuple[list[int], int]],
+    histories: list[tuple[Sequence[int] | np.ndarray, int]],
     presence: list[float],
     frequency: list[float],
     repetition: list[float],
+    rows: list[int] | None = None,
 ) -> torch.Tensor:
-    """Presence, frequency (OpenAI) and repetition (CTRL/HF) penalties for every row at once.
+    """Presence, frequency (OpenAI) and repetition (CTRL/HF) penalties for every row at once, in
+    place on `logits`' rows `rows` (every row, in order, when None), which it returns.
 
     `histories` holds, per row, (prompt + output token ids, number of prompt tokens). Presence
     and frequency count output tokens only; repetition covers prompt and output, as vLLM and
-    transformers define it. The histories go to the device once as one padded id tensor (the
-    list-to-tensor conversion is torch's, in C); counting is a scatter_add there, so no Python
-    loop touches a token and no `[rows, vocab]` tensor crosses from the host.
+    transformers define it. Only the entries of tokens a row has seen are read and written: one
+    (row, token) pair per history position, its output count looked up among the sorted output
+    pairs, the penalized value written back (a token seen twice writes the same value twice). No
+    `[rows, vocab]` tensor is made: dense counts cost a dozen passes over the logits (~9 ms at
+    [64, 49152] on one Zen 4 thread, Qwen2.5's default repetition penalty on every row).
     """
-    rows, vocab = logits.shape
-    device = logits.device
-    ids = torch.nn.utils.rnn.pad_sequence(
-        [torch.tensor(tokens, dtype=torch.long) for tokens, _ in histories], batch_first=True, padding_value=vocab
-    ).to(device)  # padding counts into an extra column, dropped below
-    num_prompt = torch.tensor([n for _, n in histories], dtype=torch.long, device=device)
-    is_output = torch.arange(ids.shape[1], device=device)[None, :] >= num_prompt[:, None]
-    ones = torch.ones_like(ids, dtype=logits.dtype)
-    seen = torch.zeros(rows, vocab + 1, dtype=logits.dtype, device=device).scatter_add_(1, ids, ones)[:, :vocab] > 0
-    out_ids = ids.masked_fill(~is_output, vocab)
-    out_counts = torch.zeros(rows, vocab + 1, dtype=logits.dtype, device=device).scatter_add_(1, out_ids, ones)[:, :vocab]
-    presence_t = torch.tensor(presence, dtype=logits.dtype, device=device)[:, None]
-    frequency_t = torch.tensor(frequency, dtype=logits.dtype, device=device)[:, None]
-    repetition_t = torch.tensor(repetition, dtype=logits.dtype, device=device)[:, None]
+    device, dtype, vocab = logits.device, logits.dtype, logits.shape[-1]
+    arrays = [np.asarray(tokens, dtype=np.int64) for tokens, _ in histories]
+    lens = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+    starts = np.cumsum(lens) - lens
+    offsets = np.arange(int(lens.sum())) - np.repeat(starts, lens)
+    is_output = torch.from_numpy(offsets >= np.repeat(np.array([n for _, n in histories], dtype=np.int64), lens)).to(device)
+    tokens = torch.from_numpy(np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)).to(device)
+    which = torch.from_numpy(np.repeat(np.arange(len(arrays)), lens)).to(device)  # each pair's row among `histories`
+    key = which * vocab + tokens
+    output_keys, output_counts = torch.unique(key[is_output], return_counts=True)  # sorted
+    if output_keys.numel():
+        at = torch.searchsorted(output_keys, key).clamp_(max=output_keys.numel() - 1)
+        counts = torch.where(output_keys[at] == key, output_counts[at], 0).to(dtype)
+    else:
+        counts = torch.zeros(key.shape, dtype=dtype, device=device)
+    row = which if rows is None else torch.tensor(rows, dtype=torch.long, device=device)[which]
+    values = logits[row, tokens]
+    repetition_t = torch.tensor(repetition, dtype=dtype, device=device)[which]
+    presence_t = torch.tensor(presence, dtype=dtype, device=device)[which]
+    frequency_t = torch.tensor(frequency, dtype=dtype, device=device)[which]
     # Repetition first, then presence and frequency: vLLM's order.
-    penalized = torch.where(logits > 0, logits / repetition_t, logits * repetition_t)
-    logits = torch.where(seen, penalized, logits)
-    return logits - presence_t * (out_counts > 0).to(logits.dtype) - frequency_t * out_counts
+    penalized = torch.where(values > 0, values / repetition_t, values * repetition_t)
+    return logits.index_put_((row, tokens), penalized - presence_t * (counts > 0).to(dtype) - frequency_t * counts)
 
 
 def top_logprobs(logprobs: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from actors.runners import calibration, paged_attention
@@ -346,14 +347,15 @@ class TorchRunner:
             logits = all_logits.index_select(0, torch.tensor(rows, dtype=torch.long, device=all_logits.device))
         else:
             logits = all_logits  # every row once, in order, nothing written: sampling only reads it
-        if penalized:
+        if penalized:  # in place: `logits` is this batch's copy
             sub = [draws[which[j]] for j in penalized]
-            logits[penalized] = apply_penalties(
-                logits[penalized],
-                [([*d.state.history, *d.prefix], d.state.num_prompt_tokens) for d in sub],
+            apply_penalties(
+                logits,
+                [(np.concatenate([d.state.history_array(), d.prefix]) if d.prefix else d.state.history_array(), d.state.num_prompt_tokens) for d in sub],
                 [d.seq.sampling.presence_penalty for d in sub],
                 [d.seq.sampling.frequency_penalty for d in sub],
                 [d.seq.sampling.repetition_penalty for d in sub],
+                rows=penalized,
             )
         if masked and allowed is not None:
             local = torch.tensor([j for j, _ in masked], dtype=torch.long, device=self.device)

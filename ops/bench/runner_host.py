@@ -1,7 +1,7 @@
 """How much host work does the runner do around its forward, a row? `TorchRunner.execute` timed
 apart from its model's forward, on a trivial model.
 
-    python -m ops.bench.runner_host [--rows 64] [--steps 200] [--vocab 49152] [--dtype float32] [--out F]
+    python -m ops.bench.runner_host [--rows 64] [--steps 200] [--prompt 32] [--vocab 49152] [--dtype float32] [--out F]
 
 The runner's share of a step on a GPU, where the forward's own host time is a graph replay, is
 everything `execute` does besides `model.forward`: the plan applied to the request states,
@@ -9,9 +9,10 @@ the step's inputs (token ids, positions, slots, block tables), the logit rows, s
 `tolist()` and the result. Here the model is a random 1-layer Llama of width 64 with a real
 vocabulary size (the sampler's work scales with it), on the CPU, one torch thread, so the
 forward is short and timed apart (`model.forward` wrapped); `--rows` requests decode together
-for `--steps` steps after one prompt step, each mode in turn (greedy; temperature 1; top-k 50
-+ top-p 0.9 + a seed; greedy with 5 logprobs), and the host figure is the median over steps of
-(execute - forward) / rows, in microseconds (issue 41's target: <= 8 us a row at 64 rows).
+for `--steps` steps after a prompt step of `--prompt` tokens a row, each mode in turn (greedy;
+temperature 1; top-k 50 + top-p 0.9 + a seed; greedy with 5 logprobs; Qwen2.5's
+generation_config: temperature 0.7, top-k 20, top-p 0.8, repetition penalty 1.05), and the host
+figure is the median over steps of (execute - forward) / rows, in microseconds (issue 41's target: <= 8 us a row at 64 rows).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ MODES = {
     "temperature 1": {"temperature": 1.0},
     "top-k top-p seed": {"temperature": 0.8, "top_k": 50, "top_p": 0.9, "seed": 7},
     "greedy + 5 logprobs": {"temperature": 0.0, "logprobs": 5},
+    "qwen2.5 defaults": {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.05},  # its generation_config.json
 }
 
 
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vocab", type=int, default=49152)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--prompt", type=int, default=32, help="each row's prompt tokens (penalties read the whole history)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     import torch
@@ -99,13 +102,13 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         model = trivial_model(args.vocab, Path(tmp))
-        runner = TorchRunner(model, RunnerConfig(device="cpu", dtype=args.dtype, num_kv_blocks=args.rows * (-(-(args.steps + 40) // 16)) + 8, num_threads=1, max_num_seqs=args.rows))
+        runner = TorchRunner(model, RunnerConfig(device="cpu", dtype=args.dtype, num_kv_blocks=args.rows * (-(-(args.steps + args.prompt + 8) // 16)) + 8, num_threads=1, max_num_seqs=args.rows))
         info = runner.load()
         runner.warmup()
-        result: dict[str, Any] = {"cpu": cpu_model(), "rows": args.rows, "steps": args.steps, "vocab": args.vocab, "impl": info.impl, "modes": {}}
+        result: dict[str, Any] = {"cpu": cpu_model(), "rows": args.rows, "steps": args.steps, "prompt": args.prompt, "vocab": args.vocab, "impl": info.impl, "modes": {}}
         for mode in args.modes.split(","):
-            run_mode(runner, args.rows, 10, MODES[mode])  # its first use of each shape unmeasured
-            result["modes"][mode] = entry = run_mode(runner, args.rows, args.steps, MODES[mode])
+            run_mode(runner, args.rows, 10, MODES[mode], args.prompt)  # its first use of each shape unmeasured
+            result["modes"][mode] = entry = run_mode(runner, args.rows, args.steps, MODES[mode], args.prompt)
             print(f"[runner-host] {mode}: {entry['host_us_a_row_p50']} us a row (forward {entry['forward_ms_p50']} ms)", file=sys.stderr, flush=True)
         runner.close()
     emit_json(result, args.out)

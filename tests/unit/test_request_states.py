@@ -65,3 +65,19 @@ def test_a_token_the_core_added_joins_the_history_and_a_draft_does_not() -> None
     assert states.get("a").history == [1, 2, 6, 7, 8]
     drafted = ScheduledSeq(request_id="a", token_ids=[8, 9, 9], start_pos=4, block_table=[0], sample=True, sampling=SamplingParams(), seed=0, num_draft_tokens=2)
     assert states.input_ids(drafted) == [8, 9, 9] and states.get("a").history == [1, 2, 6, 7, 8]
+
+
+def test_the_history_array_follows_appends_and_rewinds() -> None:
+    states = RequestStates()
+    states.apply(StepPlan(step_id=0, seqs=(), new_requests=(NewRequest(request_id="a", prompt_token_ids=tuple(range(50))),)))
+    state = states.get("a")
+    assert state.history_array().tolist() == list(range(50))
+    for token in range(100, 200):  # past the first buffer: it grows, keeping what it held
+        state.history.append(token)
+        if token % 7 == 0:
+            assert state.history_array().tolist() == state.history
+    state.rewind(30)  # a preempted request's tokens, cut back into the prompt
+    state.history += [7, 8, 9]
+    assert state.history_array().tolist() == [*range(30), 7, 8, 9]
+    states.align("a", 31)
+    assert state.history_array().tolist() == [*range(30), 7]

@@ -246,6 +246,40 @@ def test_penalties_presence_frequency_on_outputs_repetition_on_everything() -> N
     assert per_row[:, 1].tolist() == [1.0, 2.0, 2.0]
 
 
+def _dense_penalties(logits: torch.Tensor, histories: list[tuple[list[int], int]], presence: list[float], frequency: list[float], repetition: list[float]) -> torch.Tensor:
+    """The definition, over dense [rows, vocab] counts (what the sampler computed before)."""
+    rows, vocab = logits.shape
+    seen = torch.zeros(rows, vocab, dtype=torch.bool)
+    out_counts = torch.zeros(rows, vocab, dtype=logits.dtype)
+    for r, (tokens, num_prompt) in enumerate(histories):
+        for i, t in enumerate(tokens):
+            seen[r, t] = True
+            out_counts[r, t] += 1 if i >= num_prompt else 0
+    rep, pres, freq = (torch.tensor(v, dtype=logits.dtype)[:, None] for v in (repetition, presence, frequency))
+    logits = torch.where(seen, torch.where(logits > 0, logits / rep, logits * rep), logits)
+    return logits - pres * (out_counts > 0).to(logits.dtype) - freq * out_counts
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_penalties_on_the_seen_pairs_equal_the_dense_definition(seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    rows, vocab = 9, 300
+    logits = torch.randn(rows, vocab, generator=gen) * 4
+    histories = []
+    for r in range(rows):
+        length = int(torch.randint(0, 120, (1,), generator=gen))
+        tokens = torch.randint(0, 40 if r % 2 else vocab, (length,), generator=gen).tolist()  # odd rows repeat themselves
+        histories.append((tokens, int(torch.randint(0, length + 1, (1,), generator=gen))))
+    presence = torch.rand(rows, generator=gen).tolist()
+    frequency = (torch.rand(rows, generator=gen) - 0.5).tolist()
+    repetition = (torch.rand(rows, generator=gen) + 0.6).tolist()
+    assert torch.equal(apply_penalties(logits.clone(), histories, presence, frequency, repetition), _dense_penalties(logits, histories, presence, frequency, repetition))
+    some = [7, 2, 5]  # rows of a larger tensor, in any order: only those change
+    got = apply_penalties(logits.clone(), [histories[i] for i in some], [presence[i] for i in some], [frequency[i] for i in some], [repetition[i] for i in some], rows=some)
+    dense = _dense_penalties(logits, histories, presence, frequency, repetition)
+    assert torch.equal(got[some], dense[some]) and torch.equal(got[[0, 1, 3, 4, 6, 8]], logits[[0, 1, 3, 4, 6, 8]])
+
+
 def test_fixed_block_linear_makes_a_row_independent_of_its_batch() -> None:
     # bf16 GEMM rounding depends on the row count (oneDNN's blocking): with an lm_head-sized
     # product, a row computed last in a batch of 33+ differs from the same row alone (checked
