@@ -112,7 +112,7 @@ def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     u = hashed_uniform(batch.seed, batch.position)
     if batch.any_filter:  # the rows' best tokens picked from the logits as they are, then scaled
         sampled = _draw_filtered(logits, temperature, batch.top_k, batch.top_p, u)
-    else:  # every row at temperature 1 (or greedy): the logits as they are, no pass over them
+    else:  # no filter: each whole row, scaled unless every row is at temperature 1 (or greedy)
         sampled = draw(logits if batch.unit_temperature else logits / temperature[:, None], u)
     return torch.where(is_greedy, greedy_tokens, sampled)
 
@@ -157,10 +157,11 @@ def _draw_filtered(
     logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, u: torch.Tensor, widths: tuple[int, ...] = _WIDTHS
 ) -> torch.Tensor:  # fmt: skip
     """Each row's token at `u` among what its top-k and top-p keep (top-k first, then top-p over
-    what is left) at its `temperature`, drawn in order of probability; a row with neither
-    samples its whole row. Temperature keeps the order: the best tokens are found unscaled."""
+    what is left) at its `temperature`, drawn in order of probability; a row with neither (or a
+    top-k past the vocabulary) samples its whole row, as with no filter. Temperature keeps the
+    order: the best tokens are found unscaled."""
     rows, vocab = logits.shape
-    unfiltered = (top_k == 0) & (top_p >= 1.0)
+    unfiltered = ((top_k == 0) | (top_k >= vocab)) & (top_p >= 1.0)
     out = torch.empty(rows, dtype=torch.long, device=logits.device)
     if bool(unfiltered.any()):
         plain = unfiltered.nonzero().squeeze(-1)

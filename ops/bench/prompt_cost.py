@@ -2,9 +2,9 @@
 
     python -m ops.bench.prompt_cost [--prompt-tokens 1024] [--levels 1,4] [--threads 2] [--repeats 5] [--out F]
 
-Issue 41's target: prompt tokens through the server within 1.5x of the bare prefill's per-token
-cost (on a GPU 6x at 13afd07: prompt rows gathered their whole context one by one). On the
-default model and flags:
+Issue 41 asks prompt tokens through the server to cost little more than the bare prefill's
+(on a GPU, where each prompt token gathered its whole context, they cost several times it). On
+the default model and flags:
 
 1. Bare: a `TorchRunner` with the server's settings (`RunnerConfig.of` a default
    `RuntimeConfig`, this many torch threads), one prompt of `--prompt-tokens` random ids fed in
