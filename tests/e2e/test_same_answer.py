@@ -129,6 +129,8 @@ async def test_a_planted_shape_dependent_kernel_fails_the_same_checks(served_def
         return (full.view(torch.int32) & ~0xFFFF).view(torch.float32).bfloat16()
 
     monkeypatch.setattr(ops, "linear", planted)
+    runtime: Any = served_default.runtime  # its layers through ops.linear, one call each, not one stack call (ops.Stack)
+    monkeypatch.setattr(runtime.runner.model.model, "stacks", [None, None])
     DraftSwitch(monkeypatch, on=False)
     client = openai.OpenAI(base_url=served_default.openai_url, api_key="unused")
     cold = await in_thread(answers, client, "c")

@@ -148,3 +148,28 @@ async def test_the_engine_serves_shipped_weights_token_for_token_as_the_dense_fl
     dense = await _greedy(RuntimeConfig(**base), prompt, 12)
     assert shipped[0] == "native+q4_1" and dense[0] == "native"
     assert len(shipped[1]) == 12 and shipped[1] == dense[1]
+
+
+@needs_kernels()
+@pytest.mark.parametrize("dtype", [None, "bfloat16"])  # the shipped blocks; their dense upcast
+def test_one_stack_call_gives_the_layer_by_layer_bits(shipped_dir: Path, dtype: str | None) -> None:
+    # The step's layers in one kernel call (ops.Stack, stack.c) against the same calls made one
+    # by one from Python: a prompt of 20 rows (the dense copies), then a row decoding after it.
+    runner = TorchRunner(shipped_dir, RunnerConfig(dtype=dtype, **KWARGS))
+    runner.load()
+    assert runner.model is not None
+    model = runner.model.model
+    assert all(stack is not None for stack in model.stacks), "the tiny model is a plain decoder: the stack should apply"
+
+    def steps() -> list[torch.Tensor]:
+        prompt = _logits(runner, 20)
+        step, positions = runner.model.build_step([(20, 1)], [list(range(16))], 4, runner.k_cache, runner.v_cache)
+        with torch.inference_mode():
+            decode = runner.model.forward(torch.tensor([9]), positions, step, torch.arange(1), runner.k_cache, runner.v_cache).float()
+        return [prompt, decode]
+
+    stacked = steps()
+    model.stacks = [None, None]
+    layer_by_layer = steps()
+    for a, b in zip(stacked, layer_by_layer):
+        assert torch.equal(a, b)

@@ -87,6 +87,9 @@ class RowwiseModel:
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
         self.adapters: Adapters | None = None  # LoRA (lora.py): each layer through `_adapted`
+        # A plain decoder's layers in one kernel call (ops.Stack): the packed weights' and, for
+        # steps of DENSE_ROWS rows or more, the dense copies' (as `ops.linear` picks them).
+        self.stacks = [ops.Stack.of(weights.layers, cfg.hidden_size, self.q_size, dense) for dense in (False, True)]
 
     def forward(
         self, input_ids: torch.Tensor, step: ops.RowStep, keep: torch.Tensor, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor]
@@ -95,6 +98,10 @@ class RowwiseModel:
         cfg = self.cfg
         eps = cfg.rms_norm_eps
         h = F.embedding(input_ids, self.w.embed)  # the residual stream, updated in place
+        stack = self.stacks[h.shape[0] >= ops.DENSE_ROWS] if self.adapters is None else None
+        if stack is not None:
+            stack(h, step, cfg.num_heads, cfg.num_kv_heads, self.cos, self.sin, k_cache, v_cache, eps, self.scale, self.window)
+            return ops.linear(h[keep], self.w.lm_head, out_f32=True, norm=self.w.final_norm, eps=eps)
         for i, layer in enumerate(self.w.layers):
             if self.adapters is not None:
                 self._adapted(h, i, layer, step, k_cache[i], v_cache[i], self.adapters)

@@ -22,7 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-SOURCES = ("common.h", "linear.c", "attention.c", "rows.c", "lora.c")
+SOURCES = ("common.h", "linear.c", "attention.c", "rows.c", "lora.c", "stack.c")
 FLAGS = ("-O3", "-fopenmp", "-fPIC", "-shared", "-ffp-contract=off", "-std=gnu11")
 HERE = Path(__file__).parent
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
@@ -35,6 +35,7 @@ SIGNATURES = {
     "sy_rope_write": (_P, _I, _I, _C, _C, _C, _P, _P, _P, _P, _P, _P, _P, _I, _C),
     "sy_silu_mul": (_P, _I, _I, _P, _C),
     "sy_lora_add": (_P, _I, _I, _I, _P, _P, _I, _P, _P, _I, _I, _P, _I, _C),
+    "sy_stack": (_P, _I, _I, _C, _P, _F, _C, _C, _C, _P, _P, _P, _P, _I, _P, _I, _C, _P, _C, _F, _P, _P, _P, _C),
 }
 
 

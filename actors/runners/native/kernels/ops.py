@@ -96,6 +96,52 @@ def _scales(s: torch.Tensor, g: int) -> torch.Tensor:
     return _blocks(s.to(torch.float16)).reshape(-1, 16, g).permute(0, 2, 1).contiguous().view(torch.uint8)
 
 
+class Stack:
+    """A plain decoder's layers as one `sy_stack` call (stack.c): each layer's norms, weights,
+    biases and cache as the per-layer calls pass them, written once (the caches' addresses once
+    per cache). `of` gives None for a decoder that is not plain (q/k norms, a gate_up that is not
+    a SwiGLU pair): rowwise.py then calls layer by layer."""
+
+    FIELDS = 20
+
+    def __init__(self, layers: list[Any], hidden: int, q_size: int, dense: bool) -> None:
+        self.layers, self.hidden, self.q_size, self.dense = layers, hidden, q_size, dense
+        self.table = np.zeros((len(layers), self.FIELDS), dtype=np.int64)
+        for row, layer in zip(self.table, layers):
+            for at, w in ((1, layer.qkv), (5, layer.o_proj), (10, layer.gate_up), (14, layer.down)):
+                w = w.dense if dense and w.dense is not None else w
+                row[at : at + 4] = (w.data.data_ptr(), w.fmt, w.n, _ptr(w.bias) or 0)
+            row[0], row[9] = layer.input_norm.data_ptr(), layer.post_norm.data_ptr()
+        self._cache: int | None = None
+
+    @classmethod
+    def of(cls, layers: list[Any], hidden: int, q_size: int, dense: bool) -> "Stack | None":
+        for layer in layers:
+            if layer.q_norm is not None or not layer.gate_up.swiglu or layer.qkv.k != hidden or layer.o_proj.k != q_size or layer.down.k != layer.gate_up.n // 2:
+                return None
+        return cls(layers, hidden, q_size, dense)
+
+    def __call__(
+        self, h: torch.Tensor, step: RowStep, heads: int, kv_heads: int, cos: torch.Tensor, sin: torch.Tensor, k_cache: list[torch.Tensor],
+        v_cache: list[torch.Tensor], eps: float, scale: float, window: int,
+    ) -> None:  # fmt: skip
+        """Every layer over the residual stream `h` [T, hidden] (bf16, contiguous), in place."""
+        if self._cache != k_cache[0].data_ptr():
+            self.table[:, 18] = [k.data_ptr() for k in k_cache]
+            self.table[:, 19] = [v.data_ptr() for v in v_cache]
+            self._cache = k_cache[0].data_ptr()
+        t, layer = h.shape[0], self.layers[0]
+        qkv = torch.empty(t, layer.qkv.n, dtype=torch.bfloat16)
+        attn = torch.empty(t, self.q_size, dtype=torch.bfloat16)
+        mlp = torch.empty(t, layer.gate_up.n // 2, dtype=torch.bfloat16)
+        head_dim = k_cache[0].shape[-1]
+        _lib().sy_stack(
+            h.data_ptr(), t, self.hidden, len(self.layers), self.table.ctypes.data, eps, heads, kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(),
+            step.positions.data_ptr(), step.slots.data_ptr(), k_cache[0].shape[1], step.tables.data_ptr(), step.tables.shape[1], step.block_size,
+            step.row_seq.data_ptr(), window, scale, qkv.data_ptr(), attn.data_ptr(), mlp.data_ptr(), torch.get_num_threads(),
+        )  # fmt: skip
+
+
 def _lib() -> Any:
     return build._loaded or build.library()
 
