@@ -8,7 +8,8 @@ Why: every row's arithmetic is fixed by that row alone (kernels/build.py's C fil
 so a position's logits are the same bits decoded alone, beside other streams, as a draft's
 verify row, after a prefix-cache hit or as a prompt chunk's last token. Drafting then changes
 no token, a warm cache no logprob, and the time budget's chunk boundaries nothing at all. The
-logits come out in float32 (the lm_head's sums, unrounded).
+logits come out in float32 (the lm_head's sums, unrounded). A plain decoder's layers run as one
+C call (kernels/stack.c, `ops.Stack`), the same kernels in the same order as layer by layer.
 """
 
 from __future__ import annotations
