@@ -247,7 +247,7 @@ class EngineLink:
 
 def spawn_error(config: RuntimeConfig) -> str | None:
     """Why this model cannot run in an engine process yet, or None."""
-    if config.enable_lora and config.api_servers > 1:
-        return "--api-servers and --enable-lora: adapters are not served by several front ends yet (start it with one)"
+    if config.enable_lora and config.lora_dir and config.api_servers > 1:
+        return "--api-servers and --lora-dir: adapters loaded at run time are not shared by several front ends yet (start it with one, or name the adapters with --lora-modules)"
     return None
 

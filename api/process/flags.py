@@ -65,7 +65,7 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
 def _add_process_arguments(p: argparse.ArgumentParser) -> None:
     """Which processes serve: the engine's own, and how many HTTP front ends."""
     p.add_argument("--engine-process", action=argparse.BooleanOptionalAction, default=DEFAULTS.engine_process, help="run each generation model's scheduler and executor in a process of their own, which the server talks to over a socket, so the HTTP front end's Python never takes turns with the step's on one GIL (default off)")
-    p.add_argument("--api-servers", type=_servers, default="auto", help="HTTP front ends serving the one port, each a process of its own talking to each model's one engine process (more than 1 implies --engine-process; not yet with --enable-lora); rate limits, serving endpoints and /metrics are shared by all (default auto: 1, or with --engine-process and no --enable-lora one per 8 cores, at most 4)")
+    p.add_argument("--api-servers", type=_servers, default="auto", help="HTTP front ends serving the one port, each a process of its own talking to each model's one engine process (more than 1 implies --engine-process; not yet with --lora-dir's run-time adapters); rate limits, serving endpoints and /metrics are shared by all (default auto: 1, or with --engine-process and no --lora-dir one per 8 cores, at most 4)")
 
 
 def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -229,5 +229,5 @@ def _runtime_config(args: argparse.Namespace) -> RuntimeConfig:
     values = {name: getattr(args, name) for name in RuntimeConfig.__struct_fields__ if hasattr(args, name)}
     values["lora_modules"] = dict(values.get("lora_modules") or [])  # NAME=DIR pairs
     if values.get("api_servers") == "auto":
-        values["api_servers"] = front_ends_for(bool(values.get("engine_process")) and not values.get("enable_lora"), os.cpu_count() or 1)  # adapters: one front end
+        values["api_servers"] = front_ends_for(bool(values.get("engine_process")) and not values.get("lora_dir"), os.cpu_count() or 1)  # run-time adapters: one front end
     return RuntimeConfig(**values)

@@ -96,4 +96,4 @@ def test_front_ends_by_default_follow_the_cores_only_with_the_engine_process() -
     assert [front_ends_for(True, cores) for cores in (2, 8, 16, 24, 64)] == [1, 1, 2, 3, 4]
     assert parse_args(["serve", "--api-servers", "3"]).config.api_servers == 3
     assert parse_args(["serve"]).config.api_servers == 1
-    assert parse_args(["serve", "--engine-process", "--enable-lora"]).config.api_servers == 1  # adapters are served by one front end
+    assert parse_args(["serve", "--engine-process", "--enable-lora", "--lora-dir", "/tmp"]).config.api_servers == 1  # run-time adapters: one front end

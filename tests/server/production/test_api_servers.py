@@ -2,8 +2,9 @@
 each its own requests from the one engine process; one per-key rate limit holds across them;
 a serving endpoint defined through either is served by both; every scrape of /metrics, whichever
 process answers it, counts every process's requests; SIGTERM drains the streams of both and
-everything exits 0; the engine process dying ends the streams with clean errors and the server
-exits 1; a SIGKILL to the server leaves no process behind.
+everything exits 0; a LoRA adapter named at start answers through both; the engine process
+dying ends the streams with clean errors and the server exits 1; a SIGKILL to the server leaves
+no process behind.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 import trio
 
 from tests.support import ROOT
+from tests.support.adapters import peft_greedy
 from tests.support.servers import free_port
 
 RPM = 60
@@ -145,9 +147,21 @@ def _requests(text: str, route: str, status: int) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
 
 
-async def test_the_engine_process_dying_ends_the_streams_cleanly_and_the_server_exits_1(tiny_model_dir: Path, tmp_path: Path) -> None:
-    server = Command(tiny_model_dir, tmp_path)
+async def test_an_adapter_serves_from_both_then_the_engine_process_dying_ends_the_streams_and_the_server_exits_1(
+    tiny_model_dir: Path, tmp_path: Path, lora_adapters: dict[str, Path]
+) -> None:  # fmt: skip
+    from transformers import AutoTokenizer
+
+    server = Command(tiny_model_dir, tmp_path, "--enable-lora", "--lora-modules", f"fixed={lora_adapters['all-r8']}", "--spec-decoding", "off")
     try:
+        # An adapter named at start answers PEFT's own greedy text through both front ends.
+        prompt = [5, 17, 23, 9, 41, 2, 60]
+        expected = AutoTokenizer.from_pretrained(tiny_model_dir).decode(peft_greedy(tiny_model_dir, lora_adapters["all-r8"], [prompt])[0][:8])
+        body = {"model": "fixed", "prompt": prompt, "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+        done = await _many(server.base_url, "/v1/completions", body, 12)
+        assert [r.status_code for r in done] == [200] * 12, [r.text for r in done if r.status_code != 200]
+        assert {r.json()["choices"][0]["text"] for r in done} == {expected}
+        assert len(Counter(r.json()["id"].split("-")[1][:8] for r in done)) == 2  # both front ends answered
         started, ends = trio.Event(), list[str]()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_streams, server.base_url, 6, started, ends, 480)  # longer than the kill takes

@@ -4,7 +4,7 @@ n > 1, streamed and not); a client that leaves is aborted across the hop and its
 free in the engine; the engine process dying ends every open stream with a clean error within
 a second and /health turns 503, then it is started again; it outlives a lull; a vision model's
 images cross to it, and LoRA adapters (named at start, loaded and unloaded at run time); what
-it cannot serve yet (adapters with several front ends) is refused at start in one line. (A
+it cannot serve yet (adapters loaded at run time with several front ends) is refused at start in one line. (A
 SIGKILL to the server leaving no engine process behind: test_api_servers.py.)
 """
 
@@ -185,6 +185,6 @@ async def test_adapters_are_served_and_loaded_in_an_engine_process(tiny_model_di
 def test_what_an_engine_process_cannot_serve_yet_is_refused_at_start(tiny_model_dir: Path) -> None:
     from actors.build import build_engine
 
-    config = RuntimeConfig(model=str(tiny_model_dir), engine_process=True, api_servers=2, enable_lora=True, port=0)
-    with pytest.raises(ModelRefused, match="--api-servers and --enable-lora"):
+    config = RuntimeConfig(model=str(tiny_model_dir), engine_process=True, api_servers=2, enable_lora=True, lora_dir=str(tiny_model_dir), port=0)
+    with pytest.raises(ModelRefused, match="--api-servers and --lora-dir"):
         build_engine(config)
