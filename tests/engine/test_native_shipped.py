@@ -29,7 +29,7 @@ from runtime.request import Prompt
 from runtime.sampling import SamplingParams
 from tests.support.device import needs_kernels
 from tests.support.tiny_gguf import ship_tiny_model
-from tests.support.tiny_model import build_tiny_llama
+from tests.support.tiny_model import build_tiny_decoder, build_tiny_llama
 
 # The CPU pinned: the shipped blocks run on aten's CPU kernels, and a runner left to pick its
 # device took the GPU in the GPU check (ops/gpu/check.sh), where every test here failed.
@@ -151,11 +151,12 @@ async def test_the_engine_serves_shipped_weights_token_for_token_as_the_dense_fl
 
 
 @needs_kernels()
-@pytest.mark.parametrize("dtype", [None, "bfloat16"])  # the shipped blocks; their dense upcast
-def test_one_stack_call_gives_the_layer_by_layer_bits(shipped_dir: Path, dtype: str | None) -> None:
+@pytest.mark.parametrize(("family", "dtype"), [("llama", None), ("llama", "bfloat16"), ("qwen3", "bfloat16")])  # the shipped blocks; dense; q/k norms
+def test_one_stack_call_gives_the_layer_by_layer_bits(shipped_dir: Path, tmp_path: Path, family: str, dtype: str | None) -> None:
     # The step's layers in one kernel call (ops.Stack, stack.c) against the same calls made one
     # by one from Python: a prompt of 20 rows (the dense copies), then a row decoding after it.
-    runner = TorchRunner(shipped_dir, RunnerConfig(dtype=dtype, **KWARGS))
+    model_dir = shipped_dir if family == "llama" else build_tiny_decoder(tmp_path, family)
+    runner = TorchRunner(model_dir, RunnerConfig(dtype=dtype, **KWARGS))
     runner.load()
     assert runner.model is not None
     model = runner.model.model

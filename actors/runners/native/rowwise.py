@@ -8,7 +8,7 @@ Why: every row's arithmetic is fixed by that row alone (kernels/build.py's C fil
 so a position's logits are the same bits decoded alone, beside other streams, as a draft's
 verify row, after a prefix-cache hit or as a prompt chunk's last token. Drafting then changes
 no token, a warm cache no logprob, and the time budget's chunk boundaries nothing at all. The
-logits come out in float32 (the lm_head's sums, unrounded). A plain decoder's layers run as one
+logits come out in float32 (the lm_head's sums, unrounded). A decoder's layers run as one
 C call (kernels/stack.c, `ops.Stack`), the same kernels in the same order as layer by layer.
 """
 
@@ -88,8 +88,9 @@ class RowwiseModel:
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
         self.adapters: Adapters | None = None  # LoRA (lora.py): each layer through `_adapted`
-        # A plain decoder's layers in one kernel call (ops.Stack): the packed weights' and, for
-        # steps of DENSE_ROWS rows or more, the dense copies' (as `ops.linear` picks them).
+        # The layers in one kernel call (ops.Stack; None for a gate_up that is not a SwiGLU pair):
+        # the packed weights' and, for steps of DENSE_ROWS rows or more, the dense copies' (as
+        # `ops.linear` picks them).
         self.stacks = [ops.Stack.of(weights.layers, cfg.hidden_size, self.q_size, dense) for dense in (False, True)]
 
     def forward(

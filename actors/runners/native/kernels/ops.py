@@ -97,12 +97,12 @@ def _scales(s: torch.Tensor, g: int) -> torch.Tensor:
 
 
 class Stack:
-    """A plain decoder's layers as one `sy_stack` call (stack.c): each layer's norms, weights,
-    biases and cache as the per-layer calls pass them, written once (the caches' addresses once
-    per cache). `of` gives None for a decoder that is not plain (q/k norms, a gate_up that is not
-    a SwiGLU pair): rowwise.py then calls layer by layer."""
+    """A decoder's layers as one `sy_stack` call (stack.c): each layer's norms (Qwen3's q/k norms
+    too), weights, biases and cache as the per-layer calls pass them, written once (the caches'
+    addresses once per cache). `of` gives None for a decoder whose gate_up is not a SwiGLU pair
+    (or of other shapes): rowwise.py then calls layer by layer."""
 
-    FIELDS = 20
+    FIELDS = 22
 
     def __init__(self, layers: list[Any], hidden: int, q_size: int, dense: bool) -> None:
         self.layers, self.hidden, self.q_size, self.dense = layers, hidden, q_size, dense
@@ -112,12 +112,14 @@ class Stack:
                 w = w.dense if dense and w.dense is not None else w
                 row[at : at + 4] = (w.data.data_ptr(), w.fmt, w.n, _ptr(w.bias) or 0)
             row[0], row[9] = layer.input_norm.data_ptr(), layer.post_norm.data_ptr()
+            if layer.q_norm is not None:
+                row[20], row[21] = layer.q_norm.data_ptr(), layer.k_norm.data_ptr()
         self._cache: int | None = None
 
     @classmethod
     def of(cls, layers: list[Any], hidden: int, q_size: int, dense: bool) -> "Stack | None":
         for layer in layers:
-            if layer.q_norm is not None or not layer.gate_up.swiglu or layer.qkv.k != hidden or layer.o_proj.k != q_size or layer.down.k != layer.gate_up.n // 2:
+            if (layer.q_norm is None) != (layer.k_norm is None) or not layer.gate_up.swiglu or layer.qkv.k != hidden or layer.o_proj.k != q_size or layer.down.k != layer.gate_up.n // 2:
                 return None
         return cls(layers, hidden, q_size, dense)
 
