@@ -8,6 +8,7 @@ the architectures it supports unless `model_impl` says otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from functools import partial
 from pathlib import Path
@@ -151,7 +152,7 @@ def choose(model_dir: Path, config: RunnerConfig, dtype: torch.dtype, device: to
         unsupported = families.check(hf, max_len)
         if unsupported is None:
             scheme, dense_because = served_quantization(quantization, model_dir, config.dtype_explicit, device, batch_invariant)
-            path: ModelPath = NativePath(model_dir, hf, config.with_(quantization=scheme), dtype, device)
+            path: ModelPath = NativePath(model_dir, hf, dataclasses.replace(config, quantization=scheme), dtype, device)
             extra = {"shipped_weights_served_dense": dense_because} if dense_because else {}
             log.info("model_path", impl=path.impl, model=str(model_dir), load_s=round(time.perf_counter() - started, 2), **extra)
             return path

@@ -223,18 +223,18 @@ def build_step(
                 prefills.append(chunk)
                 if not chunk.fresh and chunk_metadata:
                     chunk_meta.append((chunk, table, start))
-    decode_lens = (index.starts[decoding] + 1).tolist()
+    lens = index.starts[decoding] + 1
     step = PagedStep(
         k_cache=k_cache,
         v_cache=v_cache,
         write_rows=torch.from_numpy(_host_cache_rows(index.slots, kv_heads, num_slots)).to(device),
         prefills=prefills,
-        decode_lens=decode_lens,
+        decode_lens=lens.tolist(),
         per_sequence_decode=per_sequence_decode,
     )
-    if decode_lens:
+    if len(lens):
         step.decode_idx = torch.from_numpy(index.cursors[decoding]).to(device)
-        _decode_metadata(step, index.tables[decoding], block_size, kv_heads, num_slots, device)
+        _decode_metadata(step, index.tables[decoding], lens, block_size, kv_heads, num_slots, device)
     for chunk, table, start in chunk_meta:
         ctx = start + (chunk.end - chunk.start)
         chunk.rows = cache_rows(_slots_of(table, ctx, block_size), kv_heads, num_slots).to(device)
@@ -243,12 +243,12 @@ def build_step(
     return step, torch.from_numpy(index.positions).to(device)
 
 
-def _decode_metadata(step: PagedStep, tables: np.ndarray, block_size: int, kv_heads: int, num_slots: int, device: torch.device) -> None:
+def _decode_metadata(step: PagedStep, tables: np.ndarray, lens: np.ndarray, block_size: int, kv_heads: int, num_slots: int, device: torch.device) -> None:
     """The decode group's gather rows and padding bias (batch-invariant mode: one per bucket)."""
     if step.per_sequence_decode:
         step.decode_groups = _invariant_groups(tables, step.decode_lens, block_size, kv_heads, num_slots, device)
         return
-    slots, bias = _decode_gather(tables, np.array(step.decode_lens), block_size)
+    slots, bias = _decode_gather(tables, lens, block_size)
     step.decode_rows = torch.from_numpy(_host_cache_rows(slots, kv_heads, num_slots)).to(device)
     step.decode_bias = torch.from_numpy(bias).to(device)
     step.decode_len = slots.shape[1]

@@ -49,7 +49,3 @@ class RunnerConfig:
     def dtype_explicit(self) -> bool:
         """Whether a dtype was asked for (which serves a checkpoint's shipped blocks dense)."""
         return self.dtype not in (None, "auto")
-
-    def with_(self, **changes: object) -> RunnerConfig:
-        """This config with `changes` (what a path resolved: the quantization it serves, ...)."""
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

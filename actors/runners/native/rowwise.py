@@ -103,21 +103,21 @@ class RowwiseModel:
         stack = self.stacks[h.shape[0] >= ops.DENSE_ROWS] if self.adapters is None else None
         if stack is not None:
             stack(h, step, cfg.num_heads, cfg.num_kv_heads, self.cos, self.sin, k_cache, v_cache, eps, self.scale, self.window)
-            return ops.linear(h[keep], self.w.lm_head, out_f32=True, norm=self.w.final_norm, eps=eps)
-        for i, layer in enumerate(self.w.layers):
-            if self.adapters is not None:
-                self._adapted(h, i, layer, step, k_cache[i], v_cache[i], self.adapters)
-                continue
-            qkv = ops.linear(h, layer.qkv, norm=layer.input_norm, eps=eps)
-            if layer.q_norm is not None and layer.k_norm is not None:
-                qkv = self._qk_norm(qkv, layer.q_norm, layer.k_norm)
-            o = ops.rope_attention(qkv, cfg.num_heads, cfg.num_kv_heads, self.cos, self.sin, step, k_cache[i], v_cache[i], self.scale, self.window)
-            ops.linear(o.view(-1, self.q_size), layer.o_proj, residual=h)
-            if layer.gate_up.swiglu:
-                mlp = ops.linear(h, layer.gate_up, norm=layer.post_norm, eps=eps)
-            else:
-                mlp = ops.silu_mul(ops.linear(h, layer.gate_up, norm=layer.post_norm, eps=eps))
-            ops.linear(mlp, layer.down, residual=h)
+        else:
+            for i, layer in enumerate(self.w.layers):
+                if self.adapters is not None:
+                    self._adapted(h, i, layer, step, k_cache[i], v_cache[i], self.adapters)
+                    continue
+                qkv = ops.linear(h, layer.qkv, norm=layer.input_norm, eps=eps)
+                if layer.q_norm is not None and layer.k_norm is not None:
+                    qkv = self._qk_norm(qkv, layer.q_norm, layer.k_norm)
+                o = ops.rope_attention(qkv, cfg.num_heads, cfg.num_kv_heads, self.cos, self.sin, step, k_cache[i], v_cache[i], self.scale, self.window)
+                ops.linear(o.view(-1, self.q_size), layer.o_proj, residual=h)
+                if layer.gate_up.swiglu:
+                    mlp = ops.linear(h, layer.gate_up, norm=layer.post_norm, eps=eps)
+                else:
+                    mlp = ops.silu_mul(ops.linear(h, layer.gate_up, norm=layer.post_norm, eps=eps))
+                ops.linear(mlp, layer.down, residual=h)
         return ops.linear(h[keep], self.w.lm_head, out_f32=True, norm=self.w.final_norm, eps=eps)
 
     def _adapted(self, h: torch.Tensor, i: int, layer: Any, step: ops.RowStep, k_cache: torch.Tensor, v_cache: torch.Tensor, lora: Adapters) -> None:

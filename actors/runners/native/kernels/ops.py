@@ -105,7 +105,7 @@ class Stack:
     FIELDS = 22
 
     def __init__(self, layers: list[Any], hidden: int, q_size: int, dense: bool) -> None:
-        self.layers, self.hidden, self.q_size, self.dense = layers, hidden, q_size, dense
+        self.layers, self.hidden, self.q_size = layers, hidden, q_size
         self.table = np.zeros((len(layers), self.FIELDS), dtype=np.int64)
         for row, layer in zip(self.table, layers):
             for at, w in ((1, layer.qkv), (5, layer.o_proj), (10, layer.gate_up), (14, layer.down)):
